@@ -1,0 +1,124 @@
+"""The :class:`BlobStorage` protocol every blob backend implements.
+
+Paths are ``/``-separated relative names such as
+``workflows/wf1/scratchpads/s1/a1.jsonl``. Backends must refuse anything else
+(:func:`validate_blob_path`), and the local one additionally proves by
+construction that the resolved file stays under its root.
+
+Two kinds of blob live behind one interface:
+
+* *whole* blobs, written with :meth:`BlobStorage.write` (atomic replace,
+  optionally conditional on a version, for compare-and-set);
+* *append* blobs, grown with :meth:`BlobStorage.append` (O(1), safe for
+  concurrent writers in several processes: one call's bytes are never torn or
+  interleaved with another's).
+
+Mixing both on one path is not supported. :meth:`read` and :meth:`tail` work
+on both kinds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol, runtime_checkable
+
+from jarvismem.errors import InvalidBlobPathError
+
+BlobVersion = str
+"""Opaque version token (an ETag on Azure, a content stamp locally)."""
+
+MAX_PATH_LENGTH = 1024
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+def validate_blob_path(path: object) -> str:
+    """Return ``path`` if it is a safe relative blob path, else raise.
+
+    Each ``/``-separated segment must be a plain name (letters, digits, ``. _ -``,
+    not starting with a dot, never ``..``). Absolute paths, empty segments,
+    backslashes and NUL are refused.
+    """
+    if not isinstance(path, str):
+        raise InvalidBlobPathError(f"blob path must be a string, got {type(path).__name__}")
+    if not path or len(path) > MAX_PATH_LENGTH:
+        raise InvalidBlobPathError("blob path must be 1-1024 characters")
+    for segment in path.split("/"):
+        if not _SEGMENT_RE.match(segment) or ".." in segment:
+            shown = path[:80].encode("unicode_escape").decode("ascii")
+            raise InvalidBlobPathError(f"unsafe blob path {shown!r}")
+    return path
+
+
+def validate_blob_prefix(prefix: object) -> str:
+    """A listing prefix: ``""`` or a valid path, optionally ending with ``/``."""
+    if prefix == "":
+        return ""
+    if not isinstance(prefix, str):
+        raise InvalidBlobPathError("blob prefix must be a string")
+    validate_blob_path(prefix[:-1] if prefix.endswith("/") else prefix)
+    return prefix
+
+
+@runtime_checkable
+class BlobStorage(Protocol):
+    """Async blob storage. Every method is non-blocking for the event loop."""
+
+    @property
+    def name(self) -> str:
+        """Short backend name for logs and status (``local``, ``azure``, ...)."""
+        ...
+
+    async def read(self, path: str) -> bytes:
+        """Whole content. Raises ``BlobNotFoundError`` if absent."""
+        ...
+
+    async def read_versioned(self, path: str) -> tuple[bytes, BlobVersion]:
+        """Content and its version token. Raises ``BlobNotFoundError`` if absent."""
+        ...
+
+    async def write(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        if_version: BlobVersion | None = None,
+        if_absent: bool = False,
+    ) -> BlobVersion:
+        """Atomically replace the content: readers see old or new, never a mix.
+
+        ``if_version``: only if the current version matches, and ``if_absent``:
+        only if the blob does not exist; otherwise ``BlobPreconditionFailedError``
+        and nothing is changed. Returns the new version.
+        """
+        ...
+
+    async def append(self, path: str, data: bytes) -> None:
+        """Append ``data`` as one unit (created if absent). O(1) in the blob's size."""
+        ...
+
+    async def tail(self, path: str, max_bytes: int) -> bytes:
+        """The last ``max_bytes`` bytes (all of it if smaller; may start mid-line).
+
+        Raises ``BlobNotFoundError`` if absent. Cost is bounded by ``max_bytes``.
+        """
+        ...
+
+    async def size(self, path: str) -> int:
+        """Size in bytes. Raises ``BlobNotFoundError`` if absent."""
+        ...
+
+    async def exists(self, path: str) -> bool:
+        """Whether the blob exists."""
+        ...
+
+    async def list(self, prefix: str = "") -> list[str]:
+        """Paths starting with ``prefix``, sorted."""
+        ...
+
+    async def delete(self, path: str) -> bool:
+        """Delete; returns whether something was deleted."""
+        ...
+
+    async def close(self) -> None:
+        """Release clients and file handles."""
+        ...

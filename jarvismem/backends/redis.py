@@ -1,0 +1,122 @@
+"""Redis connections: one pool per process, from a URL, or an embedded stand-in.
+
+``REDIS_URL`` unset means the *embedded* default: an in-process fakeredis
+server. It is ephemeral (gone when the process exits) and every log line and
+status output says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any, TypeAlias
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from jarvismem.errors import BackendUnavailableError
+from jarvismem.redaction import mask_url
+from jarvismem.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
+"""What every tier accepts: a plain or a cluster ``redis.asyncio`` client."""
+
+EMBEDDED_NOTE = "embedded in-process Redis stand-in (ephemeral: lost when the process exits)"
+
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+def is_embedded(client: Any) -> bool:
+    """True for the fakeredis stand-in."""
+    return type(client).__module__.startswith("fakeredis")
+
+
+def _client_kwargs(settings: Settings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        # Commands retry on connection blips with exponential backoff; the
+        # tiers above add their own timeouts so a dead server cannot hang a turn.
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
+        "socket_connect_timeout": 2.0,
+        "health_check_interval": 30,
+        "max_connections": settings.redis_max_connections,
+    }
+    url = settings.redis_url or ""
+    if url.startswith("rediss://"):
+        kwargs["ssl_cert_reqs"] = _CERT_REQS[settings.redis_ssl_cert_reqs]
+        if settings.redis_ssl_ca_certs:
+            kwargs["ssl_ca_certs"] = str(settings.redis_ssl_ca_certs)
+        if settings.redis_ssl_certfile:
+            kwargs["ssl_certfile"] = str(settings.redis_ssl_certfile)
+        if settings.redis_ssl_keyfile:
+            kwargs["ssl_keyfile"] = str(settings.redis_ssl_keyfile)
+    return kwargs
+
+
+def create_redis(settings: Settings) -> RedisClient:
+    """Build (without connecting) the process's Redis client from settings."""
+    if not settings.redis_url:
+        return embedded_redis()
+    kwargs = _client_kwargs(settings)
+    if settings.redis_cluster:
+        if settings.redis_url.startswith("unix://"):
+            raise BackendUnavailableError("REDIS_CLUSTER=true cannot use a unix:// URL")
+        kwargs.pop("health_check_interval", None)
+        return RedisCluster.from_url(settings.redis_url, **kwargs)
+    return aioredis.Redis.from_url(settings.redis_url, **kwargs)
+
+
+_embedded_server: Any = None
+
+
+def embedded_redis() -> aioredis.Redis:
+    """A client of the process-wide embedded server (fakeredis, with Lua)."""
+    import fakeredis
+
+    global _embedded_server
+    if _embedded_server is None:
+        _embedded_server = fakeredis.FakeServer()
+        log.warning("REDIS_URL is not set: using the %s", EMBEDDED_NOTE)
+    client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_embedded_server)
+    return client
+
+
+async def connect_redis(settings: Settings) -> RedisClient:
+    """Create the client and wait until it answers PING, retrying with backoff.
+
+    Logs a countdown; raises :class:`BackendUnavailableError` (with the URL's
+    password masked) after ``REDIS_CONNECT_RETRIES`` failed attempts.
+    """
+    client = create_redis(settings)
+    if is_embedded(client):
+        return client
+    attempts = settings.redis_connect_retries + 1
+    delay = 0.1
+    for attempt in range(1, attempts + 1):
+        try:
+            await asyncio.wait_for(client.ping(), timeout=5.0)
+            return client
+        except (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError) as exc:
+            if attempt == attempts:
+                await client.aclose()
+                raise BackendUnavailableError(
+                    f"Redis at {mask_url(settings.redis_url or '')} did not answer after "
+                    f"{attempts} attempts: {type(exc).__name__}"
+                ) from None
+            log.warning(
+                "Redis at %s not reachable (%s); retrying in %.1fs (%d attempts left)",
+                mask_url(settings.redis_url or ""),
+                type(exc).__name__,
+                delay,
+                attempts - attempt,
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")

@@ -1,0 +1,171 @@
+"""Every exception jarvismem raises on purpose.
+
+One hierarchy so callers can catch ``JarvisMemError`` for "anything from the
+memory runtime" or a specific subclass for one condition. Messages never carry
+secrets (API keys, tokens, passwords in URLs): build them from ids and reasons.
+"""
+
+from __future__ import annotations
+
+
+class JarvisMemError(Exception):
+    """Base class of every error raised by jarvismem."""
+
+
+# --- configuration and input -------------------------------------------------
+
+
+class ConfigError(JarvisMemError, ValueError):
+    """A setting is missing or invalid. The message names the variable."""
+
+
+class InvalidIdError(JarvisMemError, ValueError):
+    """A workflow/step/agent/turn/tenant id cannot be used in a key or a path."""
+
+
+class PayloadTooLargeError(JarvisMemError, ValueError):
+    """A value is larger than its documented limit; nothing was written."""
+
+
+class InvalidPayloadError(JarvisMemError, ValueError):
+    """A value has the wrong type or cannot be serialised; nothing was written."""
+
+
+# --- blob storage --------------------------------------------------------------
+
+
+class BlobError(JarvisMemError):
+    """A blob backend failed (I/O error, service error)."""
+
+
+class BlobNotFoundError(BlobError, KeyError):
+    """The blob does not exist."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "blob not found"
+
+
+class BlobPreconditionFailedError(BlobError):
+    """A conditional write lost: the blob's version/etag is not the expected one."""
+
+
+class InvalidBlobPathError(BlobError, ValueError):
+    """A blob path is malformed or would escape the storage root."""
+
+
+# --- redis-side tiers ------------------------------------------------------------
+
+
+class BackendUnavailableError(JarvisMemError):
+    """A configured backend cannot be reached right now."""
+
+
+class CheckpointConflictError(JarvisMemError):
+    """A checkpoint save carried a stale revision (someone saved in between)."""
+
+    def __init__(self, message: str, *, expected: int | None, actual: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class LockNotAcquiredError(JarvisMemError):
+    """Another process holds the lock (e.g. the workflow's compactor)."""
+
+
+# --- LLM ------------------------------------------------------------------------------
+
+
+class LLMError(JarvisMemError):
+    """The LLM endpoint failed, timed out or returned an unusable answer."""
+
+
+# --- Athena ---------------------------------------------------------------------------
+
+
+class AthenaError(JarvisMemError):
+    """The Athena service answered with an error or could not be reached."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class AthenaBadRequestError(AthenaError):
+    """HTTP 400: invalid argument or failed precondition."""
+
+
+class AthenaAuthError(AthenaError):
+    """HTTP 401: the API key or JWT was refused."""
+
+
+class AthenaNotFoundError(AthenaError):
+    """HTTP 404: unknown session or route."""
+
+
+class AthenaUnsupportedError(AthenaError):
+    """HTTP 501: the server does not implement this endpoint (not an outage)."""
+
+
+class AthenaServerError(AthenaError):
+    """HTTP 5xx (other than 501): datastore or LLM failure on the server."""
+
+
+class AthenaUnavailableError(AthenaError):
+    """Connection refused, timeout, open circuit breaker, or a malformed answer."""
+
+
+# --- cognitive spaces ------------------------------------------------------------
+
+
+class SpaceError(JarvisMemError):
+    """Base class of cognitive-space errors."""
+
+
+class SpaceNotFoundError(SpaceError, KeyError):
+    """The named space does not exist."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "space not found"
+
+
+class SpaceTypeError(SpaceError, TypeError):
+    """A map operation on a list space or the other way round."""
+
+
+class ReservedSpaceError(SpaceError):
+    """The reserved spaces ``world`` and ``tasks`` cannot be deleted or retyped."""
+
+
+class SpaceConflictError(SpaceError):
+    """Strict mode: the space changed since it was read (stale revision)."""
+
+
+class TaskNotFoundError(SpaceError, KeyError):
+    """No task with that id in the ``tasks`` space."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "task not found"
+
+
+# --- recall ---------------------------------------------------------------------------
+
+
+class RecallError(JarvisMemError):
+    """Base class of recall/policy errors."""
+
+
+class RecallStoreMissingError(RecallError):
+    """Recall is enabled but no store was configured."""
+
+
+class SessionIdRequiredError(RecallError, ValueError):
+    """The policy's scope is ``session`` but no session id was given."""
+
+
+class NamespaceContextMissingError(RecallError, KeyError):
+    """The policy takes its namespace from a context key that is absent."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "namespace context missing"

@@ -1,0 +1,182 @@
+"""Every Redis key and blob path jarvismem uses, and the id rules that keep them apart.
+
+Nobody formats a key or a path anywhere else. Ids are validated here so that:
+
+* an id can never add a path component or escape a directory (no ``/``, ``\\``,
+  ``..``, NUL, leading dot);
+* an id can never change a key's shape (no ``:`` separator, no braces that would
+  move the Redis Cluster hash tag, no glob characters that would widen a SCAN);
+* distinct id tuples always give distinct keys and paths: ids cannot contain the
+  separators used to join them, so the joining is injective.
+
+All keys of one workflow share the hash tag ``{<workflow>}`` and therefore one
+Redis Cluster slot, which lets Lua scripts and MULTI touch several of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from jarvismem.errors import InvalidIdError
+
+MAX_ID_LENGTH = 128
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+KEY_PREFIX = "jm"
+
+
+def validate_id(value: object, kind: str = "id") -> str:
+    """Return ``value`` if it is a usable id, else raise :class:`InvalidIdError`.
+
+    An id is 1-128 characters of ``A-Z a-z 0-9 . _ -``, starting with a letter
+    or digit, and never containing ``..``.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(f"{kind} must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidIdError(f"{kind} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(f"{kind} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if not _ID_RE.match(value) or ".." in value:
+        shown = value[:40].encode("unicode_escape").decode("ascii")
+        raise InvalidIdError(
+            f"{kind} {shown!r} is not allowed: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, without '..'"
+        )
+    return value
+
+
+def validate_turn_id(value: object) -> str:
+    """Turn ids may be given as ints by kernels; they are stored as strings."""
+    if isinstance(value, bool):
+        raise InvalidIdError("turn_id must be a string or an int, got bool")
+    if isinstance(value, int):
+        value = str(value)
+    return validate_id(value, "turn_id")
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Key and path maker for one tenant namespace."""
+
+    namespace: str = "default"
+
+    def __post_init__(self) -> None:
+        validate_id(self.namespace, "namespace")
+
+    # --- Redis keys: one workflow, one hash slot ------------------------------------
+
+    def _wf(self, workflow_id: str) -> str:
+        return f"{KEY_PREFIX}:{self.namespace}:{{{validate_id(workflow_id, 'workflow_id')}}}"
+
+    def ledger(self, workflow_id: str) -> str:
+        """Stream of turns of a workflow (tier 2)."""
+        return f"{self._wf(workflow_id)}:ledger"
+
+    def turn_index(self, workflow_id: str) -> str:
+        """Hash ``step:agent:turn`` -> stream id; makes turns exactly-once."""
+        return f"{self._wf(workflow_id)}:turns"
+
+    @staticmethod
+    def turn_field(step_id: str, agent_id: str, turn_id: str) -> str:
+        """Field of :meth:`turn_index`. Ids hold no ``:``, so the join is injective."""
+        return (
+            f"{validate_id(step_id, 'step_id')}:{validate_id(agent_id, 'agent_id')}:"
+            f"{validate_turn_id(turn_id)}"
+        )
+
+    def checkpoint(self, workflow_id: str, step_id: str) -> str:
+        """Hash {state, rev, ts} of a step's checkpoint."""
+        return f"{self._wf(workflow_id)}:ckpt:{validate_id(step_id, 'step_id')}"
+
+    def ltm_summary(self, workflow_id: str) -> str:
+        """Hash {text, from_id, to_id, turns, updated_at} of the long-term summary."""
+        return f"{self._wf(workflow_id)}:ltm"
+
+    def ltm_state(self, workflow_id: str) -> str:
+        """Hash of compaction counters since the last summary (turns, tokens)."""
+        return f"{self._wf(workflow_id)}:ltm:state"
+
+    def ltm_lock(self, workflow_id: str) -> str:
+        """Compactor lock: at most one compactor per workflow across processes."""
+        return f"{self._wf(workflow_id)}:ltm:lock"
+
+    def spaces(self, workflow_id: str, agent_id: str) -> str:
+        """Hash of an agent's cognitive spaces: one field per space plus ``__container__``."""
+        return f"{self._wf(workflow_id)}:spaces:{validate_id(agent_id, 'agent_id')}"
+
+    def workflow_pattern(self, workflow_id: str) -> str:
+        """SCAN pattern for every key of a workflow (ids hold no glob characters)."""
+        return f"{self._wf(workflow_id)}:*"
+
+    def workflow_index(self) -> str:
+        """Sorted set of known workflow ids (score = last write ms), for the CLI."""
+        return f"{KEY_PREFIX}:{self.namespace}:workflows"
+
+    # --- Redis keys outside a workflow --------------------------------------------
+
+    def athena_session(self, tenant_id: str, user_id: str, agent_id: str) -> str:
+        """Cached Athena session id for (tenant, user, agent)."""
+        return (
+            f"{KEY_PREFIX}:{self.namespace}:athena:session:"
+            f"{validate_id(tenant_id, 'tenant_id')}:{validate_id(user_id, 'user_id')}:"
+            f"{validate_id(agent_id, 'agent_id')}"
+        )
+
+    def recall_entries(self, scope_key: str) -> str:
+        """Hash id -> entry JSON of one recall scope (namespace/agent/session)."""
+        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{scope_key}}}:entries"
+
+    def recall_postings(self, scope_key: str) -> str:
+        """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
+        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{scope_key}}}:postings"
+
+    @staticmethod
+    def recall_scope(namespace: str, agent_id: str, session_id: str | None) -> str:
+        """Scope key of recall entries; ``_`` stands for agent-wide scope."""
+        ns = validate_id(namespace, "recall namespace")
+        agent = validate_id(agent_id, "agent_id")
+        session = validate_id(session_id, "session_id") if session_id is not None else "_"
+        # Ids start with a letter or digit, so '_' never collides with a session id.
+        return f"{ns}:{agent}:{session}"
+
+    # --- blob paths -------------------------------------------------------------------
+
+    def _wf_dir(self, workflow_id: str) -> str:
+        wf = validate_id(workflow_id, "workflow_id")
+        if self.namespace == "default":
+            return f"workflows/{wf}"
+        return f"tenants/{self.namespace}/workflows/{wf}"
+
+    def scratchpad(self, workflow_id: str, step_id: str, agent_id: str) -> str:
+        """JSONL scratchpad of one (workflow, step, agent)."""
+        return (
+            f"{self._wf_dir(workflow_id)}/scratchpads/{validate_id(step_id, 'step_id')}/"
+            f"{validate_id(agent_id, 'agent_id')}.jsonl"
+        )
+
+    def scratchpad_prefix(self, workflow_id: str) -> str:
+        """Prefix of every scratchpad of a workflow (for carrying goal findings)."""
+        return f"{self._wf_dir(workflow_id)}/scratchpads/"
+
+    def ltm_blob(self, workflow_id: str) -> str:
+        """Durable copy of the long-term summary text."""
+        return f"{self._wf_dir(workflow_id)}/ltm/summary.txt"
+
+    def ltm_meta_blob(self, workflow_id: str) -> str:
+        """Durable copy of the summary's provenance (JSON)."""
+        return f"{self._wf_dir(workflow_id)}/ltm/summary.meta.json"
+
+    # --- local outbox files ---------------------------------------------------------------
+
+    def outbox_file(self, kind: str, workflow_id: str) -> str:
+        """File (relative to OUTBOX_PATH) of a workflow's outbox of one kind.
+
+        Outboxes live on the local disk, not in blob storage: they must stay
+        writable when every remote backend is down.
+        """
+        return (
+            f"{self.namespace}/{validate_id(kind, 'outbox kind')}/"
+            f"{validate_id(workflow_id, 'workflow_id')}.jsonl"
+        )

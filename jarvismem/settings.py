@@ -1,0 +1,211 @@
+"""One settings object, read from the environment and an optional ``.env`` file.
+
+Every field here is documented in ``.env.example`` (a test enforces it). Invalid
+values fail at start-up through :func:`load_settings`, with a message naming the
+environment variable; secrets are ``SecretStr`` so they never show in a repr,
+a log line or an exception.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from jarvismem.errors import ConfigError
+
+StorageBackend = Literal["local", "azure", "none"]
+SslCertReqs = Literal["required", "optional", "none"]
+
+
+class Settings(BaseSettings):
+    """Configuration of a jarvismem runtime. Field names are the env variable names."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        case_sensitive=False,
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- isolation ---------------------------------------------------------------
+    jarvismem_namespace: str = Field(
+        "default",
+        description="Tenant namespace: prefixes every Redis key and blob path.",
+    )
+
+    # --- Redis (ledger, checkpoints, long-term summary, spaces, recall) -----------
+    redis_url: str | None = Field(
+        None,
+        description="redis://, rediss:// (TLS) or unix:// URL. Unset: embedded in-process "
+        "stand-in (ephemeral).",
+    )
+    redis_cluster: bool = Field(False, description="Connect with RedisCluster.")
+    redis_context_ttl_days: float = Field(7, gt=0, description="TTL of workflow keys, in days.")
+    redis_max_connections: int = Field(64, ge=1, description="Connection pool size.")
+    redis_connect_retries: int = Field(5, ge=0, description="Connect attempts before giving up.")
+    redis_ssl_ca_certs: Path | None = Field(None, description="CA bundle for rediss://.")
+    redis_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
+    redis_ssl_keyfile: Path | None = Field(None, description="Client key (mutual TLS).")
+    redis_ssl_cert_reqs: SslCertReqs = Field("required", description="Server cert check.")
+    ledger_max_len: int = Field(
+        100_000,
+        ge=0,
+        description="Retention: approximate max entries per workflow ledger (0 = unbounded).",
+    )
+
+    # --- blob storage (scratchpad, durable summary copy) --------------------------
+    storage_backend: StorageBackend = Field("local", description="local | azure | none")
+    storage_base_path: Path = Field(
+        Path(".jarvismem/blobs"), description="Root folder of the local blob backend."
+    )
+    storage_fsync_appends: bool = Field(
+        False, description="fsync every scratchpad append (survives power loss; slower)."
+    )
+    azure_storage_connection_string: SecretStr | None = Field(
+        None, description="Azure Blob connection string (STORAGE_BACKEND=azure)."
+    )
+    azure_storage_container: str = Field("jarvismem", description="Azure Blob container.")
+
+    # --- Athena ---------------------------------------------------------------------
+    athena_url: str | None = Field(None, description="Athena base URL; unset disables tier 4.")
+    athena_tenant_id: str = Field("default", description="Athena tenant for new sessions.")
+    athena_user_id: str = Field("jarvismem", description="Athena user for new sessions.")
+    athena_api_key: SecretStr | None = Field(None, description="Sent as X-API-Key.")
+    athena_jwt_token: SecretStr | None = Field(None, description="Sent as X-JWT-Token.")
+    athena_http_timeout: float = Field(10.0, gt=0, description="Per HTTP request, seconds.")
+
+    # --- LLM (long-term compression) ---------------------------------------------
+    llm_base_url: str | None = Field(
+        None, description="OpenAI-compatible base URL (…/v1). Unset: extractive summarizer."
+    )
+    llm_api_key: SecretStr | None = Field(None, description="Bearer key for the LLM endpoint.")
+    llm_model: str = Field("gpt-4o-mini", description="Chat model name.")
+    llm_timeout: float = Field(60.0, gt=0, description="Per LLM request, seconds.")
+    llm_max_retries: int = Field(3, ge=0, description="Retries on 429/5xx/timeouts.")
+
+    # --- per-tier timeouts in rehydrate_bundle / health ----------------------------
+    tier_timeout_working: float = Field(5.0, gt=0, description="Scratchpad read timeout, s.")
+    tier_timeout_episodic: float = Field(2.0, gt=0, description="Ledger read timeout, s.")
+    tier_timeout_ltm: float = Field(5.0, gt=0, description="Summary read timeout, s.")
+    tier_timeout_checkpoint: float = Field(2.0, gt=0, description="Checkpoint read timeout, s.")
+    tier_timeout_athena: float = Field(3.0, gt=0, description="Athena context timeout, s.")
+
+    # --- long-term compaction policy -------------------------------------------------
+    compaction_enabled: bool = Field(True, description="Run background compaction.")
+    compaction_every_turns: int = Field(50, ge=1, description="Compact after N new turns.")
+    compaction_token_threshold: int = Field(
+        8000, ge=1, description="…or after this many estimated tokens since the last summary."
+    )
+    compaction_chunk_chars: int = Field(
+        12_000, ge=500, description="Max input chars per LLM call (map-reduce above)."
+    )
+    compaction_lock_ttl: float = Field(120.0, gt=0, description="Compactor lock expiry, s.")
+
+    # --- scratchpad rendering ------------------------------------------------------------
+    scratchpad_budget_chars: int = Field(
+        8000, ge=200, description="Max size of the bundle's scratchpad markdown."
+    )
+    scratchpad_tail_bytes: int = Field(
+        262_144, ge=4096, description="Bytes read from the end of a scratchpad to render it."
+    )
+
+    # --- input limits ----------------------------------------------------------------------
+    max_turn_field_chars: int = Field(
+        65_536, ge=256, description="thought/action/result longer than this are truncated."
+    )
+    max_checkpoint_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Larger checkpoints are refused."
+    )
+
+    # --- durable outbox (writes made while a backend is down) ---------------------------
+    outbox_path: Path = Field(Path(".jarvismem/outbox"), description="Local outbox folder.")
+    outbox_max_entries: int = Field(
+        100_000, ge=1, description="Bound per outbox; entries past it are dropped and counted."
+    )
+
+    # --- security & logs ------------------------------------------------------------------
+    redaction_enabled: bool = Field(True, description="Redact API keys/tokens before storing.")
+    log_level: str = Field("INFO", description="Logging level of the CLI.")
+
+    @field_validator("jarvismem_namespace", "athena_tenant_id", "athena_user_id")
+    @classmethod
+    def _plain_id(cls, value: str) -> str:
+        from jarvismem.keys import validate_id
+
+        return validate_id(value, "namespace")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("athena_url", "llm_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
+
+    @model_validator(mode="after")
+    def _azure_needs_credentials(self) -> Settings:
+        if self.storage_backend == "azure" and self.azure_storage_connection_string is None:
+            raise ValueError(
+                "AZURE_STORAGE_CONNECTION_STRING is required when STORAGE_BACKEND=azure"
+            )
+        return self
+
+    @property
+    def ttl_seconds(self) -> int:
+        """TTL of workflow keys in whole seconds."""
+        return max(1, int(self.redis_context_ttl_days * 86_400))
+
+    def public_dict(self) -> dict[str, Any]:
+        """Settings safe to print: secrets masked, credentials stripped from URLs."""
+        from jarvismem.redaction import mask_url
+
+        out: dict[str, Any] = {}
+        for name, value in self.model_dump().items():
+            if isinstance(value, SecretStr):
+                out[name] = "***" if value.get_secret_value() else None
+            elif name.endswith("_url") and isinstance(value, str):
+                out[name] = mask_url(value)
+            elif isinstance(value, Path):
+                out[name] = str(value)
+            else:
+                out[name] = value
+        return out
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment and ``.env``; raise :class:`ConfigError` if invalid.
+
+    ``overrides`` take precedence (handy in tests and the CLI). Pass
+    ``_env_file=None`` to ignore a ``.env`` in the working directory.
+    """
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            # Never echo the input: it may be a secret.
+            problems.append(f"{loc.upper()}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,127 @@
+"""Shared fixtures: backends parametrized so one suite runs on each of them.
+
+Integration backends (a real Redis server, Azurite) are used when they answer.
+When they do not, their tests are skipped with the reason shown, unless
+``JARVISMEM_REQUIRE_INTEGRATION=1`` (set by ``.ci/run``), which turns the skip
+into a failure so CI cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from jarvismem.keys import KeySpace
+
+REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AZURITE_CONNECTION_STRING = os.environ.get(
+    "JARVISMEM_TEST_AZURITE",
+    # The emulator's well-known development account (public, not a secret).
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+    "KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;",
+)
+REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def require_backend(available: bool, what: str) -> None:
+    """Skip (locally) or fail (CI) when an integration backend is absent."""
+    if available:
+        return
+    if REQUIRE_INTEGRATION:
+        pytest.fail(f"{what} is required (JARVISMEM_REQUIRE_INTEGRATION=1) but not reachable")
+    pytest.skip(f"{what} not reachable; set it up or run .ci/run")
+
+
+def real_redis_available() -> bool:
+    parts = urlsplit(REAL_REDIS_URL)
+    return _port_open(parts.hostname or "127.0.0.1", parts.port or 6379)
+
+
+def azurite_available() -> bool:
+    return _port_open("127.0.0.1", 10000)
+
+
+@pytest.fixture
+def keyspace() -> KeySpace:
+    """A fresh namespace per test, so tests never see each other's keys or paths."""
+    return KeySpace(namespace="t" + uuid.uuid4().hex[:12])
+
+
+@pytest.fixture
+def workflow_id() -> str:
+    return "wf-" + uuid.uuid4().hex[:8]
+
+
+async def _cleanup_namespace(client: Any, keyspace: KeySpace) -> None:
+    keys = [k async for k in client.scan_iter(match=f"jm:{keyspace.namespace}:*", count=1000)]
+    if keys:
+        await client.delete(*keys)
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
+async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> AsyncIterator[Any]:
+    """A ``redis.asyncio`` client: fakeredis, then a real server."""
+    if request.param == "fake":
+        import fakeredis
+
+        client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        yield client
+        await client.aclose()
+        return
+    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(REAL_REDIS_URL)
+    yield client
+    await _cleanup_namespace(client, keyspace)
+    await client.aclose()
+
+
+@pytest.fixture
+async def real_redis(keyspace: KeySpace) -> AsyncIterator[Any]:
+    """Only the real server (for tests that need real-server semantics)."""
+    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(REAL_REDIS_URL)
+    yield client
+    await _cleanup_namespace(client, keyspace)
+    await client.aclose()
+
+
+@pytest.fixture
+def azurite_connection_string() -> str:
+    require_backend(azurite_available(), "Azurite blob service on 127.0.0.1:10000")
+    return AZURITE_CONNECTION_STRING
+
+
+@pytest.fixture(params=["local", pytest.param("azure", marks=pytest.mark.integration)])
+async def blob_storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    """A BlobStorage: a local tmp dir, then an Azurite container."""
+    if request.param == "local":
+        from jarvismem.backends.blob.local import LocalBlobStorage
+
+        storage: Any = LocalBlobStorage(tmp_path / "blobs")
+    else:
+        require_backend(azurite_available(), "Azurite blob service on 127.0.0.1:10000")
+        from jarvismem.backends.blob.azure import AzureBlobStorage
+
+        storage = AzureBlobStorage(AZURITE_CONNECTION_STRING, "t" + uuid.uuid4().hex[:20])
+    yield storage
+    await storage.close()

@@ -1,0 +1,1 @@
+"""Tiers: what is remembered (scratchpad, ledger, long-term summary, Athena, checkpoints)."""

@@ -1,0 +1,199 @@
+"""Tier 2: the episodic ledger, one Redis Stream per workflow.
+
+Every field of an entry is stored JSON-encoded, so values come back with the
+type they went in with (the string ``"42"`` stays a string, ``42`` an int).
+Appends set the TTL in the same round trip (one Lua script), and retention is
+bounded by an approximate ``MAXLEN`` trim.
+
+Turns are exactly-once: :meth:`EpisodicLedger.append_turn` records each
+``(step, agent, turn_id)`` in an index hash inside the same script, so a kernel
+that re-runs its last turn after a crash (or an outbox replay of a turn that
+had in fact landed) stores it once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jarvismem.errors import InvalidPayloadError
+from jarvismem.keys import KeySpace, validate_id, validate_turn_id
+
+# Fields of a turn entry, in stream order.
+TURN_FIELDS = ("turn_id", "step_id", "agent_id", "ts", "thought", "action", "result", "tokens")
+
+# KEYS: ledger, turn index. ARGV: index field ("" = no dedupe), ttl seconds,
+# maxlen (0 = unbounded), then field/value pairs.
+# Returns {1, id} when appended, {0, id-of-the-earlier-copy} when a duplicate.
+_APPEND_LUA = """
+if ARGV[1] ~= '' then
+  local existing = redis.call('HGET', KEYS[2], ARGV[1])
+  if existing then return {0, existing} end
+end
+local id
+if tonumber(ARGV[3]) > 0 then
+  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+else
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[2], ARGV[1], id)
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
+return {1, id}
+"""
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_loads = json.loads
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def decode_entry(stream_id: Any, fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """A stream entry as a plain dict with its stream ``id``."""
+    out: dict[str, Any] = {"id": _text(stream_id)}
+    for name, raw in fields.items():
+        key = _text(name)
+        try:
+            out[key] = _loads(raw)
+        except (ValueError, TypeError):
+            # Written by something else (e.g. redis-cli): keep the raw text.
+            out[key] = _text(raw)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Outcome of an append: the stream id and whether it was new."""
+
+    id: str
+    created: bool
+
+
+class EpisodicLedger:
+    """What happened, in order: a Redis Stream of one workflow's turns."""
+
+    def __init__(
+        self,
+        redis: Any,
+        keyspace: KeySpace,
+        workflow_id: str,
+        *,
+        ttl_seconds: int = 7 * 86_400,
+        max_len: int = 0,
+    ) -> None:
+        self.redis = redis
+        self.workflow_id = validate_id(workflow_id, "workflow_id")
+        self.key = keyspace.ledger(workflow_id)
+        self.index_key = keyspace.turn_index(workflow_id)
+        self.ttl_seconds = ttl_seconds
+        self.max_len = max_len
+        self._script = redis.register_script(_APPEND_LUA)
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def append(self, entry: Mapping[str, Any]) -> str:
+        """Append any JSON-able mapping; returns its stream id. Not deduplicated."""
+        result = await self._append(entry, dedupe_field="")
+        return result.id
+
+    async def append_turn(
+        self,
+        *,
+        step_id: str,
+        agent_id: str,
+        turn_id: str | int,
+        thought: Any,
+        action: Any,
+        result: Any,
+        tokens: int = 0,
+        ts: float | None = None,
+    ) -> AppendResult:
+        """Append a turn exactly once per ``(step, agent, turn_id)``."""
+        turn = validate_turn_id(turn_id)
+        entry = {
+            "turn_id": turn,
+            "step_id": step_id,
+            "agent_id": agent_id,
+            "ts": time.time() if ts is None else ts,
+            "thought": thought,
+            "action": action,
+            "result": result,
+            "tokens": tokens,
+        }
+        return await self._append(entry, KeySpace.turn_field(step_id, agent_id, turn))
+
+    async def append_encoded(self, args: list[str], dedupe_field: str) -> AppendResult:
+        """Append pre-encoded field/value pairs (used by the outbox replay)."""
+        reply = await self._script(
+            keys=[self.key, self.index_key],
+            args=[dedupe_field, self.ttl_seconds, self.max_len, *args],
+        )
+        return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
+
+    async def _append(self, entry: Mapping[str, Any], dedupe_field: str) -> AppendResult:
+        return await self.append_encoded(encode_fields(entry), dedupe_field)
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def tail(self, count: int = 10) -> list[dict[str, Any]]:
+        """The last ``count`` entries, oldest first. One XREVRANGE."""
+        if count <= 0:
+            return []
+        rows = await self.redis.xrevrange(self.key, count=count)
+        return [decode_entry(sid, fields) for sid, fields in reversed(rows)]
+
+    async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries strictly after ``after_id`` (None: from the start)."""
+        start = "-" if after_id is None else f"({after_id}"
+        rows = await self.redis.xrange(self.key, min=start, max="+", count=count)
+        return [decode_entry(sid, fields) for sid, fields in rows]
+
+    async def iter_history(
+        self, *, after_id: str | None = None, page_size: int = 500
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every entry after ``after_id``, oldest first, fetched ``page_size`` at a time."""
+        cursor = after_id
+        while True:
+            page = await self.range_after(cursor, page_size)
+            for entry in page:
+                yield entry
+            if len(page) < page_size:
+                return
+            cursor = page[-1]["id"]
+
+    async def full_history(self) -> list[dict[str, Any]]:
+        """Every entry, oldest first (prefer :meth:`iter_history` for long ledgers)."""
+        return [entry async for entry in self.iter_history()]
+
+    async def length(self) -> int:
+        """Number of entries currently in the stream."""
+        return int(await self.redis.xlen(self.key))
+
+    async def find_turn(self, step_id: str, agent_id: str, turn_id: str | int) -> str | None:
+        """Stream id of a logged turn, or None."""
+        raw = await self.redis.hget(self.index_key, KeySpace.turn_field(step_id, agent_id, turn_id))
+        return None if raw is None else _text(raw)
+
+
+def encode_fields(entry: Mapping[str, Any]) -> list[str]:
+    """Flatten a mapping into JSON-encoded ``[field, value, ...]`` for XADD."""
+    if not entry:
+        raise InvalidPayloadError("a ledger entry needs at least one field")
+    args: list[str] = []
+    for name, value in entry.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidPayloadError("ledger entry field names must be non-empty strings")
+        try:
+            encoded = _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayloadError(f"ledger field {name!r} is not JSON-serialisable: {exc}") from None
+        args.append(name)
+        args.append(encoded)
+    return args

@@ -160,6 +160,17 @@ class KeySpace:
         """Prefix of every scratchpad of a workflow (for carrying goal findings)."""
         return f"{self._wf_dir(workflow_id)}/scratchpads/"
 
+    def goals(self, workflow_id: str, step_id: str, agent_id: str) -> str:
+        """JSONL of goal-scoped findings of one (step, agent): small, read whole."""
+        return (
+            f"{self._wf_dir(workflow_id)}/goals/{validate_id(step_id, 'step_id')}/"
+            f"{validate_id(agent_id, 'agent_id')}.jsonl"
+        )
+
+    def goals_prefix(self, workflow_id: str) -> str:
+        """Prefix of every goal-findings blob of a workflow (carrying forward)."""
+        return f"{self._wf_dir(workflow_id)}/goals/"
+
     def ltm_blob(self, workflow_id: str) -> str:
         """Durable copy of the long-term summary text."""
         return f"{self._wf_dir(workflow_id)}/ltm/summary.txt"

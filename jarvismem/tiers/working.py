@@ -1,0 +1,252 @@
+"""Tier 1: the working scratchpad, JSONL in blob storage per (workflow, step, agent).
+
+File format (documented in the README): UTF-8 JSON objects, one per line,
+each written as ``"\\n" + json``. The *leading* newline is deliberate: if a
+crash tears a record half-way, the next append still starts on a fresh line,
+so one torn record never spoils the records after it. Readers skip blank
+lines and lines that do not parse (with a warning).
+
+Each record: ``{"ts": float, "type": str, "scope": "step"|"goal", "data": …}``
+and, for turns, ``"turn_id"``. Goal-scoped records are also appended to a
+small per-(step, agent) goals blob, so rendering can always include every goal
+finding while reading only a bounded tail of the (unbounded) scratchpad.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
+from jarvismem.keys import KeySpace, validate_id
+
+log = logging.getLogger(__name__)
+
+Scope = Literal["step", "goal"]
+TURN = "turn"
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    """One record as bytes ready to append (leading newline, see module doc)."""
+    try:
+        return ("\n" + _dumps(record)).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayloadError(f"scratchpad entry is not JSON-serialisable: {exc}") from None
+    except UnicodeEncodeError:
+        raise InvalidPayloadError("scratchpad entry contains unpaired surrogates") from None
+
+
+def parse_records(raw: bytes, *, source: str, partial_head: bool = False) -> list[dict[str, Any]]:
+    """Parse JSONL bytes, skipping torn or garbage lines with one warning.
+
+    ``partial_head``: the bytes come from a tail read and the first line may
+    start mid-record; it is dropped silently.
+    """
+    lines = raw.split(b"\n")
+    if partial_head and lines:
+        lines = lines[1:]
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            skipped += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    if skipped:
+        log.warning("scratchpad %s: skipped %d torn or unreadable line(s)", source, skipped)
+    return records
+
+
+class WorkingScratchpad:
+    """What am I in the middle of? One step's notes and turns, in blob storage."""
+
+    def __init__(
+        self,
+        blob: BlobStorage,
+        keyspace: KeySpace,
+        workflow_id: str,
+        step_id: str,
+        agent_id: str,
+        *,
+        tail_bytes: int = 262_144,
+        budget_chars: int = 8000,
+        redactor: Callable[[str], str] | None = None,
+    ) -> None:
+        self.blob = blob
+        self.keyspace = keyspace
+        self.workflow_id = validate_id(workflow_id, "workflow_id")
+        self.step_id = validate_id(step_id, "step_id")
+        self.agent_id = validate_id(agent_id, "agent_id")
+        self.path = keyspace.scratchpad(workflow_id, step_id, agent_id)
+        self.goals_path = keyspace.goals(workflow_id, step_id, agent_id)
+        self.tail_bytes = tail_bytes
+        self.budget_chars = budget_chars
+        self._redact = redactor
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def write(self, entry_type: str, data: Any, scope: Scope = "step") -> None:
+        """Append an entry. ``scope="goal"`` findings are carried across steps."""
+        if scope not in ("step", "goal"):
+            raise InvalidPayloadError(f"scope must be 'step' or 'goal', got {scope!r}")
+        if not isinstance(entry_type, str) or not entry_type:
+            raise InvalidPayloadError("entry_type must be a non-empty string")
+        record = {"ts": time.time(), "type": entry_type, "scope": scope, "data": self._clean(data)}
+        payload = encode_record(record)
+        if scope == "goal":
+            # Goals blob first: a finding must never be in the scratchpad only.
+            await self.blob.append(self.goals_path, payload)
+        await self.blob.append(self.path, payload)
+
+    async def append_turn(self, turn_id: str, turn: dict[str, Any], ts: float) -> None:
+        """Append a turn record (called by ``UnifiedMemory.log_turn``)."""
+        record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": turn_id, "data": turn}
+        await self.blob.append(self.path, encode_record(record))
+
+    def _clean(self, data: Any) -> Any:
+        if self._redact is None:
+            return data
+        return _redact_value(data, self._redact)
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def read_all(self) -> list[dict[str, Any]]:
+        """Every readable record of this scratchpad, oldest first (reads the whole blob)."""
+        try:
+            raw = await self.blob.read(self.path)
+        except BlobNotFoundError:
+            return []
+        return parse_records(raw, source=self.path)
+
+    async def read_recent(self) -> list[dict[str, Any]]:
+        """Records from a bounded tail read (at most ``tail_bytes``)."""
+        try:
+            raw = await self.blob.tail(self.path, self.tail_bytes)
+        except BlobNotFoundError:
+            return []
+        partial = len(raw) >= self.tail_bytes
+        return parse_records(raw, source=self.path, partial_head=partial)
+
+    async def goal_findings(self) -> list[dict[str, Any]]:
+        """This (step, agent)'s goal-scoped records."""
+        try:
+            raw = await self.blob.tail(self.goals_path, self.tail_bytes)
+        except BlobNotFoundError:
+            return []
+        return parse_records(raw, source=self.goals_path, partial_head=len(raw) >= self.tail_bytes)
+
+    async def workflow_goal_findings(self) -> list[dict[str, Any]]:
+        """Goal findings of every step and agent of the workflow, each tagged with them.
+
+        This is how later steps carry forward what earlier steps found.
+        """
+        prefix = self.keyspace.goals_prefix(self.workflow_id)
+        found: list[dict[str, Any]] = []
+        for path in await self.blob.list(prefix):
+            step, _, agent_file = path[len(prefix) :].partition("/")
+            try:
+                raw = await self.blob.tail(path, self.tail_bytes)
+            except BlobNotFoundError:
+                continue
+            for record in parse_records(raw, source=path, partial_head=len(raw) >= self.tail_bytes):
+                found.append(
+                    {**record, "step_id": step, "agent_id": agent_file.removesuffix(".jsonl")}
+                )
+        found.sort(key=lambda r: r.get("ts", 0.0))
+        return found
+
+    async def get_notes(self) -> str:
+        """Markdown of this step's notes, within ``budget_chars``.
+
+        Goal findings always come first; then the most recent turns and notes,
+        newest kept first when the budget runs out. Reads a bounded tail only.
+        """
+        goals = await self.goal_findings()
+        recent = await self.read_recent()
+        return render_notes(goals, recent, self.budget_chars)
+
+
+def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_value(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact_value(v, redact) for v in value]
+    return value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return _dumps(value)
+
+
+def _render_record(record: dict[str, Any]) -> str:
+    data = record.get("data")
+    if record.get("type") == TURN and isinstance(data, dict):
+        lines = [f"### Turn {record.get('turn_id', '?')}"]
+        for name in ("thought", "action", "result"):
+            if data.get(name) not in (None, ""):
+                lines.append(f"- **{name.capitalize()}:** {_fmt(data[name])}")
+        return "\n".join(lines)
+    return f"- **{record.get('type', 'note')}:** {_fmt(data)}"
+
+
+def _dedupe_turns(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep the last copy of each turn id (a re-run turn is appended twice)."""
+    out: list[dict[str, Any]] = []
+    seen: dict[Any, int] = {}
+    for record in records:
+        if record.get("type") == TURN:
+            turn_id = record.get("turn_id")
+            if turn_id in seen:
+                out[seen[turn_id]] = record
+                continue
+            seen[turn_id] = len(out)
+        out.append(record)
+    return out
+
+
+def render_notes(
+    goals: list[dict[str, Any]], recent: list[dict[str, Any]], budget_chars: int
+) -> str:
+    """The bundle's scratchpad markdown ("" when there is nothing)."""
+    parts: list[str] = []
+    used = 0
+    if goals:
+        goal_lines = ["## Goal findings"] + [_render_record(g) for g in goals]
+        block = "\n".join(goal_lines)
+        if len(block) > budget_chars:
+            block = block[: max(0, budget_chars - 20)] + "\n…[truncated]"
+        parts.append(block)
+        used += len(block) + 2
+    steps = [r for r in _dedupe_turns(recent) if r.get("scope") != "goal"]
+    rendered: list[str] = []
+    header = "## Recent activity"
+    room = budget_chars - used - len(header) - 1
+    for record in reversed(steps):
+        text = _render_record(record)
+        if len(text) + 2 > room:
+            if not rendered and room > 40:
+                # The newest record alone is too big: show its start rather than nothing.
+                rendered.append(text[: room - 16] + "\n…[truncated]")
+            break
+        rendered.append(text)
+        room -= len(text) + 2
+    if rendered:
+        parts.append(header + "\n" + "\n\n".join(reversed(rendered)))
+    return "\n\n".join(parts)

@@ -142,6 +142,10 @@ class SpaceConflictError(SpaceError):
     """Strict mode: the space changed since it was read (stale revision)."""
 
 
+class SpaceIndexError(SpaceError, IndexError):
+    """A list-space position is out of range."""
+
+
 class TaskNotFoundError(SpaceError, KeyError):
     """No task with that id in the ``tasks`` space."""
 
@@ -158,6 +162,10 @@ class RecallError(JarvisMemError):
 
 class RecallStoreMissingError(RecallError):
     """Recall is enabled but no store was configured."""
+
+
+class InvalidPolicyError(RecallError, ValueError):
+    """A memory policy value is invalid. The message names the field."""
 
 
 class SessionIdRequiredError(RecallError, ValueError):

@@ -1,0 +1,436 @@
+"""Blob storage in a local directory.
+
+Every operation does all of its file work in ONE worker-thread hop
+(:func:`asyncio.to_thread`), so the event loop never blocks on the disk and a
+scratchpad append costs a single hop.
+
+Guarantees:
+
+* ``write`` is an atomic replace (temp file in the same directory, fsync,
+  ``os.replace``, fsync of the directory): after a crash or SIGKILL at any
+  point the blob holds the old or the new content, never a mix.
+* ``write`` with ``if_version``/``if_absent`` is atomic against other processes:
+  the check and the replace happen under an exclusive ``flock`` on a per-path
+  lock file ``.<name>.lock`` next to the blob.
+* ``append`` opens with ``O_APPEND`` and writes the whole buffer under an
+  exclusive ``flock`` on the file itself, so one call's bytes are never torn or
+  interleaved with another writer's, in this process or any other.
+* Paths are checked by construction: after :func:`validate_blob_path` the
+  target is resolved (following symlinks) and must lie under the resolved root,
+  component-wise. A symlink pointing outside the root is refused.
+
+Internal files (lock files, temp files) start with a dot, which no valid blob
+path segment can, so :meth:`LocalBlobStorage.list` skips them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from jarvismem.backends.blob.base import BlobVersion, validate_blob_path, validate_blob_prefix
+from jarvismem.errors import (
+    BlobError,
+    BlobNotFoundError,
+    BlobPreconditionFailedError,
+    InvalidBlobPathError,
+    InvalidPayloadError,
+)
+
+T = TypeVar("T")
+
+_LOCK_SUFFIX = ".lock"
+_TMP_MARK = ".tmp-"
+
+
+def _as_bytes(data: object) -> bytes:
+    """Accept bytes-like data only (a str would need an encoding decision)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise InvalidPayloadError(f"blob data must be bytes, got {type(data).__name__}")
+
+
+def _check_max_bytes(max_bytes: object) -> int:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidPayloadError("max_bytes must be a non-negative int")
+    return max_bytes
+
+
+def _check_conditions(if_version: object, if_absent: object) -> None:
+    if if_version is not None and not isinstance(if_version, str):
+        raise InvalidPayloadError("if_version must be a version string returned by the backend")
+    if if_version is not None and if_absent:
+        raise InvalidPayloadError("if_version and if_absent cannot be combined")
+
+
+def _version_of(st: os.stat_result) -> BlobVersion:
+    # mtime_ns is forced strictly increasing per path by write(), the inode is
+    # new on every replace, and the size completes the stamp: no sidecar file.
+    return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write the whole buffer, looping on short writes."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_all(fd: int, count: int) -> bytes:
+    """Read up to ``count`` bytes from the current offset (fewer only at EOF)."""
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = os.read(fd, min(count, 16 * 1024 * 1024))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _os_errors(action: str, path: str) -> Iterator[None]:
+    """Turn OS errors into jarvismem errors naming the blob path (not the root)."""
+    try:
+        yield
+    except (BlobError, InvalidPayloadError):
+        raise
+    except FileNotFoundError:
+        raise BlobNotFoundError(f"blob {path!r} not found") from None
+    except IsADirectoryError:
+        raise BlobNotFoundError(f"blob {path!r} not found (it is a directory)") from None
+    except NotADirectoryError:
+        raise BlobError(f"cannot {action} blob {path!r}: a parent is a file") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BlobError(f"cannot {action} blob {path!r}: {reason}") from None
+
+
+class LocalBlobStorage:
+    """:class:`~jarvismem.backends.blob.base.BlobStorage` in a directory tree.
+
+    ``root``: the folder holding the blobs (created on first write).
+    ``fsync_appends``: fsync after every append, so appended lines survive a
+    power loss (slower; a process crash never loses them either way).
+    """
+
+    def __init__(self, root: Path | str, *, fsync_appends: bool = False) -> None:
+        self._root = Path(root)
+        self._fsync_appends = fsync_appends
+        self._resolved_root: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """Backend name for logs and status."""
+        return "local"
+
+    @property
+    def root(self) -> Path:
+        """The configured root folder (as given, not resolved)."""
+        return self._root
+
+    # --- helpers (run in the worker thread) ---------------------------------------
+
+    def _root_dir(self) -> Path:
+        if self._resolved_root is None:
+            # resolve() touches the disk, so it happens here, in the worker thread.
+            self._resolved_root = self._root.resolve()
+        return self._resolved_root
+
+    def _target(self, path: str) -> Path:
+        """The resolved file for a validated path; refuses anything outside the root."""
+        root = self._root_dir()
+        resolved = (root / path).resolve()
+        if resolved == root or not resolved.is_relative_to(root):
+            raise InvalidBlobPathError(f"blob path {path!r} resolves outside the storage root")
+        return resolved
+
+    @staticmethod
+    @contextmanager
+    def _path_lock(target: Path) -> Iterator[None]:
+        """Exclusive cross-process lock for write/delete of one blob.
+
+        The lock file may be unlinked by a delete while we wait on it; after
+        locking we check it is still the file at that name, else retry, so two
+        processes can never believe they hold the lock at the same time.
+        """
+        lock_path = target.parent / f".{target.name}{_LOCK_SUFFIX}"
+        while True:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    try:
+                        yield
+                    finally:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    return
+            finally:
+                os.close(fd)
+
+    async def _run(self, func: Callable[[], T]) -> T:
+        return await asyncio.to_thread(func)
+
+    # --- reads ------------------------------------------------------------------------
+
+    async def read(self, path: str) -> bytes:
+        """Whole content. Raises ``BlobNotFoundError`` if absent."""
+        data, _ = await self.read_versioned(path)
+        return data
+
+    async def read_versioned(self, path: str) -> tuple[bytes, BlobVersion]:
+        """Content and its version, read from one open file so they match."""
+        validate_blob_path(path)
+
+        def work() -> tuple[bytes, BlobVersion]:
+            with _os_errors("read", path):
+                fd = os.open(self._target(path), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise BlobNotFoundError(f"blob {path!r} not found")
+                    return _read_all(fd, st.st_size), _version_of(st)
+                finally:
+                    os.close(fd)
+
+        return await self._run(work)
+
+    async def tail(self, path: str, max_bytes: int) -> bytes:
+        """The last ``max_bytes`` bytes; reads only that much from the disk."""
+        validate_blob_path(path)
+        wanted = _check_max_bytes(max_bytes)
+
+        def work() -> bytes:
+            with _os_errors("read", path):
+                fd = os.open(self._target(path), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    st = os.fstat(fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise BlobNotFoundError(f"blob {path!r} not found")
+                    start = max(0, st.st_size - wanted)
+                    os.lseek(fd, start, os.SEEK_SET)
+                    # Bounded by the size seen at open: a concurrent append after
+                    # the fstat does not make us read more than asked.
+                    return _read_all(fd, st.st_size - start)
+                finally:
+                    os.close(fd)
+
+        return await self._run(work)
+
+    async def size(self, path: str) -> int:
+        """Size in bytes. Raises ``BlobNotFoundError`` if absent."""
+        validate_blob_path(path)
+
+        def work() -> int:
+            with _os_errors("stat", path):
+                st = os.stat(self._target(path))
+                if not stat.S_ISREG(st.st_mode):
+                    raise BlobNotFoundError(f"blob {path!r} not found")
+                return st.st_size
+
+        return await self._run(work)
+
+    async def exists(self, path: str) -> bool:
+        """Whether a blob (a regular file) exists at ``path``."""
+        validate_blob_path(path)
+
+        def work() -> bool:
+            with _os_errors("stat", path):
+                try:
+                    return stat.S_ISREG(os.stat(self._target(path)).st_mode)
+                except (FileNotFoundError, NotADirectoryError):
+                    return False
+
+        return await self._run(work)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        """Sorted relative paths of the blobs whose path starts with ``prefix``."""
+        validate_blob_prefix(prefix)
+
+        def work() -> list[str]:
+            root = self._root_dir()
+            # Walk only the deepest folder the prefix names, not the whole tree.
+            base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+            start = root
+            if base:
+                start = (root / base).resolve()
+                if not start.is_relative_to(root):
+                    raise InvalidBlobPathError(f"prefix {prefix!r} resolves outside the root")
+            found: list[str] = []
+            with _os_errors("list", prefix):
+                try:
+                    self._walk(start, base, prefix, found)
+                except (FileNotFoundError, NotADirectoryError):
+                    return []
+            found.sort()
+            return found
+
+        return await self._run(work)
+
+    @classmethod
+    def _walk(cls, folder: Path, rel: str, prefix: str, found: builtins.list[str]) -> None:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # lock and temp files, never a blob
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    # Descend only where a match is still possible.
+                    if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        cls._walk(Path(entry.path), name, prefix, found)
+                elif entry.is_file(follow_symlinks=False) and name.startswith(prefix):
+                    found.append(name)
+
+    # --- writes -----------------------------------------------------------------------
+
+    async def write(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        if_version: BlobVersion | None = None,
+        if_absent: bool = False,
+    ) -> BlobVersion:
+        """Atomically replace the content; optionally only if ``if_version``/``if_absent`` hold.
+
+        Returns the new version. Raises ``BlobPreconditionFailedError`` (nothing
+        changed) when a condition does not hold.
+        """
+        validate_blob_path(path)
+        payload = _as_bytes(data)
+        _check_conditions(if_version, if_absent)
+
+        def work() -> BlobVersion:
+            with _os_errors("write", path):
+                target = self._target(path)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with self._path_lock(target):
+                    return self._replace_locked(path, target, payload, if_version, if_absent)
+
+        return await self._run(work)
+
+    def _replace_locked(
+        self,
+        path: str,
+        target: Path,
+        payload: bytes,
+        if_version: BlobVersion | None,
+        if_absent: bool,
+    ) -> BlobVersion:
+        try:
+            current: os.stat_result | None = os.stat(target)
+        except FileNotFoundError:
+            current = None
+        if if_absent and current is not None:
+            raise BlobPreconditionFailedError(f"blob {path!r} already exists")
+        if if_version is not None and (current is None or _version_of(current) != if_version):
+            raise BlobPreconditionFailedError(f"blob {path!r} changed (version mismatch)")
+        tmp = target.parent / f".{target.name}{_TMP_MARK}{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                _write_all(fd, payload)
+                # A strictly increasing mtime per path makes the version unique
+                # even for two same-size writes within one clock tick.
+                mtime = time.time_ns()
+                if current is not None:
+                    mtime = max(mtime, current.st_mtime_ns + 1)
+                os.utime(fd, ns=(mtime, mtime))
+                os.fsync(fd)
+                version = _version_of(os.fstat(fd))
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(target.parent)
+        return version
+
+    async def append(self, path: str, data: bytes) -> None:
+        """Append ``data`` as one unit, creating the blob (and folders) if needed."""
+        validate_blob_path(path)
+        payload = _as_bytes(data)
+
+        def work() -> None:
+            with _os_errors("append", path):
+                target = self._target(path)
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                try:
+                    fd = os.open(target, flags, 0o644)
+                except FileNotFoundError:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(target, flags, 0o644)
+                try:
+                    if not payload:
+                        return
+                    # O_APPEND alone is atomic only for one complete write(); the
+                    # lock also covers the loop on short writes of big buffers.
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    try:
+                        _write_all(fd, payload)
+                        if self._fsync_appends:
+                            os.fsync(fd)
+                    finally:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    os.close(fd)
+
+        await self._run(work)
+
+    async def delete(self, path: str) -> bool:
+        """Delete the blob (and its lock file); returns whether it existed."""
+        validate_blob_path(path)
+
+        def work() -> bool:
+            with _os_errors("delete", path):
+                target = self._target(path)
+                try:
+                    with self._path_lock(target):
+                        lock_path = target.parent / f".{target.name}{_LOCK_SUFFIX}"
+                        try:
+                            os.unlink(target)
+                            deleted = True
+                        except FileNotFoundError:
+                            deleted = False
+                        except IsADirectoryError:
+                            deleted = False
+                        os.unlink(lock_path)
+                        return deleted
+                except FileNotFoundError:
+                    return False  # the folder does not exist: nothing to delete
+                except NotADirectoryError:
+                    return False
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        """Nothing is held open between calls; present for the protocol."""
+        return None

@@ -1,0 +1,495 @@
+"""HTTP client of the Athena MemOS service (wire format: ``ATHENA_API.md``).
+
+One :class:`httpx.AsyncClient` per :class:`AthenaClient`, reused for every call.
+Credentials are sent only to the configured base URL: requests use relative
+paths and redirects are never followed, so a redirect to another host cannot
+carry the API key or JWT away.
+
+Retry policy (why it differs per endpoint):
+
+* Reads (``GET`` routes and the read-only ``context/search`` POST) are retried
+  with exponential backoff on 5xx (except 501), 429, timeouts and network errors:
+  repeating them has no effect on the server.
+* Session creation and event/interaction posts are NOT idempotent on the server
+  (each call makes a new session or appends a new event). They are retried only
+  when the connection was refused or could not be opened, i.e. when the request
+  provably never reached the server. A timeout or a 5xx after the request was
+  sent is raised to the caller, which decides (the Athena tier keeps the record
+  in its durable outbox and tags it with an idempotency key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+from typing import Any, Literal, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from jarvismem.backends.athena_models import (
+    AthenaContext,
+    AthenaHealth,
+    AthenaSearchResult,
+    MidTermChain,
+    StmEvent,
+)
+from jarvismem.errors import (
+    AthenaAuthError,
+    AthenaBadRequestError,
+    AthenaError,
+    AthenaNotFoundError,
+    AthenaServerError,
+    AthenaUnavailableError,
+    AthenaUnsupportedError,
+    ConfigError,
+    InvalidIdError,
+    InvalidPayloadError,
+)
+from jarvismem.redaction import mask_url
+from jarvismem.settings import Settings, load_settings
+
+__all__ = [
+    "EVENT_TYPES",
+    "AthenaClient",
+    "AthenaContext",
+    "AthenaHealth",
+    "AthenaSearchResult",
+    "EventType",
+    "MidTermChain",
+    "StmEvent",
+    "close_athena_clients",
+    "get_athena_client",
+]
+
+log = logging.getLogger(__name__)
+
+EventType = Literal["message", "thought", "action", "observation"]
+EVENT_TYPES: frozenset[str] = frozenset({"message", "thought", "action", "observation"})
+
+# Longest server message quoted in an exception (server text is untrusted).
+_MAX_MESSAGE = 300
+
+_M = TypeVar("_M", bound=BaseModel)
+_RetryPolicy = Literal["read", "write"]
+
+
+def _check_str_map(value: dict[str, str] | None, what: str) -> dict[str, str]:
+    """Athena accepts only string→string maps; refuse anything else before sending."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidPayloadError(
+            f"{what} must be a dict of str to str, got {type(value).__name__}"
+        )
+    for key, val in value.items():
+        if not isinstance(key, str) or not isinstance(val, str):
+            raise InvalidPayloadError(
+                f"{what} must map str to str; key {str(key)[:40]!r} has a "
+                f"{type(val).__name__} value"
+            )
+    return dict(value)
+
+
+def _check_text(value: object, what: str, *, allow_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise InvalidPayloadError(f"{what} must be a string, got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise InvalidPayloadError(f"{what} must not be empty")
+    return value
+
+
+def _check_session_id(session_id: object) -> str:
+    """A session id goes into the URL path: refuse anything that could change the route."""
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidIdError("session_id must be a non-empty string")
+    if len(session_id) > 128 or not all(c.isalnum() or c in "-_." for c in session_id):
+        raise InvalidIdError("session_id may hold only letters, digits, '-', '_' and '.'")
+    if session_id.strip(".") == "":
+        raise InvalidIdError("session_id must not be made of dots")
+    return session_id
+
+
+def _check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidPayloadError(f"limit must be a positive int, got {limit!r}")
+    return limit
+
+
+def _server_message(response: httpx.Response) -> tuple[str, int | None]:
+    """The error text and gRPC code of an error body, tolerating any shape."""
+    try:
+        body = response.json()
+    except ValueError:
+        return "(no JSON error body)", None
+    if not isinstance(body, dict):
+        return "(unexpected error body)", None
+    message = body.get("message") or body.get("error") or ""
+    code = body.get("code")
+    text = str(message)[:_MAX_MESSAGE] if message else "(no message)"
+    return text, code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+class AthenaClient:
+    """Async client of one Athena server.
+
+    Args:
+        base_url: ``http(s)://host[:port]`` of the server (no trailing path needed).
+        api_key: sent as ``X-API-Key`` on authenticated routes.
+        jwt_token: sent as ``X-JWT-Token`` on authenticated routes.
+        timeout: seconds per HTTP request (connect, read, write, pool each).
+        max_retries: extra attempts for a retryable failure (see module doc).
+        transport: an httpx transport to use instead of the network (tests).
+        backoff: first retry delay in seconds; doubles per attempt (capped at 2 s),
+            with jitter so many clients do not retry in lock-step.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        jwt_token: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        transport: httpx.AsyncBaseTransport | None = None,
+        backoff: float = 0.1,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ConfigError("ATHENA_URL must start with http:// or https://")
+        if timeout <= 0:
+            raise ConfigError("Athena timeout must be > 0 seconds")
+        if max_retries < 0:
+            raise ConfigError("Athena max_retries must be >= 0")
+        self._base_url = base_url.rstrip("/")
+        self._max_retries = max_retries
+        self._backoff = max(0.0, backoff)
+        self._auth: dict[str, str] = {}
+        if api_key:
+            self._auth["X-API-Key"] = api_key
+        if jwt_token:
+            self._auth["X-JWT-Token"] = jwt_token
+        self._http = httpx.AsyncClient(
+            base_url=self._base_url,
+            timeout=httpx.Timeout(timeout),
+            follow_redirects=False,
+            transport=transport,
+            headers={"Accept": "application/json", "User-Agent": "jarvismem-athena/0.1"},
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AthenaClient:
+        """A client for ``ATHENA_URL`` with the configured key, token and timeout."""
+        if not settings.athena_url:
+            raise ConfigError("ATHENA_URL is not set")
+        return cls(
+            settings.athena_url,
+            api_key=settings.athena_api_key.get_secret_value() if settings.athena_api_key else None,
+            jwt_token=(
+                settings.athena_jwt_token.get_secret_value() if settings.athena_jwt_token else None
+            ),
+            timeout=settings.athena_http_timeout,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL (as configured, without a trailing slash)."""
+        return self._base_url
+
+    @property
+    def is_closed(self) -> bool:
+        """True after :meth:`aclose`."""
+        return self._http.is_closed
+
+    def __repr__(self) -> str:
+        return f"AthenaClient({mask_url(self._base_url)!r}, auth={bool(self._auth)})"
+
+    # --- endpoints -------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health`` (never authenticated): ``{"status", "timestamp", "service"}``."""
+        return await self._call("GET", "/health", policy="read", auth=False)
+
+    async def health_detailed(self) -> AthenaHealth:
+        """``GET /api/v1/health``: overall status and each dependency's status."""
+        body = await self._call("GET", "/api/v1/health", policy="read")
+        return self._parse(AthenaHealth, body, "/api/v1/health")
+
+    async def create_session(
+        self,
+        tenant_id: str,
+        user_id: str,
+        agent_id: str = "default",
+        metadata: dict[str, str] | None = None,
+    ) -> str:
+        """Create a session and return its id. Every call creates a NEW session."""
+        payload = {
+            "tenant_id": _check_text(tenant_id, "tenant_id", allow_empty=False),
+            "user_id": _check_text(user_id, "user_id", allow_empty=False),
+            "agent_id": _check_text(agent_id, "agent_id", allow_empty=False),
+            "metadata": _check_str_map(metadata, "metadata"),
+        }
+        body = await self._call("POST", "/api/v1/sessions", json_body=payload, policy="write")
+        session_id = body.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise AthenaUnavailableError("Athena POST /api/v1/sessions: answer has no sessionId")
+        return session_id
+
+    async def add_event(
+        self,
+        session_id: str,
+        type: EventType,
+        content: str,
+        *,
+        role: str = "system",
+        metadata: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Append one event to the session's short-term window.
+
+        ``idempotency_key`` travels as metadata ``idempotency_key`` (the server
+        drops unknown top-level fields); it lets readers spot a duplicate.
+        """
+        sid = _check_session_id(session_id)
+        if type not in EVENT_TYPES:
+            raise InvalidPayloadError(
+                f"event type must be one of {sorted(EVENT_TYPES)}, got {str(type)[:40]!r}"
+            )
+        meta = _check_str_map(metadata, "metadata")
+        if idempotency_key is not None:
+            meta["idempotency_key"] = _check_text(idempotency_key, "idempotency_key")
+        payload = {
+            "type": type,
+            "role": _check_text(role, "role", allow_empty=False),
+            "content": _check_text(content, "content"),
+            "metadata": meta,
+        }
+        await self._call(
+            "POST", f"/api/v1/sessions/{sid}/events", json_body=payload, policy="write"
+        )
+
+    async def add_interaction(
+        self, session_id: str, user_message: str, agent_response: str | None = None
+    ) -> None:
+        """Record one user message and, optionally, the agent's answer."""
+        sid = _check_session_id(session_id)
+        payload: dict[str, Any] = {"user_message": _check_text(user_message, "user_message")}
+        if agent_response is not None:
+            payload["agent_response"] = _check_text(agent_response, "agent_response")
+        await self._call(
+            "POST", f"/api/v1/sessions/{sid}/interactions", json_body=payload, policy="write"
+        )
+
+    async def get_context(
+        self, session_id: str, *, limit: int = 10, query: str | None = None
+    ) -> AthenaContext:
+        """Short-term events (oldest first, at most 10) and mid-term chains of the session."""
+        sid = _check_session_id(session_id)
+        params: dict[str, str | int] = {"limit": _check_limit(limit)}
+        if query is not None:
+            params["query"] = _check_text(query, "query")
+        path = f"/api/v1/sessions/{sid}/context"
+        body = await self._call("GET", path, params=params, policy="read")
+        return self._parse(AthenaContext, body, path)
+
+    async def search(
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int = 5,
+        filter: dict[str, str] | None = None,
+    ) -> list[AthenaSearchResult]:
+        """Vector search over the session's chains (plus long-term nodes).
+
+        Results come in the server's order, which is NOT sorted; each carries a
+        raw L2 distance (lower is closer) in ``similarity_score``.
+        """
+        sid = _check_session_id(session_id)
+        payload: dict[str, Any] = {
+            "query": _check_text(query, "query", allow_empty=False),
+            "limit": _check_limit(limit),
+        }
+        if filter is not None:
+            payload["filter"] = _check_str_map(filter, "filter")
+        path = f"/api/v1/sessions/{sid}/context/search"
+        body = await self._call("POST", path, json_body=payload, policy="read")
+        results = body.get("results")
+        if results is None:
+            return []
+        if not isinstance(results, list):
+            raise AthenaUnavailableError(f"Athena POST {path}: 'results' is not a list")
+        return [self._parse(AthenaSearchResult, item, path) for item in results]
+
+    async def trigger_analytics(self) -> None:
+        """Ask the server to run its analytics job now."""
+        await self._call("POST", "/api/v1/admin/analytics/trigger", json_body={}, policy="write")
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        """``GET /api/v1/sessions/{id}``; today's servers answer 501 → AthenaUnsupportedError."""
+        sid = _check_session_id(session_id)
+        return await self._call("GET", f"/api/v1/sessions/{sid}", policy="read")
+
+    async def aclose(self) -> None:
+        """Close the connection pool. The client cannot be used afterwards."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AthenaClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- transport, errors, retries ---------------------------------------------------
+
+    @staticmethod
+    def _parse(model: type[_M], body: Any, path: str) -> _M:
+        try:
+            return model.model_validate(body)
+        except ValidationError as exc:
+            # Name the fields, never echo values (they may hold user content).
+            fields = sorted({".".join(str(p) for p in e["loc"]) for e in exc.errors()})[:5]
+            raise AthenaUnavailableError(
+                f"Athena {path}: malformed answer (fields: {', '.join(fields) or '?'})"
+            ) from None
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        policy: _RetryPolicy,
+        json_body: dict[str, Any] | None = None,
+        params: dict[str, str | int] | None = None,
+        auth: bool = True,
+    ) -> dict[str, Any]:
+        attempt = 0
+        while True:
+            try:
+                return await self._once(method, path, json_body, params, auth)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # The request never reached the server: safe to repeat for any route.
+                error: AthenaError = AthenaUnavailableError(
+                    f"Athena {method} {path}: cannot connect ({type(exc).__name__})"
+                )
+                retryable = True
+            except httpx.TimeoutException as exc:
+                error = AthenaUnavailableError(
+                    f"Athena {method} {path}: timed out ({type(exc).__name__})"
+                )
+                retryable = policy == "read"
+            except httpx.TransportError as exc:
+                error = AthenaUnavailableError(
+                    f"Athena {method} {path}: network error ({type(exc).__name__})"
+                )
+                retryable = policy == "read"
+            except (AthenaServerError, AthenaUnavailableError) as exc:
+                error = exc
+                # 5xx / 429 / malformed bodies: repeat only what cannot change state.
+                retryable = policy == "read"
+            if not retryable or attempt >= self._max_retries:
+                raise error
+            delay = min(2.0, self._backoff * (2**attempt)) * (0.5 + random.random() / 2)
+            attempt += 1
+            log.info(
+                "Athena %s %s failed (%s); retry %d/%d in %.2fs",
+                method,
+                path,
+                error,
+                attempt,
+                self._max_retries,
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        json_body: dict[str, Any] | None,
+        params: dict[str, str | int] | None,
+        auth: bool,
+    ) -> dict[str, Any]:
+        response = await self._http.request(
+            method,
+            path,
+            json=json_body,
+            params=params,
+            headers=self._auth if auth else None,
+        )
+        status = response.status_code
+        if status == 200:
+            try:
+                body = response.json()
+            except (ValueError, UnicodeDecodeError):
+                raise AthenaUnavailableError(
+                    f"Athena {method} {path}: answer is not JSON", status=status
+                ) from None
+            if not isinstance(body, dict):
+                raise AthenaUnavailableError(
+                    f"Athena {method} {path}: answer is not a JSON object", status=status
+                )
+            return body
+        message, code = _server_message(response)
+        where = f"Athena {method} {path}: HTTP {status}"
+        if 300 <= status < 400:
+            # Never followed: the Location could be another host and we carry credentials.
+            raise AthenaUnavailableError(f"{where}: redirect not followed", status=status)
+        if status in (401, 403):
+            raise AthenaAuthError(f"{where}: credentials refused: {message}", status=status)
+        if status == 404:
+            raise AthenaNotFoundError(f"{where}: {message}", status=status, code=code)
+        if status == 429:
+            raise AthenaUnavailableError(f"{where}: rate limited", status=status, code=code)
+        if 400 <= status < 500:
+            raise AthenaBadRequestError(f"{where}: {message}", status=status, code=code)
+        if status == 501:
+            raise AthenaUnsupportedError(
+                f"{where}: not supported by this server: {message}", status=status, code=code
+            )
+        if status >= 500:
+            raise AthenaServerError(f"{where}: {message}", status=status, code=code)
+        raise AthenaUnavailableError(f"{where}: unexpected status", status=status)
+
+
+# --- one client per process ---------------------------------------------------------------
+
+_clients: dict[tuple[str, str, str], AthenaClient] = {}
+
+
+def _fingerprint(secret: str | None) -> str:
+    # The cache key holds a digest, not the secret itself.
+    return hashlib.sha256(secret.encode()).hexdigest() if secret else ""
+
+
+def get_athena_client(settings: Settings | None = None) -> AthenaClient | None:
+    """The process's client for ``ATHENA_URL``, or None when Athena is not configured.
+
+    Args:
+        settings: the settings to use; None loads them from the environment.
+
+    Returns one cached :class:`AthenaClient` per (URL, API key, JWT), so every
+    caller shares one connection pool. A cached client that was closed is
+    replaced by a fresh one.
+    """
+    settings = settings if settings is not None else load_settings()
+    if not settings.athena_url:
+        return None
+    key_secret = settings.athena_api_key.get_secret_value() if settings.athena_api_key else None
+    jwt_secret = settings.athena_jwt_token.get_secret_value() if settings.athena_jwt_token else None
+    cache_key = (settings.athena_url, _fingerprint(key_secret), _fingerprint(jwt_secret))
+    client = _clients.get(cache_key)
+    if client is None or client.is_closed:
+        client = AthenaClient.from_settings(settings)
+        _clients[cache_key] = client
+    return client
+
+
+async def close_athena_clients() -> None:
+    """Close every cached client (process shutdown, or between test event loops)."""
+    clients = list(_clients.values())
+    _clients.clear()
+    for client in clients:
+        await client.aclose()

@@ -1,0 +1,281 @@
+"""``UnifiedMemory``: the one object an agent kernel awaits every turn.
+
+It composes the four tiers for one (workflow, step, agent). A tier is active
+only when its backend is given (the degradation matrix in the README); an
+absent backend makes it a no-op. A *failing* backend never raises into the
+kernel: writes go to a durable local outbox and are replayed in order, reads
+return the tier's empty default, and the failure shows in ``health()`` and in
+the bundle's ``degraded`` entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.bundle import read_bundle
+from jarvismem.errors import BackendUnavailableError
+from jarvismem.keys import validate_id, validate_turn_id
+from jarvismem.tiers.checkpoints import Checkpoint, validate_checkpoint
+from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+from jarvismem.tiers.working import WorkingScratchpad, encode_record
+
+if TYPE_CHECKING:
+    from jarvismem.backends.athena import AthenaClient
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.spaces.store import SpacesStore
+    from jarvismem.tiers.longterm import LongTermMemory
+
+log = logging.getLogger(__name__)
+
+class UnifiedMemory:
+    """Tiered memory of one agent at one step of one workflow.
+
+    ``UnifiedMemory(workflow_id, step_id, agent_id, redis_store=None,
+    blob_storage=None, athena_client=None)`` builds the tiers from the given
+    clients (which it does not close). ``MemoryRuntime.memory(...)`` builds it
+    from a runtime that owns the connections.
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        step_id: str,
+        agent_id: str,
+        redis_store: Any = None,
+        blob_storage: BlobStorage | None = None,
+        athena_client: AthenaClient | None = None,
+        *,
+        runtime: MemoryRuntime | None = None,
+    ) -> None:
+        self.workflow_id = validate_id(workflow_id, "workflow_id")
+        self.step_id = validate_id(step_id, "step_id")
+        self.agent_id = validate_id(agent_id, "agent_id")
+        self._owns_runtime = runtime is None
+        if runtime is None:
+            from jarvismem.runtime import MemoryRuntime
+
+            # A private runtime around the caller's clients; it never closes them.
+            runtime = MemoryRuntime(redis=redis_store, blob=blob_storage, athena=athena_client)
+        elif redis_store is not None or blob_storage is not None or athena_client is not None:
+            raise TypeError("pass either backends or runtime=, not both")
+        self.runtime = rt = runtime
+        self._wf = rt.workflow(self.workflow_id)
+        s = rt.settings
+        self.working: WorkingScratchpad | None = None
+        if rt.blob is not None:
+            self.working = WorkingScratchpad(
+                rt.blob,
+                rt.keyspace,
+                self.workflow_id,
+                self.step_id,
+                self.agent_id,
+                tail_bytes=s.scratchpad_tail_bytes,
+                budget_chars=s.scratchpad_budget_chars,
+                redactor=rt.redactor,
+            )
+        self.episodic: EpisodicLedger | None = self._wf.ledger
+        self.ltm: LongTermMemory | None = self._wf.ltm
+        self._spaces: SpacesStore | None = None
+        self._turn_field_limit = s.max_turn_field_chars
+
+    # --- the hot path ------------------------------------------------------------------
+
+    async def log_turn(
+        self,
+        turn_id: str | int,
+        thought: Any,
+        action: Any,
+        result: Any,
+        tokens: int = 0,
+    ) -> None:
+        """Record one turn in every active tier. Exactly-once per turn id.
+
+        Raises only for bad input (a specific error, before anything is
+        written); a backend outage queues the turn durably instead.
+        """
+        turn = validate_turn_id(turn_id)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError("tokens must be a non-negative int")
+        thought = self._clean(thought, "thought")
+        action = self._clean(action, "action")
+        result = self._clean(result, "result")
+        ts = time.time()
+        wf = self._wf
+        writes = []
+        if wf.redis_writer is not None:
+            entry = {
+                "turn_id": turn,
+                "step_id": self.step_id,
+                "agent_id": self.agent_id,
+                "ts": ts,
+                "thought": thought,
+                "action": action,
+                "result": result,
+                "tokens": tokens,
+            }
+            record = {
+                "op": "turn",
+                "args": encode_fields(entry),
+                "field": f"{self.step_id}:{self.agent_id}:{turn}",
+            }
+            writes.append(wf.redis_writer.submit(record))
+        if wf.blob_writer is not None and self.working is not None:
+            line = encode_record(
+                {
+                    "ts": ts,
+                    "type": "turn",
+                    "scope": "step",
+                    "turn_id": turn,
+                    "data": {"thought": thought, "action": action, "result": result,
+                             "tokens": tokens},
+                }
+            )
+            writes.append(
+                wf.blob_writer.submit(
+                    {"op": "append", "path": self.working.path, "data": line.decode("utf-8")}
+                )
+            )
+        if len(writes) == 1:
+            await writes[0]
+        elif writes:
+            # Ledger round trip and scratchpad append overlap.
+            await asyncio.gather(*writes)
+        if self.runtime.athena is not None:
+            athena = self.runtime.athena_memory_nowait(self.agent_id)
+            if athena is not None:
+                await athena.record_turn(turn, thought, action, result)
+        if wf.compactor is not None:
+            wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
+            wf.compactor.maybe_schedule()
+
+    def _clean(self, value: Any, name: str) -> Any:
+        """Redact strings and bound their size (documented truncation)."""
+        if isinstance(value, str):
+            value = self.runtime.redactor(value)
+            limit = self._turn_field_limit
+            if len(value) > limit:
+                cut = len(value) - limit
+                value = value[:limit] + f"…[truncated {cut} chars]"
+            return value
+        if isinstance(value, bytes):
+            return self._clean(value.decode("utf-8", "replace"), name)
+        return value
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    async def save_checkpoint(self, state_json: str, *, expected_rev: int | None = None) -> int | None:
+        """Save this step's resumable state; returns its new revision.
+
+        With ``expected_rev``, a save based on a stale revision raises
+        :class:`~jarvismem.errors.CheckpointConflictError`. Without it, during a
+        Redis outage the save is queued durably and ``None`` is returned.
+        """
+        state = validate_checkpoint(state_json, self.runtime.settings.max_checkpoint_bytes)
+        wf = self._wf
+        if wf.redis_writer is None:
+            return None
+        store = wf.checkpoints(self.step_id)
+        if expected_rev is not None:
+            if wf.redis_writer.degraded:
+                raise BackendUnavailableError(
+                    "Redis is unavailable: a conditional checkpoint save cannot be checked now"
+                )
+            return await store.save_validated(state, expected_rev=expected_rev)
+        record = {"op": "checkpoint", "step": self.step_id, "state": state, "ts": time.time()}
+        if wf.redis_writer.degraded:
+            await wf.redis_writer.submit(record)
+            return None
+        try:
+            async with asyncio.timeout(wf.redis_writer.timeout):
+                return await store.save_validated(state)
+        except Exception as exc:
+            from jarvismem.tiers.durable import is_backend_failure
+
+            if not is_backend_failure(exc):
+                raise
+            await wf.redis_writer.submit(record)
+            return None
+
+    async def load_checkpoint(self) -> str | None:
+        """This step's last saved state, or None."""
+        record = await self.load_checkpoint_record()
+        return None if record is None else record.state
+
+    async def load_checkpoint_record(self) -> Checkpoint | None:
+        """State with its revision and time; None when absent or Redis is down."""
+        wf = self._wf
+        if wf.redis_writer is None:
+            return None
+        if wf.redis_writer.degraded:
+            await wf.redis_writer.flush(timeout=wf.redis_writer.timeout)
+        try:
+            async with asyncio.timeout(self.runtime.settings.tier_timeout_checkpoint):
+                return await wf.checkpoints(self.step_id).load()
+        except Exception as exc:
+            log.warning("checkpoint unavailable: %s", type(exc).__name__)
+            return None
+
+    # --- cognitive spaces ---------------------------------------------------------------------
+
+    @property
+    def spaces(self) -> SpacesStore | None:
+        """The agent's cognitive spaces (world beliefs, task agenda); lazy, no I/O until used."""
+        if self._spaces is None and self.runtime.redis is not None:
+            from jarvismem.spaces.store import SpacesStore
+
+            self._spaces = SpacesStore(
+                self.runtime.redis,
+                self.runtime.keyspace,
+                self.workflow_id,
+                self.agent_id,
+                ttl_seconds=self.runtime.settings.ttl_seconds,
+            )
+        return self._spaces
+
+    # --- recovery ----------------------------------------------------------------------------
+
+    async def rehydrate_bundle(self, ledger_tail: int = 10) -> dict[str, Any]:
+        """Everything needed to carry on after a crash, read from all tiers at once.
+
+        Keys: ``ltm_summary``, ``recent_turns``, ``checkpoint``, ``scratchpad``,
+        ``athena_context`` (empty defaults None, [], None, "", None), plus
+        ``spaces`` (dict or None) and ``degraded`` ({tier: reason} for tiers
+        that failed or timed out).
+        """
+        return await read_bundle(self, ledger_tail)
+
+    async def health(self) -> dict[str, Any]:
+        """Per-tier state: active, backend, reachable, latency, outbox, reasons."""
+        from jarvismem.health import memory_health
+
+        return await memory_health(self)
+
+    async def compact_now(self) -> dict[str, Any]:
+        """Run long-term compaction for this workflow now (waits for it)."""
+        if self._wf.compactor is None:
+            return {"compacted": False, "reason": "long-term tier inactive (needs Redis and blob)"}
+        result = await self._wf.compactor.compact()
+        return dict(result) if isinstance(result, dict) else result.__dict__
+
+    async def close(self) -> None:
+        """Close a view built from backends directly (drains its outboxes).
+
+        A view handed out by a runtime leaves the runtime open.
+        """
+        if self._owns_runtime:
+            await self.runtime.close()
+
+    async def __aenter__(self) -> UnifiedMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _estimate_tokens(*values: Any) -> int:
+    """~4 characters per token: good enough to trigger compaction."""
+    return sum(len(v) if isinstance(v, str) else 16 for v in values) // 4 + 1

@@ -1,0 +1,306 @@
+"""The long-lived runtime: owns connections and hands out cheap per-step views.
+
+One :class:`MemoryRuntime` per process holds one Redis client (one pool), one
+blob storage client, one Athena HTTP client, one summarizer, and the
+per-workflow machinery shared by every view of that workflow (ledger, durable
+writers with their outboxes, the compactor). ``runtime.memory(wf, step, agent)``
+returns a :class:`~jarvismem.memory.UnifiedMemory` that costs a few object
+allocations and no I/O.
+
+``MemoryRuntime.from_env()`` builds everything from settings; with nothing
+configured it runs on the embedded defaults (in-process Redis stand-in and a
+local blob folder) and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import EMBEDDED_NOTE, connect_redis, is_embedded
+from jarvismem.keys import KeySpace, validate_id
+from jarvismem.redaction import Redactor, default_redactor, no_redaction
+from jarvismem.settings import Settings, load_settings
+from jarvismem.tiers.checkpoints import CheckpointStore
+from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.episodic import EpisodicLedger
+
+if TYPE_CHECKING:
+    from jarvismem.backends.athena import AthenaClient
+    from jarvismem.backends.llm import Summarizer
+    from jarvismem.memory import UnifiedMemory
+    from jarvismem.tiers.athena import AthenaMemory
+    from jarvismem.tiers.compaction import Compactor
+    from jarvismem.tiers.longterm import LongTermMemory
+
+log = logging.getLogger(__name__)
+
+_default_settings: Settings | None = None
+
+
+def default_settings() -> Settings:
+    """Settings from the environment, read once per process."""
+    global _default_settings
+    if _default_settings is None:
+        _default_settings = load_settings()
+    return _default_settings
+
+
+class WorkflowState:
+    """What every view of one workflow shares inside a process."""
+
+    def __init__(self, runtime: MemoryRuntime, workflow_id: str) -> None:
+        self.runtime = runtime
+        self.workflow_id = workflow_id
+        rt = runtime
+        self.ledger: EpisodicLedger | None = None
+        self.redis_writer: DurableWriter | None = None
+        self.blob_writer: DurableWriter | None = None
+        self.ltm: LongTermMemory | None = None
+        self.compactor: Compactor | None = None
+        self._checkpoints: dict[str, CheckpointStore] = {}
+        s = rt.settings
+        if rt.redis is not None:
+            self.ledger = EpisodicLedger(
+                rt.redis,
+                rt.keyspace,
+                workflow_id,
+                ttl_seconds=s.ttl_seconds,
+                max_len=s.ledger_max_len,
+            )
+            self.redis_writer = DurableWriter(
+                f"redis[{workflow_id}]",
+                rt.outbox("redis", workflow_id),
+                self._apply_redis,
+                timeout=s.tier_timeout_episodic,
+            )
+            self.redis_writer.start()
+        if rt.blob is not None:
+            self.blob_writer = DurableWriter(
+                f"blob[{workflow_id}]",
+                rt.outbox("blob", workflow_id),
+                self._apply_blob,
+                timeout=s.tier_timeout_working,
+            )
+            self.blob_writer.start()
+        if rt.redis is not None and rt.blob is not None:
+            from jarvismem.tiers.compaction import CompactionPolicy, Compactor
+            from jarvismem.tiers.longterm import LongTermMemory
+
+            self.ltm = LongTermMemory(
+                rt.redis, rt.blob, rt.keyspace, workflow_id,
+                ttl_seconds=s.ttl_seconds, redactor=rt.redactor,
+            )
+            assert self.ledger is not None
+            self.compactor = Compactor(
+                rt.redis, self.ltm, self.ledger, rt.summarizer, rt.keyspace, workflow_id,
+                CompactionPolicy.from_settings(s),
+            )
+
+    def checkpoints(self, step_id: str) -> CheckpointStore:
+        store = self._checkpoints.get(step_id)
+        if store is None:
+            rt = self.runtime
+            store = CheckpointStore(
+                rt.redis, rt.keyspace, self.workflow_id, step_id,
+                ttl_seconds=rt.settings.ttl_seconds,
+                max_bytes=rt.settings.max_checkpoint_bytes,
+            )
+            self._checkpoints[step_id] = store
+        return store
+
+    async def _apply_redis(self, record: dict[str, Any]) -> None:
+        op = record["op"]
+        if op == "turn":
+            assert self.ledger is not None
+            await self.ledger.append_encoded(record["args"], record["field"])
+        elif op == "checkpoint":
+            await self.checkpoints(record["step"]).save_validated(record["state"], ts=record["ts"])
+        else:
+            raise ValueError(f"unknown outbox op {op!r}")
+
+    async def _apply_blob(self, record: dict[str, Any]) -> None:
+        assert self.runtime.blob is not None
+        await self.runtime.blob.append(record["path"], record["data"].encode("utf-8"))
+
+    async def close(self) -> None:
+        for writer in (self.redis_writer, self.blob_writer):
+            if writer is not None:
+                await writer.close()
+        if self.compactor is not None:
+            await self.compactor.aclose()
+
+
+class MemoryRuntime:
+    """Owns backends for a process and hands out :class:`UnifiedMemory` views."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        redis: Any = None,
+        blob: BlobStorage | None = None,
+        athena: AthenaClient | None = None,
+        summarizer: Summarizer | None = None,
+        redactor: Redactor | None = None,
+        owns_clients: bool = False,
+    ) -> None:
+        self.settings = settings or default_settings()
+        self.keyspace = KeySpace(self.settings.jarvismem_namespace)
+        self.redis = redis
+        self.blob = blob
+        self.athena = athena
+        if summarizer is None:
+            from jarvismem.backends.llm import create_summarizer
+
+            summarizer = create_summarizer(self.settings)
+        self.summarizer = summarizer
+        if redactor is None:
+            redactor = default_redactor if self.settings.redaction_enabled else no_redaction
+        self.redactor = redactor
+        self.owns_clients = owns_clients
+        self._workflows: dict[str, WorkflowState] = {}
+        self._outboxes: dict[tuple[str, str], Outbox] = {}
+        self._athena_memories: dict[str, asyncio.Task[AthenaMemory]] = {}
+        self._closed = False
+
+    # --- construction ---------------------------------------------------------------------
+
+    @classmethod
+    async def from_env(cls, settings: Settings | None = None, **overrides: Any) -> MemoryRuntime:
+        """Build and connect every configured backend from settings/environment."""
+        if settings is None:
+            settings = load_settings(**overrides) if overrides else default_settings()
+        redis = await connect_redis(settings)
+        if is_embedded(redis):
+            log.warning("jarvismem is using the %s", EMBEDDED_NOTE)
+        from jarvismem.backends.blob import create_blob_storage
+
+        blob = create_blob_storage(settings)
+        athena = None
+        if settings.athena_url:
+            from jarvismem.backends.athena import AthenaClient
+
+            athena = AthenaClient.from_settings(settings)
+        return cls(settings, redis=redis, blob=blob, athena=athena, owns_clients=True)
+
+    @property
+    def embedded(self) -> bool:
+        """True when Redis is the ephemeral in-process stand-in."""
+        return self.redis is not None and is_embedded(self.redis)
+
+    def memory(self, workflow_id: str, step_id: str, agent_id: str) -> UnifiedMemory:
+        """A cheap per-(workflow, step, agent) view; no I/O."""
+        from jarvismem.memory import UnifiedMemory
+
+        return UnifiedMemory(workflow_id, step_id, agent_id, runtime=self)
+
+    # --- shared per-workflow machinery ----------------------------------------------------
+
+    def workflow(self, workflow_id: str) -> WorkflowState:
+        state = self._workflows.get(workflow_id)
+        if state is None:
+            validate_id(workflow_id, "workflow_id")
+            state = WorkflowState(self, workflow_id)
+            self._workflows[workflow_id] = state
+        return state
+
+    def outbox(self, kind: str, workflow_id: str) -> Outbox:
+        key = (kind, workflow_id)
+        box = self._outboxes.get(key)
+        if box is None:
+            path = Path(self.settings.outbox_path) / self.keyspace.outbox_file(kind, workflow_id)
+            box = Outbox(path, max_entries=self.settings.outbox_max_entries)
+            self._outboxes[key] = box
+        return box
+
+    async def athena_memory(self, agent_id: str) -> AthenaMemory | None:
+        """The agent's AthenaMemory (one cached session per tenant/user/agent)."""
+        if self.athena is None:
+            return None
+        task = self._athena_memories.get(agent_id)
+        if task is None or (task.done() and task.exception() is not None):
+            from jarvismem.tiers.athena import AthenaMemory
+
+            task = asyncio.ensure_future(
+                AthenaMemory.create(
+                    agent_id,
+                    self.athena,
+                    self.redis,
+                    keyspace=self.keyspace,
+                    tenant_id=self.settings.athena_tenant_id,
+                    user_id=self.settings.athena_user_id,
+                    outbox=self.outbox("athena", agent_id),
+                    redactor=self.redactor,
+                )
+            )
+            self._athena_memories[agent_id] = task
+        return await asyncio.shield(task)
+
+    def athena_memory_nowait(self, agent_id: str) -> AthenaMemory | None:
+        """The agent's AthenaMemory if already created, else start creating it."""
+        task = self._athena_memories.get(agent_id)
+        if task is not None and task.done() and task.exception() is None:
+            return task.result()
+        if self.athena is not None and (task is None or task.done()):
+            self._spawn(self.athena_memory(agent_id))
+        return None
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(_log_task_failure)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def health(self) -> dict[str, Any]:
+        """Reachability and latency of every backend, plus outbox state."""
+        from jarvismem.health import runtime_health
+
+        return await runtime_health(self)
+
+    async def close(self) -> None:
+        """Drain what can be drained, then close writers and owned clients."""
+        if self._closed:
+            return
+        self._closed = True
+        for state in self._workflows.values():
+            for writer in (state.redis_writer, state.blob_writer):
+                if writer is not None and writer.degraded:
+                    await writer.flush(timeout=2.0)
+        for task in self._athena_memories.values():
+            if task.done() and task.exception() is None:
+                await task.result().close()
+            elif not task.done():
+                task.cancel()
+        for state in self._workflows.values():
+            await state.close()
+        for box in self._outboxes.values():
+            await box.close()
+        if self.owns_clients:
+            if self.athena is not None:
+                await self.athena.aclose()
+            if self.blob is not None:
+                await self.blob.close()
+            if self.redis is not None:
+                await self.redis.aclose()
+            aclose = getattr(self.summarizer, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def __aenter__(self) -> MemoryRuntime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _log_task_failure(task: asyncio.Future[Any]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.warning("background task failed: %s: %s", type(exc).__name__, exc)

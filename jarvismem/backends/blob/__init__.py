@@ -1,5 +1,44 @@
 """Blob storage backends behind one small protocol."""
 
-from jarvismem.backends.blob.base import BlobStorage, BlobVersion, validate_blob_path
+from __future__ import annotations
 
-__all__ = ["BlobStorage", "BlobVersion", "validate_blob_path"]
+from typing import TYPE_CHECKING
+
+from jarvismem.backends.blob.base import BlobStorage, BlobVersion, validate_blob_path
+from jarvismem.backends.blob.local import LocalBlobStorage
+
+if TYPE_CHECKING:
+    from jarvismem.settings import Settings
+
+__all__ = [
+    "BlobStorage",
+    "BlobVersion",
+    "LocalBlobStorage",
+    "create_blob_storage",
+    "validate_blob_path",
+]
+
+
+def create_blob_storage(settings: Settings) -> BlobStorage | None:
+    """The blob backend ``settings.storage_backend`` names, or ``None`` for ``none``.
+
+    ``azure`` imports the Azure SDK only here, so the local backend works
+    without the ``azure`` extra installed.
+    """
+    if settings.storage_backend == "local":
+        return LocalBlobStorage(
+            settings.storage_base_path, fsync_appends=settings.storage_fsync_appends
+        )
+    if settings.storage_backend == "azure":
+        from jarvismem.backends.blob.azure import AzureBlobStorage
+        from jarvismem.errors import ConfigError
+
+        if settings.azure_storage_connection_string is None:
+            raise ConfigError(
+                "AZURE_STORAGE_CONNECTION_STRING is required when STORAGE_BACKEND=azure"
+            )
+        return AzureBlobStorage(
+            settings.azure_storage_connection_string.get_secret_value(),
+            settings.azure_storage_container,
+        )
+    return None

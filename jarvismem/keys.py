@@ -124,6 +124,14 @@ class KeySpace:
             f"{validate_id(agent_id, 'agent_id')}"
         )
 
+    def athena_session_lock(self, tenant_id: str, user_id: str, agent_id: str) -> str:
+        """Short-lived lock held while one process creates the (tenant, user, agent) session."""
+        return (
+            f"{KEY_PREFIX}:{self.namespace}:athena:session-lock:"
+            f"{validate_id(tenant_id, 'tenant_id')}:{validate_id(user_id, 'user_id')}:"
+            f"{validate_id(agent_id, 'agent_id')}"
+        )
+
     def recall_entries(self, scope_key: str) -> str:
         """Hash id -> entry JSON of one recall scope (namespace/agent/session)."""
         return f"{KEY_PREFIX}:{self.namespace}:{{recall:{scope_key}}}:entries"

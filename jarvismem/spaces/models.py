@@ -233,9 +233,10 @@ class Space:
     def _position(self, items: list[Any], index: int, *, inserting: bool) -> int:
         if isinstance(index, bool) or not isinstance(index, int):
             raise SpaceIndexError(f"index must be an int, got {type(index).__name__}")
-        size = len(items) + (1 if inserting else 0)
-        pos = index + size if index < 0 else index
-        if not 0 <= pos < size:
+        # Same meaning as Python's list indices: negatives count from the end,
+        # and inserting at len(items) appends.
+        pos = index + len(items) if index < 0 else index
+        if not 0 <= pos < len(items) + (1 if inserting else 0):
             raise SpaceIndexError(f"index {index} is out of range for a list of {len(items)}")
         return pos
 
@@ -250,7 +251,7 @@ class Space:
         self.insert(0, item)
 
     def insert(self, index: int, item: Any) -> None:
-        """Insert ``item`` before position ``index`` (``len`` appends; negatives count back)."""
+        """Insert ``item`` before position ``index`` (like ``list.insert``, but range-checked)."""
         items = self._as_list("insert")
         pos = self._position(items, index, inserting=True)
         check_json(item, "item")

@@ -1,0 +1,306 @@
+"""SpacesStore on fakeredis and a real server: persistence, revisions, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+from typing import Any
+
+import pytest
+
+from jarvismem.errors import (
+    InvalidPayloadError,
+    ReservedSpaceError,
+    SpaceConflictError,
+    SpaceNotFoundError,
+    SpaceTypeError,
+    TaskNotFoundError,
+)
+from jarvismem.keys import KeySpace
+from jarvismem.spaces import MemoryContainer, Space, SpacesStore
+
+
+def make_store(redis: Any, keyspace: KeySpace, wf: str, **kw: Any) -> SpacesStore:
+    kw.setdefault("ttl_seconds", None)
+    return SpacesStore(redis, keyspace, wf, "agent-1", **kw)
+
+
+@pytest.fixture
+def store(redis_client: Any, keyspace: KeySpace, workflow_id: str) -> SpacesStore:
+    return make_store(redis_client, keyspace, workflow_id)
+
+
+async def revs(store: SpacesStore) -> dict[str, int]:
+    mem = await store.load()
+    return {"memory": mem.rev, **{n: s.rev for n, s in mem.spaces.items()}}
+
+
+async def test_load_before_any_write_writes_nothing(store: SpacesStore, redis_client: Any) -> None:
+    mem = await store.load()
+    assert await revs(store) == {"memory": 0, "world": 0, "tasks": 0}
+    assert mem.world_items() == {} and mem.tasks_open() == []
+    assert await redis_client.exists(store.key) == 0
+
+
+async def test_revision_sequence_world_tasks_world(store: SpacesStore) -> None:
+    await store.world_put("door", "open")
+    await store.tasks_add("go")
+    await store.world_put("door", "closed")
+    assert await revs(store) == {"memory": 3, "world": 2, "tasks": 1}
+
+
+async def test_container_id_is_stable_once_written(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    first = make_store(redis_client, keyspace, workflow_id)
+    await first.world_put("k", 1)
+    second = make_store(redis_client, keyspace, workflow_id)
+    await second.world_put("k", 2)
+    assert (await first.load()).id == (await second.load()).id
+    assert (await second.load()).id.startswith("mem_")
+
+
+async def test_world_helpers_persist(store: SpacesStore) -> None:
+    await store.world_put("user", {"name": "Ada"})
+    assert await store.world_get("user") == {"name": "Ada"}
+    assert await store.world_items() == {"user": {"name": "Ada"}}
+    assert await store.world_delete("user") is True
+    assert await store.world_delete("user") is False
+    assert await revs(store) == {"memory": 2, "world": 2, "tasks": 0}
+
+
+async def test_task_helpers_persist(store: SpacesStore) -> None:
+    a = await store.tasks_add("a")
+    b = await store.tasks_add("b")
+    top = await store.tasks_insert(0, "top")
+    assert await store.tasks_next() == top
+    await store.tasks_complete(top["id"])
+    assert await store.tasks_next() == a
+    await store.tasks_reorder([b["id"], a["id"], top["id"]])
+    assert [t["id"] for t in await store.tasks_open()] == [b["id"], a["id"]]
+    assert await store.tasks_remove(b["id"]) == b
+    assert [t["id"] for t in await store.tasks_open()] == [a["id"]]
+
+
+async def test_unknown_task_raises_and_writes_nothing(store: SpacesStore) -> None:
+    await store.tasks_add("a")
+    with pytest.raises(TaskNotFoundError):
+        await store.tasks_complete("task_nope")
+    with pytest.raises(InvalidPayloadError):
+        await store.tasks_reorder([])
+    assert await revs(store) == {"memory": 1, "world": 0, "tasks": 1}
+
+
+async def test_custom_map_and_list_spaces(store: SpacesStore) -> None:
+    await store.ensure_space("facts")
+    await store.put_key("facts", "sky", "blue")
+    assert await store.get_key("facts", "sky") == "blue"
+    await store.put_space("steps", ["b"], metadata={"owner": "planner"})
+    await store.prepend("steps", "a")
+    await store.append("steps", "d")
+    await store.insert("steps", 2, "c")
+    assert await store.update_item("steps", 3, "D") == "d"
+    assert await store.remove("steps", 0) == "a"
+    steps = await store.get_space("steps")
+    assert steps.data == ["b", "c", "D"] and steps.metadata == {"owner": "planner"}
+    assert steps.rev == 6
+
+
+async def test_ensure_space_existing_is_no_write(store: SpacesStore) -> None:
+    await store.ensure_space("plan", [])
+    await store.ensure_space("plan", [])
+    assert (await store.get_space("plan")).rev == 1
+    with pytest.raises(SpaceTypeError):
+        await store.ensure_space("plan", {})
+
+
+async def test_update_space(store: SpacesStore) -> None:
+    await store.put_space("counter", {"n": 1})
+    await store.update_space("counter", lambda d: {"n": d["n"] + 1})  # type: ignore[call-overload]
+    assert (await store.get_space("counter")).data == {"n": 2}
+
+
+async def test_wrong_type_operations(store: SpacesStore) -> None:
+    with pytest.raises(SpaceTypeError):
+        await store.append("world", 1)
+    with pytest.raises(SpaceTypeError):
+        await store.put_key("tasks", "k", 1)
+    assert await revs(store) == {"memory": 0, "world": 0, "tasks": 0}
+
+
+async def test_reserved_spaces_are_protected(store: SpacesStore) -> None:
+    with pytest.raises(ReservedSpaceError):
+        await store.delete_space("world")
+    with pytest.raises(ReservedSpaceError):
+        await store.put_space("tasks", {})
+    with pytest.raises(ReservedSpaceError):
+        await store.update_space("world", lambda _d: [])
+
+
+async def test_missing_space(store: SpacesStore) -> None:
+    assert await store.has_space("ghost") is False
+    assert await store.has_space("world") is True
+    with pytest.raises(SpaceNotFoundError):
+        await store.get_space("ghost")
+    with pytest.raises(SpaceNotFoundError):
+        await store.put_key("ghost", "k", 1)
+    with pytest.raises(SpaceNotFoundError):
+        await store.delete_space("ghost")
+
+
+async def test_delete_custom_space_bumps_container(store: SpacesStore) -> None:
+    await store.put_space("scratch", {"a": 1})
+    await store.delete_space("scratch")
+    assert await store.has_space("scratch") is False
+    assert await revs(store) == {"memory": 2, "world": 0, "tasks": 0}
+
+
+async def test_strict_mode_raises_on_stale_revision(store: SpacesStore) -> None:
+    await store.world_put("k", 0)
+    interloper_done = False
+
+    def fn(space: Space) -> None:
+        space.put_key("k", 1)
+
+    async def race() -> None:
+        # A second writer lands between this writer's read and its write.
+        nonlocal interloper_done
+        if not interloper_done:
+            interloper_done = True
+            await store.world_put("k", 2)
+
+    original_read = store._read
+
+    async def read_then_race(name: str) -> Space | None:
+        space = await original_read(name)
+        await race()
+        return space
+
+    store._read = read_then_race  # type: ignore[method-assign]
+    with pytest.raises(SpaceConflictError):
+        await store.mutate("world", fn, strict=True)
+    store._read = original_read  # type: ignore[method-assign]
+    assert await store.world_get("k") == 2
+
+
+async def test_non_strict_retries_after_a_lost_race(store: SpacesStore) -> None:
+    raced = False
+    original_read = store._read
+
+    async def read_then_race(name: str) -> Space | None:
+        nonlocal raced
+        space = await original_read(name)
+        if not raced:
+            raced = True
+            await store.tasks_add("sneaked in")
+        return space
+
+    store._read = read_then_race  # type: ignore[method-assign]
+    await store.tasks_add("mine")
+    store._read = original_read  # type: ignore[method-assign]
+    assert store.retries == 1
+    assert {t["text"] for t in await store.tasks_open()} == {"sneaked in", "mine"}
+
+
+async def test_fifty_concurrent_task_adds_all_land(store: SpacesStore) -> None:
+    await asyncio.gather(*(store.tasks_add(f"task {i}") for i in range(50)))
+    texts = {t["text"] for t in await store.tasks_open()}
+    assert texts == {f"task {i}" for i in range(50)}
+    assert (await store.get_space("tasks")).rev == 50
+
+
+async def test_writers_to_different_spaces_never_retry(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    world_writer = make_store(redis_client, keyspace, workflow_id, max_retries=0)
+    task_writer = make_store(redis_client, keyspace, workflow_id, max_retries=0)
+
+    async def beliefs() -> None:
+        for i in range(10):
+            await world_writer.world_put(f"k{i}", i)
+
+    async def agenda() -> None:
+        for i in range(10):
+            await task_writer.tasks_add(f"t{i}")
+
+    await asyncio.gather(beliefs(), agenda())
+    assert (world_writer.retries, task_writer.retries) == (0, 0)
+    assert await revs(world_writer) == {"memory": 20, "world": 10, "tasks": 10}
+
+
+async def test_snapshot_restore_round_trip(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    src = make_store(redis_client, keyspace, workflow_id)
+    await src.world_put("k", {"nested": [1, 2]})
+    await src.tasks_add("t")
+    await src.put_space("extra", ["x"])
+    snap = await src.snapshot()
+    dst = make_store(redis_client, keyspace, workflow_id + "-copy")
+    await dst.restore(snap)
+    assert await dst.snapshot() == snap
+    await dst.world_put("k", 0)
+    assert await revs(dst) == {"memory": 4, "world": 2, "tasks": 1, "extra": 1}
+
+
+async def test_restore_validates_before_writing(store: SpacesStore, redis_client: Any) -> None:
+    bad = MemoryContainer().to_dict()
+    bad["spaces"]["tasks"]["data"] = [{"id": "x"}]
+    with pytest.raises(InvalidPayloadError):
+        await store.restore(bad)
+    assert await redis_client.exists(store.key) == 0
+
+
+async def test_ttl_is_set_on_write(redis_client: Any, keyspace: KeySpace, workflow_id: str) -> None:
+    store = make_store(redis_client, keyspace, workflow_id, ttl_seconds=60)
+    await store.world_put("k", 1)
+    ttl = await redis_client.ttl(store.key)
+    assert 0 < ttl <= 60
+
+
+async def test_no_ttl_means_persistent(store: SpacesStore, redis_client: Any) -> None:
+    await store.world_put("k", 1)
+    assert await redis_client.ttl(store.key) == -1
+
+
+# --- several processes against the real server ------------------------------------------
+
+# Same server as the ``real_redis`` fixture (see tests/conftest.py).
+REAL_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _add_tasks_in_process(url: str, namespace: str, wf: str, tag: str, count: int) -> int:
+    async def run() -> int:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(url)
+        store = SpacesStore(client, KeySpace(namespace), wf, "agent-1", ttl_seconds=None)
+        for i in range(count):
+            await store.tasks_add(f"{tag}-{i}")
+        await client.aclose()
+        return store.retries
+
+    return asyncio.run(run())
+
+
+@pytest.mark.integration
+async def test_processes_adding_tasks_lose_nothing(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    procs, per_proc = 3, 15
+    ctx = multiprocessing.get_context("spawn")
+    loop = asyncio.get_running_loop()
+    with ctx.Pool(procs) as pool:
+        results = [
+            pool.apply_async(
+                _add_tasks_in_process,
+                (REAL_URL, keyspace.namespace, workflow_id, f"p{p}", per_proc),
+            )
+            for p in range(procs)
+        ]
+        await loop.run_in_executor(None, lambda: [r.get(timeout=120) for r in results])
+    store = make_store(real_redis, keyspace, workflow_id)
+    texts = [t["text"] for t in await store.tasks_open()]
+    assert sorted(texts) == sorted(f"p{p}-{i}" for p in range(procs) for i in range(per_proc))
+    assert (await store.get_space("tasks")).rev == procs * per_proc

@@ -1,0 +1,543 @@
+"""Rolling long-term compaction: when to compress the ledger, and doing it safely.
+
+The facade calls :meth:`Compactor.note_turn` after every logged turn (a local
+counter bump, no I/O) and :meth:`Compactor.maybe_schedule`, which starts at most
+one background task per workflow in this process. That task pushes the counted
+turns/tokens to the shared counters in Redis (one round trip, off the hot path, so
+every process of the workflow adds to the same totals) and, when the
+:class:`CompactionPolicy` says so, runs :meth:`Compactor.compact`.
+
+:meth:`Compactor.compact` holds the workflow's compactor lock (one compactor per
+workflow across processes; renewed while working; expires by itself if the holder
+dies), reads only the ledger entries after the last summary's ``to_id`` (page by
+page, each page folded into the rolling summary, so memory and LLM input stay
+bounded), then saves the new summary with its provenance. If the summarizer fails
+the old summary stays, the error is recorded in the state hash, and the result
+says ``failed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from redis.exceptions import RedisError
+
+from jarvismem.backends.llm import Summarizer
+from jarvismem.errors import ConfigError, LLMError, LockNotAcquiredError
+from jarvismem.keys import KeySpace, validate_id
+from jarvismem.settings import Settings
+from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS, LongTermMemory
+
+log = logging.getLogger(__name__)
+
+# KEYS: lock. ARGV: token, ttl ms. Extend only our own lock.
+_RENEW_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS: lock. ARGV: token. Delete only our own lock (compare-and-delete).
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS: state hash. ARGV: turns covered, tokens covered, now, ttl seconds.
+# Subtract what the new summary covers (turns logged meanwhile keep counting),
+# never below zero; stamp the success and clear the last error.
+_SETTLE_LUA = """
+local turns = tonumber(redis.call('HGET', KEYS[1], 'turns') or '0') - tonumber(ARGV[1])
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') - tonumber(ARGV[2])
+if turns < 0 then turns = 0 end
+if tokens < 0 then tokens = 0 end
+redis.call('HSET', KEYS[1], 'turns', turns, 'tokens', tokens, 'last_compacted_at', ARGV[3])
+redis.call('HDEL', KEYS[1], 'last_error', 'last_error_at')
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return {turns, tokens}
+"""
+
+# Background tasks running in this process, per (event loop, workflow lock key).
+_RUNNING: dict[tuple[int, str], asyncio.Task[None]] = {}
+
+
+class LedgerPager(Protocol):
+    """The part of :class:`~jarvismem.tiers.episodic.EpisodicLedger` compaction uses."""
+
+    async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` entries strictly after ``after_id``, oldest first."""
+        ...
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count of ``text``: one token per four characters."""
+    return math.ceil(len(text) / 4)
+
+
+def entry_tokens(entry: Mapping[str, Any]) -> int:
+    """Tokens an entry counted for: its ``tokens`` field, else an estimate.
+
+    Mirrors what the facade passes to :meth:`Compactor.note_turn`.
+    """
+    given = entry.get("tokens")
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return given
+    return sum(
+        estimate_tokens(v if isinstance(v, str) else str(v))
+        for v in (entry.get("thought"), entry.get("action"), entry.get("result"))
+        if v is not None
+    )
+
+
+@dataclass
+class CompactionPolicy:
+    """When to compact and with which bounds.
+
+    ``every_turns``: compact after this many new turns; ``token_threshold``: or
+    after this many estimated tokens, whichever comes first; ``chunk_chars``: most
+    new text per summarizer call; ``lock_ttl``: compactor lock expiry in seconds
+    (renewed every third of it while working); ``enabled``: background
+    compaction on/off (explicit :meth:`Compactor.compact` always works);
+    ``page_size``: ledger entries read and folded per step; ``summary_chars``:
+    length bound of the summary.
+    """
+
+    every_turns: int = 50
+    token_threshold: int = 8000
+    chunk_chars: int = 12_000
+    lock_ttl: float = 120.0
+    enabled: bool = True
+    page_size: int = 200
+    summary_chars: int = DEFAULT_SUMMARY_CHARS
+
+    def __post_init__(self) -> None:
+        if self.every_turns < 1:
+            raise ConfigError("COMPACTION_EVERY_TURNS must be >= 1")
+        if self.token_threshold < 1:
+            raise ConfigError("COMPACTION_TOKEN_THRESHOLD must be >= 1")
+        if self.chunk_chars < 100:
+            raise ConfigError("COMPACTION_CHUNK_CHARS must be >= 100")
+        if self.lock_ttl <= 0:
+            raise ConfigError("COMPACTION_LOCK_TTL must be > 0")
+        if self.page_size < 1 or self.summary_chars < 1:
+            raise ConfigError("compaction page_size and summary_chars must be >= 1")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CompactionPolicy:
+        """The policy configured by ``COMPACTION_*`` settings."""
+        return cls(
+            every_turns=settings.compaction_every_turns,
+            token_threshold=settings.compaction_token_threshold,
+            chunk_chars=settings.compaction_chunk_chars,
+            lock_ttl=settings.compaction_lock_ttl,
+            enabled=settings.compaction_enabled,
+        )
+
+    def is_due(self, turns: int, tokens: int) -> bool:
+        """Whether ``turns``/``tokens`` since the last summary call for compaction."""
+        return turns >= self.every_turns or tokens >= self.token_threshold
+
+
+@dataclass
+class CompactionResult:
+    """Outcome of one :meth:`Compactor.compact` run.
+
+    ``compacted``: a new summary was saved; ``entries``: ledger entries folded in
+    by this run; ``from_id``/``to_id``: ledger ids the saved summary covers (the
+    whole rolling range); ``chars``: summary length; ``reason``: why nothing was
+    saved, or what happened; ``failed``: the summarizer (or the lock) failed and
+    the old summary was kept.
+    """
+
+    compacted: bool
+    entries: int = 0
+    from_id: str | None = None
+    to_id: str | None = None
+    chars: int = 0
+    reason: str = ""
+    failed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields (for JSON output)."""
+        return asdict(self)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value.decode() if isinstance(value, bytes) else value)
+    except (TypeError, ValueError, AttributeError):
+        return 0
+
+
+class _LockLost(Exception):
+    """Internal: our lock expired or was taken while we worked."""
+
+
+class Compactor:
+    """Runs long-term compaction of one workflow."""
+
+    def __init__(
+        self,
+        redis: Any,
+        ltm: LongTermMemory,
+        ledger: LedgerPager,
+        summarizer: Summarizer,
+        keyspace: KeySpace,
+        workflow_id: str,
+        policy: CompactionPolicy,
+    ) -> None:
+        """``redis``: client holding the lock and the counters; ``ltm``: where
+        summaries go; ``ledger``: where entries come from; ``summarizer``: who
+        condenses them; ``policy``: when and with which bounds.
+        """
+        self.redis = redis
+        self.ltm = ltm
+        self.ledger = ledger
+        self.summarizer = summarizer
+        self.workflow_id = validate_id(workflow_id, "workflow_id")
+        self.policy = policy
+        self.lock_key = keyspace.ltm_lock(workflow_id)
+        self.state_key = keyspace.ltm_state(workflow_id)
+        self._renew = redis.register_script(_RENEW_LUA)
+        self._release = redis.register_script(_RELEASE_LUA)
+        self._settle = redis.register_script(_SETTLE_LUA)
+        # Counted here, not yet added to the shared counters.
+        self._pending_turns = 0
+        self._pending_tokens = 0
+        # Shared totals as last seen in Redis (None: not read yet in this process).
+        self._known: tuple[int, int] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- the policy ---------------------------------------------------------------------
+
+    @property
+    def turns_since_summary(self) -> int:
+        """Best local knowledge: shared total as last seen plus turns not yet pushed."""
+        return (self._known[0] if self._known else 0) + self._pending_turns
+
+    @property
+    def tokens_since_summary(self) -> int:
+        """Same as :attr:`turns_since_summary`, for the token estimate."""
+        return (self._known[1] if self._known else 0) + self._pending_tokens
+
+    @property
+    def due(self) -> bool:
+        """Whether the policy calls for compaction, from what this process knows."""
+        return self.policy.is_due(self.turns_since_summary, self.tokens_since_summary)
+
+    def note_turn(self, tokens_estimate: int) -> bool:
+        """Count one logged turn of ``tokens_estimate`` tokens; True when compaction is due.
+
+        No I/O and never awaits anything: the count reaches Redis from the
+        background task started by :meth:`maybe_schedule`.
+        """
+        self._pending_turns += 1
+        self._pending_tokens += max(0, int(tokens_estimate))
+        return self.due
+
+    def _should_push(self) -> bool:
+        if self._pending_turns == 0:
+            return False
+        if self._known is None or self.due:
+            return True
+        # Batch the shared-counter update; other processes' turns are seen at the
+        # next push, so the shared view lags by at most a tenth of the policy.
+        return self._pending_turns >= max(1, self.policy.every_turns // 10)
+
+    async def flush_counters(self) -> tuple[int, int]:
+        """Add the locally counted turns/tokens to the shared counters (one round trip).
+
+        Returns the shared totals ``(turns, tokens)`` since the last summary.
+        """
+        turns, tokens = self._pending_turns, self._pending_tokens
+        self._pending_turns = self._pending_tokens = 0
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hincrby(self.state_key, "turns", turns)
+                pipe.hincrby(self.state_key, "tokens", tokens)
+                pipe.expire(self.state_key, self.ltm.ttl_seconds)
+                total_turns, total_tokens, _ = await pipe.execute()
+        except BaseException:
+            # Not lost: counted again at the next push.
+            self._pending_turns += turns
+            self._pending_tokens += tokens
+            raise
+        self._known = (_int(total_turns), _int(total_tokens))
+        return self._known
+
+    def _running_key(self) -> tuple[int, str]:
+        return (id(asyncio.get_running_loop()), self.lock_key)
+
+    def maybe_schedule(self) -> asyncio.Task[None] | None:
+        """Start the background task if there is work and none runs in this process.
+
+        The task pushes the local counters and, if the shared totals make
+        compaction due, compacts. Returns the task, or None when nothing was
+        started (disabled, nothing to do, or one already running). Its failures
+        are logged at WARNING, never raised to the caller.
+        """
+        if not self.policy.enabled:
+            return None
+        if not (self.due or self._should_push()):
+            return None
+        key = self._running_key()
+        running = _RUNNING.get(key)
+        if running is not None and not running.done():
+            return None
+        task = asyncio.get_running_loop().create_task(
+            self._background(), name=f"jarvismem-compaction[{self.workflow_id}]"
+        )
+        _RUNNING[key] = task
+        self._tasks.add(task)
+
+        def _done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if _RUNNING.get(key) is t:
+                del _RUNNING[key]
+
+        task.add_done_callback(_done)
+        return task
+
+    async def _background(self) -> None:
+        try:
+            if self._pending_turns:
+                await self.flush_counters()
+            if not self.due:
+                return
+            result = await self.compact()
+            if result.failed:
+                log.warning(
+                    "background compaction of %s failed: %s", self.workflow_id, result.reason
+                )
+        except LockNotAcquiredError:
+            log.debug("compaction of %s already running elsewhere; skipped", self.workflow_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "background compaction of %s failed: %s: %s",
+                self.workflow_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    # --- the lock ------------------------------------------------------------------------
+
+    async def _acquire(self) -> str:
+        token = secrets.token_hex(16)
+        ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
+        if not await self.redis.set(self.lock_key, token, nx=True, px=ttl_ms):
+            raise LockNotAcquiredError(
+                f"compaction of workflow {self.workflow_id} is already running"
+            )
+        return token
+
+    async def _keep_alive(self, token: str, lost: asyncio.Event) -> None:
+        ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
+        while True:
+            await asyncio.sleep(self.policy.lock_ttl / 3)
+            try:
+                if not await self._renew(keys=[self.lock_key], args=[token, ttl_ms]):
+                    lost.set()
+                    return
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "compaction of %s: lock renewal failed (%s)",
+                    self.workflow_id,
+                    type(exc).__name__,
+                )
+
+    async def _check_lock(self, token: str, lost: asyncio.Event) -> None:
+        ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
+        if lost.is_set() or not await self._renew(keys=[self.lock_key], args=[token, ttl_ms]):
+            raise _LockLost
+
+    # --- compaction --------------------------------------------------------------------------
+
+    async def compact(
+        self, *, progress: Callable[[int, int], None] | None = None
+    ) -> CompactionResult:
+        """Fold the ledger entries newer than the summary into it, under the lock.
+
+        ``progress(done, expected)`` is called after each page (``expected`` is the
+        shared turn counter, an estimate). Raises ``LockNotAcquiredError`` if another
+        compactor of this workflow is running; backend outages raise. A summarizer
+        failure returns ``failed=True`` with the old summary kept.
+        """
+        token = await self._acquire()
+        lost = asyncio.Event()
+        keeper = asyncio.get_running_loop().create_task(self._keep_alive(token, lost))
+        try:
+            return await self._compact_locked(token, lost, progress)
+        except _LockLost:
+            reason = "compactor lock expired before the summary was saved; nothing saved"
+            log.warning("compaction of %s: %s", self.workflow_id, reason)
+            return CompactionResult(compacted=False, reason=reason, failed=True)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            try:
+                await self._release(keys=[self.lock_key], args=[token])
+            except (RedisError, OSError) as exc:
+                # It expires on its own after lock_ttl.
+                log.warning(
+                    "compaction of %s: lock release failed (%s)",
+                    self.workflow_id,
+                    type(exc).__name__,
+                )
+
+    async def _compact_locked(
+        self,
+        token: str,
+        lost: asyncio.Event,
+        progress: Callable[[int, int], None] | None,
+    ) -> CompactionResult:
+        policy = self.policy
+        if self._pending_turns:
+            await self.flush_counters()
+        record = await self.ltm.load_summary_record(strict=True)
+        summary = record.text if record else None
+        after = record.to_id if record else None
+        expected = self.turns_since_summary
+        first_id: str | None = None
+        count = 0
+        covered_tokens = 0
+        try:
+            while True:
+                page = await self.ledger.range_after(after, policy.page_size)
+                if not page:
+                    break
+                summary = await self.ltm.compress(
+                    page,
+                    self.summarizer,
+                    previous=summary,
+                    chunk_chars=policy.chunk_chars,
+                    max_chars=policy.summary_chars,
+                )
+                first_id = first_id or str(page[0]["id"])
+                after = str(page[-1]["id"])
+                count += len(page)
+                covered_tokens += sum(entry_tokens(e) for e in page)
+                if progress is not None:
+                    progress(count, max(expected, count))
+                if lost.is_set():
+                    raise _LockLost
+                if len(page) < policy.page_size:
+                    break
+        except LLMError as exc:
+            reason = f"summarizer failed, old summary kept: {exc}"
+            await self._record_error(reason)
+            return CompactionResult(compacted=False, entries=0, reason=reason, failed=True)
+        if count == 0 or summary is None:
+            await self._settle_counters(0, 0, reset=True)
+            return CompactionResult(compacted=False, reason="no new ledger entries")
+        from_id = record.from_id if record is not None and record.from_id else first_id
+        await self._check_lock(token, lost)
+        await self.ltm.save_summary(
+            summary,
+            provenance={
+                "from_id": from_id,
+                "to_id": after,
+                "turns": (record.turns if record else 0) + count,
+                "summarizer": self.summarizer.name,
+            },
+        )
+        await self._settle_counters(count, covered_tokens)
+        return CompactionResult(
+            compacted=True,
+            entries=count,
+            from_id=from_id,
+            to_id=after,
+            chars=len(summary),
+            reason=f"folded {count} new entries into the summary",
+        )
+
+    async def _settle_counters(self, turns: int, tokens: int, *, reset: bool = False) -> None:
+        if reset:
+            # Nothing left to compact: whatever the counters say is stale.
+            turns = tokens = 2**53
+        remaining = await self._settle(
+            keys=[self.state_key],
+            args=[turns, tokens, repr(time.time()), self.ltm.ttl_seconds],
+        )
+        self._known = (_int(remaining[0]), _int(remaining[1]))
+
+    async def _record_error(self, reason: str) -> None:
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hset(
+                    self.state_key,
+                    mapping={"last_error": reason[:500], "last_error_at": repr(time.time())},
+                )
+                pipe.expire(self.state_key, self.ltm.ttl_seconds)
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            log.warning(
+                "compaction of %s: could not record the error (%s)",
+                self.workflow_id,
+                type(exc).__name__,
+            )
+
+    async def state(self) -> dict[str, Any]:
+        """Shared compaction state: ``turns``, ``tokens`` since the last summary,
+        ``last_compacted_at``, ``last_error``, ``last_error_at`` (absent when unset),
+        and whether a compactor holds the lock (``running``).
+        """
+        raw = await self.redis.hgetall(self.state_key)
+        fields = {
+            (k.decode() if isinstance(k, bytes) else str(k)): (
+                v.decode() if isinstance(v, bytes) else str(v)
+            )
+            for k, v in raw.items()
+        }
+        out: dict[str, Any] = {
+            "turns": _int(fields.get("turns")),
+            "tokens": _int(fields.get("tokens")),
+            "running": bool(await self.redis.exists(self.lock_key)),
+        }
+        for name in ("last_compacted_at", "last_error_at"):
+            if name in fields:
+                out[name] = float(fields[name])
+        if "last_error" in fields:
+            out["last_error"] = fields["last_error"]
+        return out
+
+    async def aclose(self) -> None:
+        """Cancel this compactor's background work and push the pending counters."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._pending_turns:
+            try:
+                await self.flush_counters()
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "compaction of %s: could not save counters on close (%s)",
+                    self.workflow_id,
+                    type(exc).__name__,
+                )
+
+
+__all__ = [
+    "CompactionPolicy",
+    "CompactionResult",
+    "Compactor",
+    "LedgerPager",
+    "entry_tokens",
+    "estimate_tokens",
+]

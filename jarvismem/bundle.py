@@ -85,7 +85,7 @@ async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
         )
     spaces = mem.spaces
     if spaces is not None:
-        jobs["spaces"] = _guarded("spaces", spaces.snapshot_if_exists(), s.tier_timeout_episodic,
+        jobs["spaces"] = _guarded("spaces", _spaces_snapshot(spaces), s.tier_timeout_episodic,
                                   degraded)
 
     names = list(jobs)
@@ -107,3 +107,9 @@ async def _athena_context(mem: UnifiedMemory) -> dict[str, Any] | None:
     if athena is None:
         return None
     return await athena.get_memory_context()
+
+
+async def _spaces_snapshot(store: Any) -> dict[str, Any] | None:
+    """The agent's spaces, or None when it never wrote any (container rev 0)."""
+    container = await store.load()
+    return None if container.rev == 0 else dict(container.to_dict())

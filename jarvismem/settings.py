@@ -172,6 +172,15 @@ class Settings(BaseSettings):
             )
         return self
 
+    def __repr_args__(self) -> Any:
+        # A password inside REDIS_URL (or any *_url) must not show in a repr or a log.
+        from jarvismem.redaction import mask_url
+
+        for name, value in super().__repr_args__():
+            if name is not None and name.endswith("_url") and isinstance(value, str):
+                value = mask_url(value)
+            yield name, value
+
     @property
     def ttl_seconds(self) -> int:
         """TTL of workflow keys in whole seconds."""

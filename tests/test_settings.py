@@ -1,0 +1,268 @@
+"""Settings: documented in .env.example, read from env and .env, validated, secret-safe."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jarvismem.errors import ConfigError
+from jarvismem.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV_EXAMPLE = ROOT / ".env.example"
+FIELD_NAMES = sorted(name.upper() for name in Settings.model_fields)
+
+SECRET_KEY = "sk-supersecret0123456789abcdef"
+SECRET_LLM_KEY = "llm-topsecret-987654321"
+SECRET_PASSWORD = "hunter2-redis-pass"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No setting leaks in from the machine: every field's variable unset, cwd empty."""
+    for name in FIELD_NAMES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+def undocumented_fields(env_example: str, names: list[str]) -> list[str]:
+    """Names with no ``NAME=`` / ``# NAME=`` line preceded by a comment line."""
+    lines = env_example.splitlines()
+    missing = []
+    for name in names:
+        pattern = re.compile(rf"#?\s*{re.escape(name)}=")
+        documented = False
+        for i, line in enumerate(lines):
+            if pattern.match(line) and i > 0:
+                above = lines[i - 1]
+                # The line above must be prose, not another (commented) assignment.
+                if above.startswith("#") and not re.match(r"#\s*[A-Z][A-Z0-9_]*=", above):
+                    documented = True
+                    break
+        if not documented:
+            missing.append(name)
+    return missing
+
+
+# --- .env.example -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", FIELD_NAMES)
+def test_every_field_is_documented_in_env_example(name: str) -> None:
+    assert undocumented_fields(ENV_EXAMPLE.read_text(encoding="utf-8"), [name]) == []
+
+
+def test_documentation_check_reports_a_missing_field() -> None:
+    text = "# The namespace.\nJARVISMEM_NAMESPACE=default\n"
+    assert undocumented_fields(text, ["JARVISMEM_NAMESPACE", "REDIS_URL"]) == ["REDIS_URL"]
+
+
+def test_documentation_check_requires_a_comment_above() -> None:
+    text = "# ===== Redis =====\n# The URL.\n# REDIS_URL=redis://x\nREDIS_CLUSTER=false\n"
+    assert undocumented_fields(text, ["REDIS_URL", "REDIS_CLUSTER"]) == ["REDIS_CLUSTER"]
+
+
+def test_env_example_values_are_the_defaults() -> None:
+    from_example = load_settings(_env_file=str(ENV_EXAMPLE))
+    assert from_example.model_dump() == load_settings(_env_file=None).model_dump()
+
+
+# --- defaults ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("redis_context_ttl_days", 7),
+        ("redis_url", None),
+        ("redis_cluster", False),
+        ("redis_max_connections", 64),
+        ("ledger_max_len", 100_000),
+        ("storage_backend", "local"),
+        ("jarvismem_namespace", "default"),
+        ("redaction_enabled", True),
+        ("log_level", "INFO"),
+        ("athena_url", None),
+        ("llm_base_url", None),
+        ("redis_ssl_cert_reqs", "required"),
+    ],
+)
+def test_default_value(field: str, expected: object) -> None:
+    assert getattr(load_settings(_env_file=None), field) == expected
+
+
+def test_default_ttl_is_seven_days_in_seconds() -> None:
+    assert load_settings(_env_file=None).ttl_seconds == 7 * 86_400
+
+
+# --- sources -----------------------------------------------------------------------------
+
+
+def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6390/2")
+    monkeypatch.setenv("LEDGER_MAX_LEN", "25")
+    monkeypatch.setenv("REDIS_CLUSTER", "true")
+    monkeypatch.setenv("STORAGE_BACKEND", "none")
+    settings = load_settings(_env_file=None)
+    assert settings.redis_url == "redis://127.0.0.1:6390/2"
+    assert settings.ledger_max_len == 25
+    assert settings.redis_cluster is True
+    assert settings.storage_backend == "none"
+
+
+def test_variable_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("compaction_every_turns", "9")
+    assert load_settings(_env_file=None).compaction_every_turns == 9
+
+
+def test_dotenv_in_working_directory_is_read(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("REDIS_CONTEXT_TTL_DAYS=1.5\nLOG_LEVEL=debug\n")
+    settings = load_settings()
+    assert settings.redis_context_ttl_days == 1.5
+    assert settings.ttl_seconds == 129_600
+    assert settings.log_level == "DEBUG"
+
+
+def test_environment_wins_over_dotenv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=from-dotenv\n")
+    monkeypatch.setenv("LLM_MODEL", "from-env")
+    assert load_settings().llm_model == "from-env"
+
+
+def test_env_file_none_ignores_dotenv(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("LLM_MODEL=from-dotenv\n")
+    assert load_settings(_env_file=None).llm_model == "gpt-4o-mini"
+
+
+def test_empty_redis_url_means_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "")
+    assert load_settings(_env_file=None).redis_url is None
+
+
+def test_http_urls_lose_their_trailing_slash(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATHENA_URL", "http://127.0.0.1:8080/")
+    assert load_settings(_env_file=None).athena_url == "http://127.0.0.1:8080"
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+        ({"LEDGER_MAX_LEN": "-1"}, "LEDGER_MAX_LEN"),
+        ({"STORAGE_BACKEND": "s3"}, "STORAGE_BACKEND"),
+        ({"STORAGE_BACKEND": "azure"}, "AZURE_STORAGE_CONNECTION_STRING"),
+        ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+        ({"REDIS_CONTEXT_TTL_DAYS": "0"}, "REDIS_CONTEXT_TTL_DAYS"),
+        ({"REDIS_MAX_CONNECTIONS": "many"}, "REDIS_MAX_CONNECTIONS"),
+        ({"REDIS_SSL_CERT_REQS": "maybe"}, "REDIS_SSL_CERT_REQS"),
+        ({"ATHENA_URL": "ftp://athena"}, "ATHENA_URL"),
+        ({"LLM_BASE_URL": "127.0.0.1:11434/v1"}, "LLM_BASE_URL"),
+        ({"JARVISMEM_NAMESPACE": "../other-tenant"}, "JARVISMEM_NAMESPACE"),
+        ({"ATHENA_TENANT_ID": "a:b"}, "ATHENA_TENANT_ID"),
+    ],
+)
+def test_invalid_value_raises_config_error_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert named in str(info.value)
+
+
+def test_config_error_lists_every_invalid_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGER_MAX_LEN", "-1")
+    monkeypatch.setenv("LOG_LEVEL", "LOUD")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert "LEDGER_MAX_LEN" in str(info.value) and "LOG_LEVEL" in str(info.value)
+
+
+def test_azure_backend_with_connection_string_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STORAGE_BACKEND", "azure")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "UseDevelopmentStorage=true")
+    assert load_settings(_env_file=None).storage_backend == "azure"
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def secrets_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATHENA_API_KEY", SECRET_KEY)
+    monkeypatch.setenv("ATHENA_JWT_TOKEN", "eyJhbGciOiJIUzI1NiJ9.e30.jwt-secret-part")
+    monkeypatch.setenv("LLM_API_KEY", SECRET_LLM_KEY)
+    monkeypatch.setenv("REDIS_URL", f"redis://app:{SECRET_PASSWORD}@127.0.0.1:6379/0")
+    monkeypatch.setenv("ATHENA_URL", f"https://user:{SECRET_PASSWORD}@athena.example")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", f"AccountKey={SECRET_PASSWORD}")
+
+
+def _assert_no_secret(text: str) -> None:
+    for secret in (SECRET_KEY, SECRET_LLM_KEY, SECRET_PASSWORD, "jwt-secret-part"):
+        assert secret not in text
+
+
+@pytest.mark.usefixtures("secrets_set")
+def test_secrets_are_loaded() -> None:
+    settings = load_settings(_env_file=None)
+    assert settings.athena_api_key is not None
+    assert settings.athena_api_key.get_secret_value() == SECRET_KEY
+    assert settings.llm_api_key is not None
+    assert settings.llm_api_key.get_secret_value() == SECRET_LLM_KEY
+    assert settings.redis_url is not None and SECRET_PASSWORD in settings.redis_url
+
+
+@pytest.mark.usefixtures("secrets_set")
+def test_repr_and_str_hide_secrets() -> None:
+    settings = load_settings(_env_file=None)
+    _assert_no_secret(repr(settings))
+    _assert_no_secret(str(settings))
+
+
+@pytest.mark.usefixtures("secrets_set")
+def test_public_dict_hides_secrets_but_shows_they_are_set() -> None:
+    public = load_settings(_env_file=None).public_dict()
+    _assert_no_secret(repr(public))
+    assert public["athena_api_key"] == "***"
+    assert public["redis_url"] == "redis://app:***@127.0.0.1:6379/0"
+
+
+def test_public_dict_shows_unset_secrets_as_none() -> None:
+    assert load_settings(_env_file=None).public_dict()["llm_api_key"] is None
+
+
+@pytest.mark.usefixtures("secrets_set")
+def test_config_error_does_not_echo_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGER_MAX_LEN", "-1")
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    _assert_no_secret(str(info.value))
+    _assert_no_secret(repr(info.value))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("REDIS_URL", f"http://app:{SECRET_PASSWORD}@127.0.0.1:6379"),
+        ("ATHENA_URL", f"ftp://user:{SECRET_PASSWORD}@athena"),
+        ("REDIS_CLUSTER", SECRET_PASSWORD),
+    ],
+)
+def test_config_error_does_not_echo_the_rejected_value(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(_env_file=None)
+    assert name in str(info.value)
+    assert SECRET_PASSWORD not in str(info.value)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

@@ -1,0 +1,530 @@
+"""Long-term memory (summary storage, compress) and background compaction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.backends.llm import ChatCompletionsClient, LLMSummarizer
+from jarvismem.errors import InvalidPayloadError, LLMError, LockNotAcquiredError
+from jarvismem.keys import KeySpace
+from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.tiers.compaction import CompactionPolicy, Compactor
+from jarvismem.tiers.episodic import EpisodicLedger
+from jarvismem.tiers.longterm import LongTermMemory, render_entry
+
+TTL = 3600
+
+
+class RecordingSummarizer:
+    """Test summarizer: summary = previous + new text, so coverage is checkable.
+
+    ``gate``: when set, each call waits for it (to hold a compaction in flight);
+    ``fail``: raise LLMError instead of answering.
+    """
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+        self.started = asyncio.Event()
+        self.gate: asyncio.Event | None = None
+        self.fail = False
+
+    async def summarize(
+        self, text: str, *, previous_summary: str | None = None, max_chars: int = 4000
+    ) -> str:
+        self.calls.append((text, previous_summary))
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail:
+            raise LLMError("summarizer down")
+        return "\n".join(p for p in (previous_summary, text) if p)[:max_chars]
+
+
+def make_ltm(redis: Any, blob: Any, keyspace: KeySpace, wf: str, **kw: Any) -> LongTermMemory:
+    return LongTermMemory(redis, blob, keyspace, wf, ttl_seconds=TTL, **kw)
+
+
+@pytest.fixture
+def local_blob(tmp_path: Path) -> LocalBlobStorage:
+    return LocalBlobStorage(tmp_path / "blobs")
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def llm_summarizer(fake_llm: FakeLLMServer) -> AsyncIterator[LLMSummarizer]:
+    client = ChatCompletionsClient(fake_llm.url, api_key=None, model="m", max_retries=0)
+    yield LLMSummarizer(client)
+    await client.aclose()
+
+
+# --- save / load -------------------------------------------------------------------------
+
+
+async def test_save_then_load_returns_text_and_provenance(
+    redis_client: Any, blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, blob_storage, keyspace, workflow_id)
+    await ltm.save_summary("it rained", provenance={"from_id": "1-0", "to_id": "9-0", "turns": 4})
+    assert await ltm.load_summary() == "it rained"
+    record = await ltm.load_summary_record()
+    assert record is not None
+    assert (record.from_id, record.to_id, record.turns) == ("1-0", "9-0", 4)
+
+
+async def test_save_writes_durable_blob_copy_and_meta(
+    redis_client: Any, blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, blob_storage, keyspace, workflow_id)
+    await ltm.save_summary("durable", provenance={"to_id": "5-0", "summarizer": "x"})
+    assert await blob_storage.read(keyspace.ltm_blob(workflow_id)) == b"durable"
+    meta = json.loads(await blob_storage.read(keyspace.ltm_meta_blob(workflow_id)))
+    assert (meta["to_id"], meta["summarizer"]) == ("5-0", "x")
+
+
+async def test_redis_copy_has_the_ttl(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    await make_ltm(redis_client, local_blob, keyspace, workflow_id).save_summary("s")
+    assert 0 < await redis_client.ttl(keyspace.ltm_summary(workflow_id)) <= TTL
+
+
+async def test_redis_miss_falls_back_to_blob_and_repopulates_with_ttl(
+    redis_client: Any, blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, blob_storage, keyspace, workflow_id)
+    await ltm.save_summary("from blob", provenance={"from_id": "1-0", "to_id": "2-0"})
+    key = keyspace.ltm_summary(workflow_id)
+    await redis_client.delete(key)  # as if the TTL had run out
+    record = await ltm.load_summary_record()
+    assert record is not None
+    assert (record.text, record.to_id) == ("from blob", "2-0")
+    assert await redis_client.hget(key, "text") == b"from blob"
+    assert 0 < await redis_client.ttl(key) <= TTL
+
+
+async def test_repopulate_does_not_overwrite_a_newer_redis_copy(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, local_blob, keyspace, workflow_id)
+    await ltm.save_summary("old")
+    key = keyspace.ltm_summary(workflow_id)
+    await redis_client.delete(key)
+    await redis_client.hset(key, mapping={"text": "newer"})
+    # The Lua guard is what protects the race; call it the way load does.
+    await ltm._repopulate(keys=[key], args=[TTL, "text", "old"])  # type: ignore[misc]
+    assert await ltm.load_summary() == "newer"
+
+
+async def test_garbage_blob_is_treated_as_absent(
+    redis_client: Any,
+    blob_storage: Any,
+    keyspace: KeySpace,
+    workflow_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await blob_storage.write(keyspace.ltm_blob(workflow_id), b"\xff\xfe\x00not utf8")
+    ltm = make_ltm(redis_client, blob_storage, keyspace, workflow_id)
+    with caplog.at_level(logging.WARNING):
+        assert await ltm.load_summary() is None
+    assert "not UTF-8" in caplog.text
+
+
+async def test_garbage_meta_keeps_text_drops_provenance(
+    redis_client: Any,
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ltm = make_ltm(redis_client, local_blob, keyspace, workflow_id)
+    await ltm.save_summary("text", provenance={"to_id": "3-0"})
+    await redis_client.delete(keyspace.ltm_summary(workflow_id))
+    await local_blob.write(keyspace.ltm_meta_blob(workflow_id), b'{"turns": "many"}')
+    with caplog.at_level(logging.WARNING):
+        record = await ltm.load_summary_record()
+    assert record is not None
+    assert (record.text, record.to_id) == ("text", None)
+    assert "provenance" in caplog.text
+
+
+async def test_meta_of_another_text_is_not_trusted(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    await ltm.save_summary("first", provenance={"to_id": "3-0"})
+    # A crash between the two blob writes leaves new text with the old meta.
+    await local_blob.write(keyspace.ltm_blob(workflow_id), b"second")
+    record = await ltm.load_summary_record()
+    assert record is not None
+    assert (record.text, record.to_id) == ("second", None)
+
+
+async def test_blob_only_works_without_redis(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    await ltm.save_summary("only blob")
+    assert await ltm.load_summary() == "only blob"
+
+
+async def test_redis_only_works_without_blob(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, None, keyspace, workflow_id)
+    await ltm.save_summary("only redis")
+    assert await ltm.load_summary() == "only redis"
+
+
+async def test_no_backends_is_a_no_op(keyspace: KeySpace, workflow_id: str) -> None:
+    ltm = make_ltm(None, None, keyspace, workflow_id)
+    await ltm.save_summary("nowhere")
+    assert await ltm.load_summary() is None
+    assert not ltm.active
+
+
+async def test_non_string_summary_is_refused_before_writing(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(redis_client, local_blob, keyspace, workflow_id)
+    with pytest.raises(InvalidPayloadError):
+        await ltm.save_summary(b"bytes")  # type: ignore[arg-type]
+    assert not await local_blob.exists(keyspace.ltm_blob(workflow_id))
+    assert not await redis_client.exists(keyspace.ltm_summary(workflow_id))
+
+
+async def test_summary_is_redacted_before_storing(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(
+        redis_client, local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("pw", "**")
+    )
+    await ltm.save_summary("the pw is here")
+    assert await local_blob.read(keyspace.ltm_blob(workflow_id)) == b"the ** is here"
+    assert await ltm.load_summary() == "the ** is here"
+
+
+# --- compress -----------------------------------------------------------------------------
+
+
+def turns(n: int, start: int = 1, width: int = 40) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{i}-0",
+            "turn_id": str(i),
+            "thought": f"t{i} " + "x" * width,
+            "action": "a",
+            "result": "r",
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def test_render_entry_shape() -> None:
+    entry = {"turn_id": "3", "thought": "think\nhard", "action": {"tool": "ls"}, "result": 42}
+    assert render_entry(entry) == '[turn 3] think hard → {"tool": "ls"} = 42'
+
+
+async def test_small_input_is_one_summarizer_call(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    fake_llm: FakeLLMServer,
+    llm_summarizer: LLMSummarizer,
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    summary = await ltm.compress(turns(3), llm_summarizer, previous="earlier")
+    assert summary.startswith("SUMMARY:")
+    [request] = fake_llm.completion_requests()
+    user = request.json["messages"][-1]["content"]
+    assert "earlier" in user and "[turn 1]" in user and "[turn 3]" in user
+
+
+async def test_large_input_is_map_reduced_in_bounded_calls(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    fake_llm: FakeLLMServer,
+    llm_summarizer: LLMSummarizer,
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    entries = turns(20, width=80)  # ~100 chars per line, ~2000 chars in all
+    await ltm.compress(entries, llm_summarizer, chunk_chars=500)
+    requests = fake_llm.completion_requests()
+    # 2000 chars in 500-char chunks: at least 4 map calls, then a final one.
+    assert len(requests) >= 5
+    for request in requests:
+        new_text = request.json["messages"][-1]["content"].split("New entries:\n", 1)[1]
+        assert len(new_text) <= 500
+
+
+async def test_compress_output_is_bounded(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    summary = await ltm.compress(turns(30), RecordingSummarizer(), max_chars=300)
+    assert len(summary) <= 300
+
+
+async def test_compress_redacts_before_sending(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("x", "_"))
+    summarizer = RecordingSummarizer()
+    await ltm.compress(turns(1, width=5), summarizer)
+    assert "x" not in summarizer.calls[0][0]
+
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+class Setup:
+    def __init__(self, redis: Any, blob: Any, keyspace: KeySpace, wf: str) -> None:
+        self.redis, self.keyspace, self.wf = redis, keyspace, wf
+        self.ledger = EpisodicLedger(redis, keyspace, wf, ttl_seconds=TTL)
+        self.ltm = make_ltm(redis, blob, keyspace, wf)
+        self.summarizer = RecordingSummarizer()
+
+    def compactor(self, **policy: Any) -> Compactor:
+        defaults: dict[str, Any] = {"every_turns": 5, "token_threshold": 10**6, "page_size": 4}
+        defaults.update(policy)
+        return Compactor(
+            self.redis,
+            self.ltm,
+            self.ledger,
+            self.summarizer,
+            self.keyspace,
+            self.wf,
+            CompactionPolicy(**defaults),
+        )
+
+    async def log(self, first: int, last: int, tokens: int = 0) -> list[str]:
+        ids = []
+        for i in range(first, last + 1):
+            res = await self.ledger.append_turn(
+                step_id="s1",
+                agent_id="a1",
+                turn_id=i,
+                thought=f"thought {i}",
+                action="act",
+                result=f"result {i}",
+                tokens=tokens,
+            )
+            ids.append(res.id)
+        return ids
+
+
+@pytest.fixture
+def setup(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> Setup:
+    return Setup(redis_client, local_blob, keyspace, workflow_id)
+
+
+def test_policy_due_at_n_turns() -> None:
+    policy = CompactionPolicy(every_turns=3, token_threshold=10**6)
+    assert [policy.is_due(n, 0) for n in (0, 2, 3, 4)] == [False, False, True, True]
+
+
+async def test_note_turn_says_due_at_the_nth_turn(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=3)
+    assert [compactor.note_turn(1) for _ in range(3)] == [False, False, True]
+
+
+async def test_note_turn_says_due_at_the_token_threshold(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=1000, token_threshold=100)
+    assert [compactor.note_turn(40) for _ in range(3)] == [False, False, True]
+
+
+def test_policy_from_settings() -> None:
+    from jarvismem.settings import load_settings
+
+    settings = load_settings(_env_file=None, compaction_every_turns=7, compaction_lock_ttl=9)
+    policy = CompactionPolicy.from_settings(settings)
+    assert (policy.every_turns, policy.lock_ttl) == (7, 9)
+
+
+async def test_compact_saves_summary_with_provenance(setup: Setup) -> None:
+    ids = await setup.log(1, 6)
+    result = await setup.compactor().compact()
+    assert (result.compacted, result.entries, result.from_id, result.to_id) == (
+        True,
+        6,
+        ids[0],
+        ids[-1],
+    )
+    record = await setup.ltm.load_summary_record()
+    assert record is not None
+    assert (record.from_id, record.to_id, record.turns) == (ids[0], ids[-1], 6)
+    assert record.summarizer == "recording"
+    assert [f"result {i}" in record.text for i in range(1, 7)] == [True] * 6
+
+
+async def test_rolling_compaction_reads_only_new_entries(setup: Setup) -> None:
+    first_ids = await setup.log(1, 3)
+    await setup.compactor().compact()
+    setup.summarizer.calls.clear()
+    new_ids = await setup.log(4, 5)
+    result = await setup.compactor().compact()
+    sent = "\n".join(text for text, _ in setup.summarizer.calls)
+    assert "result 4" in sent and "result 5" in sent
+    assert "result 1" not in sent
+    # Provenance keeps the first id of the whole rolling range.
+    assert (result.from_id, result.to_id) == (first_ids[0], new_ids[-1])
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 5
+    assert [record.text.count(f"result {i}") for i in range(1, 6)] == [1] * 5
+
+
+async def test_nothing_new_is_a_no_op(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    result = await setup.compactor().compact()
+    assert not result.compacted
+    assert "no new" in result.reason
+
+
+async def test_compaction_resets_counters(setup: Setup) -> None:
+    compactor = setup.compactor()
+    await setup.log(1, 3, tokens=10)
+    for _ in range(3):
+        compactor.note_turn(10)
+    await compactor.flush_counters()
+    assert (await compactor.state())["turns"] == 3
+    await compactor.compact()
+    state = await compactor.state()
+    assert (state["turns"], state["tokens"]) == (0, 0)
+    assert "last_compacted_at" in state
+
+
+async def test_concurrent_compactions_run_exactly_one(setup: Setup) -> None:
+    await setup.log(1, 3)
+    setup.summarizer.gate = asyncio.Event()
+    first = asyncio.create_task(setup.compactor().compact())
+    await setup.summarizer.started.wait()  # the first one holds the lock now
+    with pytest.raises(LockNotAcquiredError):
+        await setup.compactor().compact()
+    setup.summarizer.gate.set()
+    assert (await first).compacted
+    assert len(setup.summarizer.calls) == 1
+
+
+async def test_lock_expires_after_a_crashed_holder(setup: Setup) -> None:
+    await setup.log(1, 2)
+    # A holder that died without releasing: its lock only has its TTL left.
+    await setup.redis.set(setup.keyspace.ltm_lock(setup.wf), "dead-process", px=300)
+    compactor = setup.compactor()
+    with pytest.raises(LockNotAcquiredError):
+        await compactor.compact()
+    while await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf)):
+        await asyncio.sleep(0.05)
+    assert (await compactor.compact()).compacted
+
+
+async def test_lock_is_released_after_compaction(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
+
+
+async def test_failed_llm_keeps_the_old_summary(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    before = await setup.ltm.load_summary_record()
+    await setup.log(3, 4)
+    setup.summarizer.fail = True
+    compactor = setup.compactor()
+    result = await compactor.compact()
+    assert (result.compacted, result.failed) == (False, True)
+    assert await setup.ltm.load_summary_record() == before
+    assert "summarizer down" in (await compactor.state())["last_error"]
+    assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
+
+
+async def test_failed_real_llm_keeps_the_old_summary(
+    setup: Setup, fake_llm: FakeLLMServer, llm_summarizer: LLMSummarizer
+) -> None:
+    await setup.ltm.save_summary("old summary")
+    await setup.log(1, 2)
+    fake_llm.mode = "error"
+    setup.summarizer = llm_summarizer  # type: ignore[assignment]
+    result = await setup.compactor().compact()
+    assert result.failed
+    assert await setup.ltm.load_summary() == "old summary"
+
+
+async def test_progress_is_reported_per_page(setup: Setup) -> None:
+    await setup.log(1, 6)
+    seen: list[int] = []
+    await setup.compactor(page_size=4).compact(progress=lambda done, _total: seen.append(done))
+    assert seen == [4, 6]
+
+
+async def test_maybe_schedule_compacts_in_the_background_when_due(setup: Setup) -> None:
+    await setup.log(1, 5)
+    compactor = setup.compactor(every_turns=5)
+    tasks = []
+    for _ in range(5):
+        compactor.note_turn(1)
+        task = compactor.maybe_schedule()
+        if task is not None:
+            tasks.append(task)
+            await task
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 5
+
+
+async def test_maybe_schedule_does_nothing_when_disabled(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=1, enabled=False)
+    compactor.note_turn(1)
+    assert compactor.maybe_schedule() is None
+
+
+async def test_one_background_task_per_workflow_in_a_process(setup: Setup) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.gate = asyncio.Event()
+    one, two = setup.compactor(every_turns=1), setup.compactor(every_turns=1)
+    one.note_turn(1)
+    two.note_turn(1)
+    task = one.maybe_schedule()
+    assert task is not None
+    assert two.maybe_schedule() is None
+    setup.summarizer.gate.set()
+    await task
+
+
+async def test_background_failure_is_logged_not_raised(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.fail = True
+    compactor = setup.compactor(every_turns=1)
+    compactor.note_turn(1)
+    task = compactor.maybe_schedule()
+    assert task is not None
+    with caplog.at_level(logging.WARNING):
+        await task  # does not raise
+    assert "summarizer down" in caplog.text
+
+
+async def test_aclose_pushes_pending_counters(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=100)
+    compactor.note_turn(3)
+    compactor.note_turn(4)
+    await compactor.aclose()
+    state = await setup.compactor().state()
+    assert (state["turns"], state["tokens"]) == (2, 7)

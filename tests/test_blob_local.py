@@ -242,8 +242,8 @@ def _check_lines(content: bytes) -> None:
         assert raw + b"\n" == _line(int(writer), int(seq))
         seen[int(writer)].append(int(seq))
     assert len(lines) - 1 == WRITERS * LINES_PER_WRITER
-    for writer in range(WRITERS):
-        assert seen[writer] == list(range(LINES_PER_WRITER))
+    for number in range(WRITERS):
+        assert seen[number] == list(range(LINES_PER_WRITER))
 
 
 async def test_appends_from_four_processes_are_all_kept_intact(tmp_path: Path) -> None:

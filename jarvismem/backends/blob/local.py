@@ -118,7 +118,9 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
     except FileNotFoundError:
         raise BlobNotFoundError(f"blob {path!r} not found") from None
     except IsADirectoryError:
-        raise BlobNotFoundError(f"blob {path!r} not found (it is a directory)") from None
+        if action in ("read", "stat"):
+            raise BlobNotFoundError(f"blob {path!r} not found (it is a folder)") from None
+        raise BlobError(f"cannot {action} blob {path!r}: a folder has that name") from None
     except NotADirectoryError:
         raise BlobError(f"cannot {action} blob {path!r}: a parent is a file") from None
     except OSError as exc:

@@ -1,0 +1,195 @@
+"""The memory policy: whether and how facts are recalled into, and captured from, a turn.
+
+Values often come from configuration files or environment variables, so
+strings are accepted and coerced: booleans from ``true/false/1/0/yes/no/on/off``,
+integers from digits, enum values case-insensitively. :meth:`MemoryPolicy.parse`
+turns any problem into one :class:`InvalidPolicyError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from jarvismem.errors import (
+    InvalidPolicyError,
+    NamespaceContextMissingError,
+    SessionIdRequiredError,
+)
+from jarvismem.keys import validate_id
+from jarvismem.recall.models import RecallRequest, WriteRequest
+
+Scope = Literal["agent", "session"]
+Capture = Literal["manual", "conversation", "off"]
+Inject = Literal["instructions", "context"]
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class MemoryPolicy(BaseModel):
+    """How recall behaves for one agent.
+
+    * ``enabled``: recall and capture happen at all.
+    * ``scope``: ``agent`` (entries shared by every session of the agent) or
+      ``session`` (entries private to one session; a session id is required).
+    * ``namespace`` / ``namespace_from``: a fixed namespace, or the name of a
+      context key (e.g. ``"tenant_id"``) whose value is the namespace; at most
+      one may be given, and with neither the namespace is ``"default"``.
+    * ``capture``: ``manual`` (only explicit writes), ``conversation`` (each
+      turn is written as ``"User: ...\\nAssistant: ..."``) or ``off``.
+    * ``inject``: ``instructions`` (a "Relevant memory:" system message) or
+      ``context`` (a structured context block).
+    * ``max_entries``: the most entries recalled into one prompt (>= 1).
+    * ``metadata``: string labels copied onto captured entries.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    scope: Scope = "agent"
+    namespace: str | None = None
+    namespace_from: str | None = None
+    capture: Capture = "manual"
+    inject: Inject = "instructions"
+    max_entries: int = Field(5, ge=1)
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("enabled", mode="before")
+    @classmethod
+    def _bool(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError(f"expected true/false/1/0/yes/no/on/off, got {value[:20]!r}")
+        if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+            return bool(value)
+        return value
+
+    @field_validator("scope", "capture", "inject", mode="before")
+    @classmethod
+    def _enum(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("max_entries", mode="before")
+    @classmethod
+    def _int(cls, value: Any) -> Any:
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return validate_id(value.strip(), "namespace")
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("namespace_from")
+    @classmethod
+    def _namespace_from(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise ValueError("namespace_from must name a context key")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_namespace_source(self) -> MemoryPolicy:
+        if self.namespace is not None and self.namespace_from is not None:
+            raise ValueError("give either namespace or namespace_from, not both")
+        if self.namespace is None and self.namespace_from is None:
+            object.__setattr__(self, "namespace", "default")
+        return self
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> MemoryPolicy:
+        """Build a policy from loose (often string) values; :class:`InvalidPolicyError` if bad.
+
+        The error message names each bad field and never echoes its value.
+        """
+        data = {**(values or {}), **overrides}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "policy"
+                problems.append(f"{loc}: {err['msg']}")
+            raise InvalidPolicyError("invalid memory policy: " + "; ".join(problems)) from None
+
+    # --- resolving a turn's scope -----------------------------------------------------
+
+    def resolve_namespace(self, context: Mapping[str, str] | None = None) -> str:
+        """The namespace for this turn.
+
+        Returns the fixed ``namespace``, or the value of ``context[namespace_from]``.
+        Raises :class:`NamespaceContextMissingError` when that key is absent or
+        empty, ``InvalidIdError`` when its value cannot be used as a namespace.
+        """
+        if self.namespace_from is None:
+            assert self.namespace is not None  # set by the validator
+            return self.namespace
+        value = (context or {}).get(self.namespace_from)
+        if value is None or not str(value).strip():
+            raise NamespaceContextMissingError(
+                f"the memory policy takes its namespace from context key "
+                f"{self.namespace_from!r}, which is missing"
+            )
+        return validate_id(str(value).strip(), f"namespace (from {self.namespace_from!r})")
+
+    def scope_session(self, session_id: str | None) -> str | None:
+        """The session id entries are scoped to: ``None`` for agent scope.
+
+        Raises :class:`SessionIdRequiredError` for session scope without a session id.
+        """
+        if self.scope == "agent":
+            return None
+        if not session_id:
+            raise SessionIdRequiredError(
+                "the memory policy's scope is 'session' but no session id was given"
+            )
+        return session_id
+
+    def recall_request(
+        self,
+        *,
+        agent_id: str,
+        query: str,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> RecallRequest:
+        """The request recalling at most ``max_entries`` entries for this turn."""
+        return RecallRequest(
+            agent_id=agent_id,
+            session_id=self.scope_session(session_id),
+            namespace=self.resolve_namespace(context),
+            query=query,
+            limit=self.max_entries,
+        )
+
+    def write_request(
+        self,
+        *,
+        agent_id: str,
+        content: str,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+        entry_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> WriteRequest:
+        """A write into this turn's scope; the policy's metadata is merged under ``metadata``."""
+        return WriteRequest(
+            agent_id=agent_id,
+            session_id=self.scope_session(session_id),
+            namespace=self.resolve_namespace(context),
+            content=content,
+            id=entry_id,
+            metadata={**self.metadata, **(metadata or {})},
+        )

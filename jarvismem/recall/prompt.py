@@ -1,0 +1,251 @@
+"""Putting memory into a prompt, and taking a turn back out of it.
+
+:func:`preflight` builds the exact chat messages a turn would send (without
+calling any LLM) and reports which recalled entries made it in;
+:func:`build_messages` returns just the messages. Memory text is kept within
+``budget_chars``. Priority, highest first: recalled entries, spaces (world
+beliefs and open tasks), the long-term summary, scratchpad notes. When over
+budget the lowest-priority section is cut first (with a marker); recalled
+entries are dropped whole, lowest-ranked first.
+
+:func:`recall_for_turn` and :func:`capture_conversation` apply a
+:class:`MemoryPolicy` around a store.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from jarvismem.errors import RecallStoreMissingError
+from jarvismem.recall.models import MemoryEntry, RecallResult
+from jarvismem.recall.policy import MemoryPolicy
+from jarvismem.recall.stores import RecallStore
+
+TRUNCATION_MARKER = " …[truncated]"
+RELEVANT_MEMORY_HEADER = "Relevant memory:"
+CONTEXT_HEADER = "Memory context:"
+
+
+class Preflight(BaseModel):
+    """What a turn would send: ``messages`` (role/content dicts), the recalled entries
+    used and dropped (over ``max_entries`` or the budget), and the total characters
+    of all message contents."""
+
+    messages: list[dict[str, str]]
+    used_entries: list[RecallResult]
+    dropped_entries: list[RecallResult]
+    chars: int
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _cut(text: str, size: int) -> str:
+    """``text`` shortened to at most ``size`` characters, marker included ("" if no room)."""
+    if len(text) <= size:
+        return text
+    if size <= len(TRUNCATION_MARKER):
+        return ""
+    return text[: size - len(TRUNCATION_MARKER)].rstrip() + TRUNCATION_MARKER
+
+
+def _spaces_text(raw: Any) -> str:
+    """World beliefs and open tasks from a spaces snapshot (``MemoryContainer.to_dict()``)."""
+    if raw is None:
+        return ""
+    if hasattr(raw, "to_dict"):
+        raw = raw.to_dict()
+    if not isinstance(raw, Mapping):
+        return ""
+    spaces = raw.get("spaces", raw)
+    world = (spaces.get("world") or {}).get("data") or {}
+    tasks = (spaces.get("tasks") or {}).get("data") or []
+    lines: list[str] = []
+    if isinstance(world, Mapping) and world:
+        lines.append("World state:")
+        for key in sorted(world):
+            lines.append(f"- {key}: {_one_line(json.dumps(world[key], ensure_ascii=False))}")
+    open_tasks = [t for t in tasks if isinstance(t, Mapping) and t.get("status") == "open"]
+    if open_tasks:
+        lines.append("Open tasks (first = highest priority):")
+        lines.extend(
+            f"{n}. {_one_line(str(t.get('text', '')))}" for n, t in enumerate(open_tasks, 1)
+        )
+    return "\n".join(lines)
+
+
+def _bundle_sections(bundle: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """``(title, body)`` of each bundle part worth showing, highest priority first."""
+    if not bundle:
+        return []
+    sections = [
+        ("Spaces", _spaces_text(bundle.get("spaces"))),
+        ("Long-term summary", str(bundle.get("ltm_summary") or "").strip()),
+        ("Scratchpad notes", str(bundle.get("scratchpad") or "").strip()),
+    ]
+    return [(title, body) for title, body in sections if body]
+
+
+def preflight(
+    instructions: str,
+    user_message: str,
+    *,
+    bundle: Mapping[str, Any] | None = None,
+    recalled: Sequence[RecallResult] = (),
+    policy: MemoryPolicy,
+    budget_chars: int = 6000,
+) -> Preflight:
+    """The exact messages of a turn, and which recalled entries they use.
+
+    Args:
+        instructions: the agent's system prompt (first message).
+        user_message: this turn's user message (last message).
+        bundle: a rehydrate bundle; its ``spaces``, ``ltm_summary`` and
+            ``scratchpad`` are rendered.
+        recalled: recall results, most relevant first.
+        policy: ``inject`` picks the layout, ``max_entries`` caps the entries,
+            ``enabled=False`` leaves recalled entries out.
+        budget_chars: the most characters of memory text (headers excluded).
+    """
+    if budget_chars < 0:
+        raise ValueError("budget_chars must be >= 0")
+    allowed = list(recalled[: policy.max_entries]) if policy.enabled else []
+    over_cap = list(recalled[len(allowed) :])
+    over_budget: list[RecallResult] = []
+
+    entry_lines = [_one_line(r.entry.content) for r in allowed]
+    sections = _bundle_sections(bundle)
+    total = sum(len(line) for line in entry_lines) + sum(len(b) for _, b in sections)
+
+    # Over budget: cut bundle sections from the lowest priority up...
+    for i in range(len(sections) - 1, -1, -1):
+        if total <= budget_chars:
+            break
+        title, body = sections[i]
+        keep = _cut(body, max(0, len(body) - (total - budget_chars)))
+        total -= len(body) - len(keep)
+        sections[i] = (title, keep)
+    sections = [(t, b) for t, b in sections if b]
+    # ...then drop recalled entries, lowest-ranked first; a lone entry is cut.
+    while total > budget_chars and entry_lines:
+        if len(entry_lines) == 1:
+            keep = _cut(entry_lines[0], max(0, len(entry_lines[0]) - (total - budget_chars)))
+            total -= len(entry_lines[0]) - len(keep)
+            if keep:
+                entry_lines[0] = keep
+                break
+        total -= len(entry_lines.pop())
+        over_budget.insert(0, allowed.pop())
+
+    messages: list[dict[str, str]] = []
+    if instructions.strip():
+        messages.append({"role": "system", "content": instructions})
+    if policy.inject == "instructions":
+        if entry_lines:
+            body = "\n".join(f"- {line}" for line in entry_lines)
+            messages.append({"role": "system", "content": f"{RELEVANT_MEMORY_HEADER}\n{body}"})
+        if sections:
+            body = "\n\n".join(f"## {title}\n{text}" for title, text in sections)
+            messages.append({"role": "system", "content": f"{CONTEXT_HEADER}\n\n{body}"})
+    else:
+        parts = []
+        if entry_lines:
+            lines = [
+                f"- [{result.score:.3f}] {line}"
+                for result, line in zip(allowed, entry_lines, strict=True)
+            ]
+            parts.append("## Recalled memory\n" + "\n".join(lines))
+        parts.extend(f"## {title}\n{text}" for title, text in sections)
+        if parts:
+            messages.append(
+                {"role": "system", "content": CONTEXT_HEADER + "\n\n" + "\n\n".join(parts)}
+            )
+    messages.append({"role": "user", "content": user_message})
+    return Preflight(
+        messages=messages,
+        used_entries=allowed,
+        dropped_entries=over_budget + over_cap,
+        chars=sum(len(m["content"]) for m in messages),
+    )
+
+
+def build_messages(
+    instructions: str,
+    user_message: str,
+    *,
+    bundle: Mapping[str, Any] | None = None,
+    recalled: Sequence[RecallResult] = (),
+    policy: MemoryPolicy,
+    budget_chars: int = 6000,
+) -> list[dict[str, str]]:
+    """The chat messages of a turn (see :func:`preflight` for the arguments)."""
+    return preflight(
+        instructions,
+        user_message,
+        bundle=bundle,
+        recalled=recalled,
+        policy=policy,
+        budget_chars=budget_chars,
+    ).messages
+
+
+def conversation_capture_text(user: str, assistant: str) -> str:
+    """One turn as a memory entry: ``"User: …\\nAssistant: …"``."""
+    return f"User: {user.strip()}\nAssistant: {assistant.strip()}"
+
+
+async def recall_for_turn(
+    store: RecallStore | None,
+    policy: MemoryPolicy,
+    *,
+    agent_id: str,
+    query: str,
+    session_id: str | None = None,
+    context: Mapping[str, str] | None = None,
+) -> list[RecallResult]:
+    """Recall up to ``policy.max_entries`` entries for this turn ([] when disabled).
+
+    Raises :class:`RecallStoreMissingError` when enabled without a store, and the
+    policy's scope errors (session id, namespace context).
+    """
+    if not policy.enabled:
+        return []
+    request = policy.recall_request(
+        agent_id=agent_id, query=query, session_id=session_id, context=context
+    )
+    if store is None:
+        raise RecallStoreMissingError("recall is enabled but no recall store is configured")
+    return await store.recall(request)
+
+
+async def capture_conversation(
+    store: RecallStore | None,
+    policy: MemoryPolicy,
+    *,
+    agent_id: str,
+    user: str,
+    assistant: str,
+    session_id: str | None = None,
+    context: Mapping[str, str] | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> MemoryEntry | None:
+    """Write the turn as an entry when ``policy.capture == "conversation"``; else ``None``."""
+    if not policy.enabled or policy.capture != "conversation":
+        return None
+    request = policy.write_request(
+        agent_id=agent_id,
+        content=conversation_capture_text(user, assistant),
+        session_id=session_id,
+        context=context,
+        metadata={"kind": "conversation", **(metadata or {})},
+    )
+    if store is None:
+        raise RecallStoreMissingError(
+            "conversation capture is on but no recall store is configured"
+        )
+    return await store.write(request)

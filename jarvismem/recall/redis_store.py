@@ -1,0 +1,190 @@
+"""Recall entries in Redis with a BM25 inverted index: the embedded default store.
+
+Per scope (namespace, agent, session-or-agent-wide) two hashes share one hash
+tag, so they sit in one Redis Cluster slot and one Lua script updates both:
+
+* ``keyspace.recall_entries(scope)``: entry id -> entry JSON;
+* ``keyspace.recall_postings(scope)``: token -> JSON ``{entry id: term frequency}``,
+  plus bookkeeping fields whose names cannot be tokens (tokens never hold
+  ``_``): ``__n__`` (entry count), ``__sum__`` (total length),
+  ``__dl__:<id>`` (an entry's length) and ``__tk__:<id>`` (its tokens, so an
+  upsert or delete can take it out of every posting it is in).
+
+A recall reads only the postings of the query's tokens and the lengths of the
+entries they name, then the top entries: three round trips, whatever the
+number of entries in the scope.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jarvismem.backends.redis import RedisClient
+from jarvismem.errors import InvalidPayloadError
+from jarvismem.keys import KeySpace, validate_id
+from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
+from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
+from jarvismem.recall.stores import entry_from_write, rank
+
+# KEYS[1] entries hash, KEYS[2] postings hash
+# ARGV[1] "put" | "del"; ARGV[2] entry id; ARGV[3] entry JSON; ARGV[4] JSON {token: tf};
+# ARGV[5] JSON [token, ...]; ARGV[6] entry length; ARGV[7] TTL ms ("0" = none)
+# Returns 1 if the entry existed before, else 0.
+_INDEX_SCRIPT = """
+local entries, postings, op, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local existed = redis.call('HEXISTS', entries, id)
+local old = redis.call('HGET', postings, '__tk__:' .. id)
+if old then
+  for _, tok in ipairs(cjson.decode(old)) do
+    local raw = redis.call('HGET', postings, tok)
+    if raw then
+      local m = cjson.decode(raw)
+      m[id] = nil
+      if next(m) == nil then
+        redis.call('HDEL', postings, tok)
+      else
+        redis.call('HSET', postings, tok, cjson.encode(m))
+      end
+    end
+  end
+  local dl = tonumber(redis.call('HGET', postings, '__dl__:' .. id) or '0')
+  redis.call('HINCRBY', postings, '__n__', -1)
+  redis.call('HINCRBY', postings, '__sum__', -dl)
+  redis.call('HDEL', postings, '__tk__:' .. id, '__dl__:' .. id)
+end
+if op == 'del' then
+  redis.call('HDEL', entries, id)
+  return existed
+end
+for tok, tf in pairs(cjson.decode(ARGV[4])) do
+  local raw = redis.call('HGET', postings, tok)
+  local m = {}
+  if raw then m = cjson.decode(raw) end
+  m[id] = tf
+  redis.call('HSET', postings, tok, cjson.encode(m))
+end
+redis.call('HSET', postings, '__tk__:' .. id, ARGV[5], '__dl__:' .. id, ARGV[6])
+redis.call('HINCRBY', postings, '__n__', 1)
+redis.call('HINCRBY', postings, '__sum__', tonumber(ARGV[6]))
+redis.call('HSET', entries, id, ARGV[3])
+if ARGV[7] ~= '0' then
+  redis.call('PEXPIRE', entries, ARGV[7])
+  redis.call('PEXPIRE', postings, ARGV[7])
+end
+return existed
+"""
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+class RedisRecallStore:
+    """Recall store on a ``redis.asyncio`` client (plain, cluster or fakeredis).
+
+    ``keyspace``: the tenant's key maker. ``ttl_seconds``: expiry of a scope's
+    keys, refreshed on every write (``None`` = keep forever).
+    """
+
+    def __init__(
+        self, redis: RedisClient, keyspace: KeySpace, ttl_seconds: int | None = None
+    ) -> None:
+        if ttl_seconds is not None and ttl_seconds <= 0:
+            raise InvalidPayloadError("ttl_seconds must be positive or None")
+        self._redis = redis
+        self._keyspace = keyspace
+        self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
+        self._script = redis.register_script(_INDEX_SCRIPT)
+
+    def keys(self, namespace: str, agent_id: str, session_id: str | None) -> tuple[str, str]:
+        """``(entries key, postings key)`` of one scope."""
+        scope = KeySpace.recall_scope(namespace, agent_id, session_id)
+        return self._keyspace.recall_entries(scope), self._keyspace.recall_postings(scope)
+
+    async def write(self, request: WriteRequest) -> MemoryEntry:
+        """Store or upsert an entry and re-index it atomically; returns it."""
+        entries_key, postings_key = self.keys(
+            request.namespace, request.agent_id, request.session_id
+        )
+        previous = None
+        if request.id is not None:
+            raw = await self._redis.hget(entries_key, request.id)
+            if raw is not None:
+                previous = MemoryEntry.model_validate_json(raw)
+        entry = entry_from_write(request, previous)
+        tfs, length = term_frequencies(entry.content)
+        await self._script(
+            keys=[entries_key, postings_key],
+            args=[
+                "put",
+                entry.id,
+                entry.model_dump_json(),
+                json.dumps(tfs),
+                json.dumps(sorted(tfs)),
+                length,
+                self._ttl_ms,
+            ],
+        )
+        return entry
+
+    async def recall(self, request: RecallRequest) -> list[RecallResult]:
+        """BM25 over the scope's index; recency breaks ties. Only matching entries come back."""
+        tokens = list(dict.fromkeys(tokenize(request.query)))
+        if not tokens:
+            return []
+        entries_key, postings_key = self.keys(
+            request.namespace, request.agent_id, request.session_id
+        )
+        raw = await self._redis.hmget(postings_key, [*tokens, "__n__", "__sum__"])
+        *raw_postings, raw_n, raw_sum = raw
+        postings: dict[str, dict[str, int]] = {}
+        for token, value in zip(tokens, raw_postings, strict=True):
+            if value is not None:
+                postings[token] = json.loads(value)
+        candidates = list(dict.fromkeys(i for docs in postings.values() for i in docs))
+        if not candidates:
+            return []
+        doc_count = int(raw_n or 0)
+        avg = int(raw_sum or 0) / doc_count if doc_count > 0 else 1.0
+        raw_lengths = await self._redis.hmget(postings_key, [f"__dl__:{i}" for i in candidates])
+        lengths = {i: int(v) for i, v in zip(candidates, raw_lengths, strict=True) if v is not None}
+        scores = score_documents(tokens, postings, lengths, max(doc_count, 1), avg)
+        # Fetch the top `limit` plus anything tied with the last of them, so that
+        # the recency tie-break below sees every tied entry.
+        ordered = sorted(scores, key=lambda i: -scores[i])
+        cut = scores[ordered[min(request.limit, len(ordered)) - 1]]
+        wanted = [i for i in ordered if scores[i] >= cut]
+        raw_entries = await self._redis.hmget(entries_key, wanted)
+        found = {
+            i: MemoryEntry.model_validate_json(v)
+            for i, v in zip(wanted, raw_entries, strict=True)
+            if v is not None
+        }
+        return rank(scores, found, request.limit)
+
+    async def list_entries(
+        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+    ) -> list[MemoryEntry]:
+        """Every entry of one scope, oldest first (one HGETALL)."""
+        entries_key, _ = self.keys(namespace, agent_id, session_id)
+        raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
+        entries = [MemoryEntry.model_validate_json(v) for v in raw.values()]
+        return sorted(entries, key=lambda e: (e.created_at, e.id))
+
+    async def delete(
+        self,
+        entry_id: str,
+        *,
+        agent_id: str,
+        session_id: str | None = None,
+        namespace: str = "default",
+    ) -> bool:
+        """Forget one entry and take it out of the index; returns whether it existed."""
+        validate_id(entry_id, "entry id")
+        entries_key, postings_key = self.keys(namespace, agent_id, session_id)
+        existed = await self._script(
+            keys=[entries_key, postings_key],
+            args=["del", entry_id, "", "{}", "[]", 0, self._ttl_ms],
+        )
+        return bool(int(existed))

@@ -1,0 +1,160 @@
+"""The recall-store contract and the in-memory store.
+
+A store keeps :class:`MemoryEntry` objects per scope (namespace, agent,
+session-or-agent-wide) and answers relevance queries inside one scope only.
+Implementations: :class:`InMemoryRecallStore` (here; same ranking as Redis),
+:class:`jarvismem.recall.redis_store.RedisRecallStore` (the embedded default)
+and :class:`jarvismem.recall.athena_store.AthenaRecallStore`. Check your own
+with :mod:`jarvismem.testing.recall_conformance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from typing import Protocol, runtime_checkable
+
+from jarvismem.keys import KeySpace
+from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
+from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
+
+
+@runtime_checkable
+class RecallStore(Protocol):
+    """What the runtime needs from a recall store."""
+
+    async def recall(self, request: RecallRequest) -> list[RecallResult]:
+        """At most ``request.limit`` entries of the request's scope, most relevant first.
+
+        Only entries relevant to the query are returned (possibly none); scores
+        are >= 0 and higher means more relevant.
+        """
+        ...
+
+    async def write(self, request: WriteRequest) -> MemoryEntry:
+        """Store an entry (an upsert when ``request.id`` names an existing one); returns it."""
+        ...
+
+    async def list_entries(
+        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+    ) -> list[MemoryEntry]:
+        """Every entry of one scope, oldest first."""
+        ...
+
+
+@runtime_checkable
+class DeletableRecallStore(RecallStore, Protocol):
+    """A store that can also forget one entry."""
+
+    async def delete(
+        self,
+        entry_id: str,
+        *,
+        agent_id: str,
+        session_id: str | None = None,
+        namespace: str = "default",
+    ) -> bool:
+        """Remove an entry; returns whether it existed."""
+        ...
+
+
+def now_ms() -> int:
+    """Epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def entry_from_write(request: WriteRequest, previous: MemoryEntry | None) -> MemoryEntry:
+    """The entry a write produces: an upsert keeps the original ``created_at``."""
+    now = now_ms()
+    fields = {
+        "agent_id": request.agent_id,
+        "session_id": request.session_id,
+        "namespace": request.namespace,
+        "content": request.content,
+        "metadata": dict(request.metadata),
+        "created_at": previous.created_at if previous is not None else now,
+        "updated_at": max(now, previous.updated_at) if previous is not None else now,
+    }
+    if request.id is not None:
+        fields["id"] = request.id
+    return MemoryEntry.model_validate(fields)
+
+
+def rank(
+    scores: dict[str, float], entries: dict[str, MemoryEntry], limit: int
+) -> list[RecallResult]:
+    """Sort scored entries: score descending, then most recently updated, then id."""
+    ordered = sorted(
+        (i for i in scores if i in entries),
+        key=lambda i: (-scores[i], -entries[i].updated_at, i),
+    )
+    return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]
+
+
+def _by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
+    return sorted(entries, key=lambda e: (e.created_at, e.id))
+
+
+class InMemoryRecallStore:
+    """Entries in a dict, ranked with the same BM25 as the Redis store.
+
+    Meant for tests and single-process runs: nothing survives the process.
+    Recall scores every entry of the scope (no index), which is fine at that size.
+    """
+
+    def __init__(self) -> None:
+        self._scopes: dict[str, dict[str, MemoryEntry]] = {}
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def _scope(namespace: str, agent_id: str, session_id: str | None) -> str:
+        return KeySpace.recall_scope(namespace, agent_id, session_id)
+
+    async def write(self, request: WriteRequest) -> MemoryEntry:
+        """Store or upsert an entry; returns it."""
+        async with self._lock:
+            scope = self._scopes.setdefault(
+                self._scope(request.namespace, request.agent_id, request.session_id), {}
+            )
+            previous = scope.get(request.id) if request.id is not None else None
+            entry = entry_from_write(request, previous)
+            scope[entry.id] = entry
+            return entry
+
+    async def recall(self, request: RecallRequest) -> list[RecallResult]:
+        """BM25 over the scope's entries; recency breaks ties."""
+        scope = self._scopes.get(
+            self._scope(request.namespace, request.agent_id, request.session_id), {}
+        )
+        if not scope:
+            return []
+        postings: dict[str, dict[str, int]] = {}
+        lengths: dict[str, int] = {}
+        for entry in scope.values():
+            tfs, length = term_frequencies(entry.content)
+            lengths[entry.id] = length
+            for token, tf in tfs.items():
+                postings.setdefault(token, {})[entry.id] = tf
+        avg = sum(lengths.values()) / len(lengths)
+        scores = score_documents(tokenize(request.query), postings, lengths, len(scope), avg)
+        return rank(scores, scope, request.limit)
+
+    async def list_entries(
+        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+    ) -> list[MemoryEntry]:
+        """Every entry of one scope, oldest first."""
+        return _by_age(self._scopes.get(self._scope(namespace, agent_id, session_id), {}).values())
+
+    async def delete(
+        self,
+        entry_id: str,
+        *,
+        agent_id: str,
+        session_id: str | None = None,
+        namespace: str = "default",
+    ) -> bool:
+        """Forget one entry; returns whether it existed."""
+        async with self._lock:
+            scope = self._scopes.get(self._scope(namespace, agent_id, session_id), {})
+            return scope.pop(entry_id, None) is not None

@@ -340,4 +340,14 @@ def test_create_summarizer_picks_by_settings() -> None:
     summarizer = create_summarizer(with_llm)
     assert isinstance(summarizer, LLMSummarizer)
     assert summarizer.client.base_url == "http://127.0.0.1:9/v1"
-    asyncio.run(summarizer.client.aclose())
+    assert summarizer.owns_client
+    asyncio.run(summarizer.aclose())
+
+
+async def test_summarizer_closes_only_a_client_it_owns(fake_llm: FakeLLMServer) -> None:
+    shared = make_client(fake_llm)
+    await LLMSummarizer(shared).aclose()
+    assert (await shared.complete(MESSAGES)).startswith("SUMMARY:")
+    await LLMSummarizer(shared, owns_client=True).aclose()
+    with pytest.raises(RuntimeError):  # httpx refuses a closed client
+        await shared.complete(MESSAGES)

@@ -530,3 +530,40 @@ async def test_aclose_pushes_pending_counters(setup: Setup) -> None:
     await compactor.aclose()
     state = await setup.compactor().state()
     assert (state["turns"], state["tokens"]) == (2, 7)
+
+
+# --- through the facade ---------------------------------------------------------------------------
+
+
+async def test_log_turn_triggers_background_compaction_via_the_runtime(
+    redis_client: Any,
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    tmp_path: Path,
+    fake_llm: FakeLLMServer,
+) -> None:
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.settings import load_settings
+
+    settings = load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "outbox",
+        compaction_every_turns=3,
+        llm_base_url=fake_llm.url,
+        llm_max_retries=0,
+    )
+    async with MemoryRuntime(settings, redis=redis_client, blob=local_blob) as runtime:
+        mem = runtime.memory(workflow_id, "s1", "a1")
+        for i in range(1, 4):
+            await mem.log_turn(i, f"thought {i}", "act", f"result {i}")
+        compactor = runtime._workflows[workflow_id].compactor
+        assert compactor is not None
+        await asyncio.gather(*compactor._tasks)
+        bundle = await mem.rehydrate_bundle()
+    assert bundle["ltm_summary"] is not None
+    assert bundle["ltm_summary"].startswith("SUMMARY:")
+    [request] = fake_llm.completion_requests()
+    assert "[turn 3] thought 3 → act = result 3" in request.json["messages"][-1]["content"]
+    await runtime.summarizer.aclose()  # type: ignore[attr-defined]

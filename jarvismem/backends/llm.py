@@ -360,11 +360,25 @@ SYSTEM_PROMPT = (
 class LLMSummarizer:
     """A rolling summarizer backed by a :class:`ChatCompletionsClient`."""
 
-    def __init__(self, client: ChatCompletionsClient, *, temperature: float = 0.2) -> None:
-        """``client``: the shared chat client (not closed by this object)."""
+    def __init__(
+        self,
+        client: ChatCompletionsClient,
+        *,
+        temperature: float = 0.2,
+        owns_client: bool = False,
+    ) -> None:
+        """``client``: the chat client; ``owns_client``: whether :meth:`aclose` closes it
+        (False for a client shared with other code).
+        """
         self.client = client
         self.temperature = temperature
+        self.owns_client = owns_client
         self.name = f"llm:{client.model}"
+
+    async def aclose(self) -> None:
+        """Close the client if this summarizer owns it."""
+        if self.owns_client:
+            await self.client.aclose()
 
     async def summarize(
         self, text: str, *, previous_summary: str | None = None, max_chars: int = 4000
@@ -501,10 +515,10 @@ class ExtractiveSummarizer:
 def create_summarizer(settings: Settings) -> Summarizer:
     """An :class:`LLMSummarizer` when ``LLM_BASE_URL`` is set, else an extractive one.
 
-    The LLM summarizer owns a new client; close it with ``summarizer.client.aclose()``.
+    The LLM summarizer owns its new client: close it with ``await summarizer.aclose()``.
     """
     if settings.llm_base_url:
-        return LLMSummarizer(ChatCompletionsClient.from_settings(settings))
+        return LLMSummarizer(ChatCompletionsClient.from_settings(settings), owns_client=True)
     return ExtractiveSummarizer()
 
 

@@ -59,9 +59,18 @@ class DeletableRecallStore(RecallStore, Protocol):
         ...
 
 
+_last_ms = 0
+
+
 def now_ms() -> int:
-    """Epoch milliseconds."""
-    return time.time_ns() // 1_000_000
+    """Epoch milliseconds, strictly increasing within this process.
+
+    Entries written one after the other then always list in write order, even
+    inside one millisecond (the clock is nudged forward by at most a few ms).
+    """
+    global _last_ms
+    _last_ms = max(time.time_ns() // 1_000_000, _last_ms + 1)
+    return _last_ms
 
 
 def entry_from_write(request: WriteRequest, previous: MemoryEntry | None) -> MemoryEntry:

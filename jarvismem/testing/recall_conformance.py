@@ -1,0 +1,291 @@
+"""A conformance suite for :class:`~jarvismem.recall.stores.RecallStore` implementations.
+
+Check your own store with pytest (``pytest-asyncio`` installed) by subclassing
+the suite and providing a ``recall_store`` fixture::
+
+    import pytest
+    from jarvismem.testing.recall_conformance import RecallStoreConformance
+
+    class TestMyRecallStore(RecallStoreConformance):
+        @pytest.fixture
+        async def recall_store(self):
+            return MyRecallStore(...)
+
+or without pytest: ``await run_recall_conformance(store)`` raises
+``AssertionError`` naming the first check that failed.
+
+Every check writes under fresh random agent ids, so the checks can share one
+store. Class attributes describe what a backend honestly cannot do (a remote
+service may rank with its own model, may not scope below the agent, may not
+update in place); a subclass switches the matching checks off, and
+:meth:`RecallStoreConformance.seed` can be overridden for a backend that builds
+its search index itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
+from jarvismem.recall.stores import RecallStore
+
+try:  # mark the checks for pytest-asyncio in strict mode too; pytest stays optional
+    import pytest
+
+    _PYTEST_MARKS: list[Any] = [pytest.mark.asyncio]
+except ImportError:  # pragma: no cover - pytest absent
+    _PYTEST_MARKS = []
+
+CORPUS: tuple[str, ...] = (
+    "The user's favourite colour is teal",
+    "Project Falcon has its deadline on March 14",
+    "The staging database runs PostgreSQL 15 on port 5433",
+    "Alice prefers concise answers without emojis",
+    "The office coffee machine is broken on Fridays",
+    "Deploys to production need approval from Bob",
+)
+"""A small fixed corpus with little shared vocabulary."""
+
+QUERIES: tuple[tuple[str, int], ...] = (
+    ("what colour does the user like", 0),
+    ("falcon deadline", 1),
+    ("which port does the staging database use", 2),
+    ("how should answers to Alice look", 3),
+    ("coffee machine broken", 4),
+    ("who approves production deploys", 5),
+)
+"""``(query, index in CORPUS of the entry that must come first)``."""
+
+
+@contextmanager
+def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
+    """Like ``pytest.raises`` without needing pytest."""
+    try:
+        yield
+    except kind:
+        return
+    raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
+
+
+def _agent() -> str:
+    return "conf-" + uuid.uuid4().hex[:12]
+
+
+class RecallStoreConformance:
+    """The recall store contract, one behaviour per ``test_`` method.
+
+    Each method takes the ``recall_store`` under test; subclasses supply it as a
+    pytest fixture.
+    """
+
+    pytestmark = _PYTEST_MARKS
+
+    ranks_only_matches: ClassVar[bool] = True
+    """Recall returns only entries sharing words with the query (lexical stores)."""
+    recall_is_scoped: ClassVar[bool] = True
+    """Recall sees only the request's (namespace, agent, session) scope."""
+    upserts_in_place: ClassVar[bool] = True
+    """After an upsert, recall finds the new content and no longer the old."""
+
+    async def seed(self, store: RecallStore, requests: list[WriteRequest]) -> list[MemoryEntry]:
+        """Write a corpus. Override when the backend's index is built elsewhere."""
+        return [await store.write(r) for r in requests]
+
+    async def _corpus(self, store: RecallStore, agent: str, **scope: Any) -> list[MemoryEntry]:
+        return await self.seed(
+            store, [WriteRequest(agent_id=agent, content=c, **scope) for c in CORPUS]
+        )
+
+    # --- writing and listing ---------------------------------------------------------
+
+    async def test_write_returns_the_stored_entry(self, recall_store: RecallStore) -> None:
+        agent = _agent()
+        entry = await recall_store.write(
+            WriteRequest(agent_id=agent, content="  remember the milk ", metadata={"k": "v"})
+        )
+        assert entry.id.startswith("mem_"), entry.id
+        assert entry.content == "remember the milk"
+        assert entry.metadata == {"k": "v"}
+        assert (entry.agent_id, entry.session_id, entry.namespace) == (agent, None, "default")
+        assert entry.created_at <= entry.updated_at
+
+    async def test_list_entries_returns_writes_oldest_first(
+        self, recall_store: RecallStore
+    ) -> None:
+        agent = _agent()
+        written = [
+            await recall_store.write(WriteRequest(agent_id=agent, content=f"fact number {i}"))
+            for i in range(3)
+        ]
+        listed = await recall_store.list_entries(agent)
+        assert [e.id for e in listed] == [e.id for e in written]
+        assert [e.content for e in listed] == [e.content for e in written]
+
+    async def test_write_with_an_id_is_an_upsert(self, recall_store: RecallStore) -> None:
+        agent = _agent()
+        first = await recall_store.write(
+            WriteRequest(agent_id=agent, id="mem_fixed1", content="the sky is green")
+        )
+        second = await recall_store.write(
+            WriteRequest(agent_id=agent, id="mem_fixed1", content="the sky is blue")
+        )
+        assert second.id == first.id == "mem_fixed1"
+        assert second.created_at == first.created_at
+        listed = await recall_store.list_entries(agent)
+        assert [(e.id, e.content) for e in listed] == [("mem_fixed1", "the sky is blue")]
+
+    async def test_upsert_changes_what_recall_finds(self, recall_store: RecallStore) -> None:
+        if not self.upserts_in_place:
+            return
+        agent = _agent()
+        await recall_store.write(WriteRequest(agent_id=agent, id="mem_up", content="zebra stripes"))
+        await recall_store.write(WriteRequest(agent_id=agent, id="mem_up", content="giraffe neck"))
+        found = await recall_store.recall(RecallRequest(agent_id=agent, query="giraffe"))
+        assert [r.entry.content for r in found] == ["giraffe neck"]
+        stale = await recall_store.recall(RecallRequest(agent_id=agent, query="zebra"))
+        assert stale == []
+
+    # --- ranking ------------------------------------------------------------------------
+
+    async def test_recall_puts_the_relevant_entry_first(self, recall_store: RecallStore) -> None:
+        agent = _agent()
+        await self._corpus(recall_store, agent)
+        for query, expected in QUERIES:
+            found = await recall_store.recall(RecallRequest(agent_id=agent, query=query, limit=3))
+            assert found, f"nothing recalled for {query!r}"
+            assert found[0].entry.content == CORPUS[expected], (query, found[0].entry.content)
+
+    async def test_recall_scores_are_non_negative_and_descending(
+        self, recall_store: RecallStore
+    ) -> None:
+        agent = _agent()
+        await self._corpus(recall_store, agent)
+        found = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="the user database on production", limit=6)
+        )
+        scores = [r.score for r in found]
+        assert all(s >= 0 for s in scores), scores
+        assert scores == sorted(scores, reverse=True), scores
+
+    async def test_recall_respects_the_limit(self, recall_store: RecallStore) -> None:
+        agent = _agent()
+        await self.seed(
+            recall_store,
+            [WriteRequest(agent_id=agent, content=f"note {i} about budgets") for i in range(6)],
+        )
+        for limit in (1, 2, 4):
+            found = await recall_store.recall(
+                RecallRequest(agent_id=agent, query="budgets", limit=limit)
+            )
+            assert len(found) == limit, (limit, len(found))
+
+    async def test_recall_of_unrelated_words_finds_nothing(self, recall_store: RecallStore) -> None:
+        if not self.ranks_only_matches:
+            return
+        agent = _agent()
+        await self._corpus(recall_store, agent)
+        assert await recall_store.recall(RecallRequest(agent_id=agent, query="quantum")) == []
+
+    async def test_recall_of_an_empty_scope_is_empty(self, recall_store: RecallStore) -> None:
+        if not self.recall_is_scoped:
+            return
+        assert await recall_store.recall(RecallRequest(agent_id=_agent(), query="anything")) == []
+
+    # --- scopes ---------------------------------------------------------------------------
+
+    async def test_session_entries_are_separate_from_agent_entries(
+        self, recall_store: RecallStore
+    ) -> None:
+        agent = _agent()
+        await recall_store.write(WriteRequest(agent_id=agent, content="agent wide walrus"))
+        await recall_store.write(
+            WriteRequest(agent_id=agent, session_id="s1", content="session one walrus")
+        )
+        assert [e.content for e in await recall_store.list_entries(agent)] == ["agent wide walrus"]
+        assert [e.content for e in await recall_store.list_entries(agent, "s1")] == [
+            "session one walrus"
+        ]
+        assert await recall_store.list_entries(agent, "s2") == []
+        if self.recall_is_scoped:
+            found = await recall_store.recall(
+                RecallRequest(agent_id=agent, session_id="s1", query="walrus")
+            )
+            assert [r.entry.content for r in found] == ["session one walrus"]
+            other = await recall_store.recall(
+                RecallRequest(agent_id=agent, session_id="s2", query="walrus")
+            )
+            assert other == []
+
+    async def test_namespaces_are_separate(self, recall_store: RecallStore) -> None:
+        agent = _agent()
+        await recall_store.write(
+            WriteRequest(agent_id=agent, namespace="tenant-a", content="alpha penguin")
+        )
+        await recall_store.write(
+            WriteRequest(agent_id=agent, namespace="tenant-b", content="beta penguin")
+        )
+        assert [e.content for e in await recall_store.list_entries(agent, None, "tenant-a")] == [
+            "alpha penguin"
+        ]
+        assert await recall_store.list_entries(agent) == []
+        if self.recall_is_scoped:
+            found = await recall_store.recall(
+                RecallRequest(agent_id=agent, namespace="tenant-b", query="penguin")
+            )
+            assert [r.entry.content for r in found] == ["beta penguin"]
+
+    async def test_agents_are_separate(self, recall_store: RecallStore) -> None:
+        one, two = _agent(), _agent()
+        await recall_store.write(WriteRequest(agent_id=one, content="private otter"))
+        assert await recall_store.list_entries(two) == []
+        if self.recall_is_scoped:
+            assert await recall_store.recall(RecallRequest(agent_id=two, query="otter")) == []
+
+    # --- validation -------------------------------------------------------------------------
+
+    async def test_bad_requests_are_refused_before_reaching_the_store(
+        self, recall_store: RecallStore
+    ) -> None:
+        agent = _agent()
+        bad: list[dict[str, Any]] = [
+            {"agent_id": agent, "content": "   "},
+            {"agent_id": "../x", "content": "x"},
+            {"agent_id": agent, "session_id": "a:b", "content": "x"},
+            {"agent_id": agent, "namespace": "", "content": "x"},
+            {"agent_id": agent, "id": "has space", "content": "x"},
+        ]
+        for fields in bad:
+            with _raises(ValidationError, f"WriteRequest({fields})"):
+                WriteRequest(**fields)
+        for fields in (
+            {"agent_id": agent, "query": " "},
+            {"agent_id": agent, "query": "x", "limit": 0},
+        ):
+            with _raises(ValidationError, f"RecallRequest({fields})"):
+                RecallRequest(**fields)
+        assert await recall_store.list_entries(agent) == []
+
+
+async def run_recall_conformance(
+    store: RecallStore, suite: RecallStoreConformance | None = None
+) -> None:
+    """Run every check of the suite against ``store``.
+
+    ``suite``: an instance of a :class:`RecallStoreConformance` subclass with
+    the backend's flags and ``seed`` (default: the full contract). Raises
+    ``AssertionError`` naming the first failing check.
+    """
+    checks = suite or RecallStoreConformance()
+    for name, method in inspect.getmembers(checks, inspect.iscoroutinefunction):
+        if not name.startswith("test_"):
+            continue
+        try:
+            await method(store)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc

@@ -90,7 +90,7 @@ class RecallRequest(_Scoped):
     """Find the ``limit`` entries of one scope most relevant to ``query``."""
 
     query: str
-    limit: int = Field(5, gt=0)
+    limit: int = Field(default=5, gt=0)
 
     @field_validator("query")
     @classmethod

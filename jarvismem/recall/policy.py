@@ -54,7 +54,7 @@ class MemoryPolicy(BaseModel):
     namespace_from: str | None = None
     capture: Capture = "manual"
     inject: Inject = "instructions"
-    max_entries: int = Field(5, ge=1)
+    max_entries: int = Field(default=5, ge=1)
     metadata: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("enabled", mode="before")

@@ -50,6 +50,28 @@ def default_settings() -> Settings:
     return _default_settings
 
 
+_shared_summarizers: dict[int, tuple[Settings, Summarizer]] = {}
+
+
+def _create_summarizer(settings: Settings) -> Summarizer:
+    from jarvismem.backends.llm import create_summarizer
+
+    return create_summarizer(settings)
+
+
+def shared_summarizer(settings: Settings) -> Summarizer:
+    """One summarizer (and so one LLM HTTP client) per settings object per process.
+
+    Views built directly from clients (``UnifiedMemory(wf, step, agent, redis, blob)``)
+    use it, so creating a view per step never creates an HTTP client per step.
+    """
+    cached = _shared_summarizers.get(id(settings))
+    if cached is None or cached[0] is not settings:
+        cached = (settings, _create_summarizer(settings))
+        _shared_summarizers[id(settings)] = cached
+    return cached[1]
+
+
 class WorkflowState:
     """What every view of one workflow shares inside a process."""
 
@@ -155,9 +177,9 @@ class MemoryRuntime:
         self.blob = blob
         self.athena = athena
         if summarizer is None:
-            from jarvismem.backends.llm import create_summarizer
-
-            summarizer = create_summarizer(self.settings)
+            summarizer = (
+                _create_summarizer(self.settings) if owns_clients else shared_summarizer(self.settings)
+            )
         self.summarizer = summarizer
         if redactor is None:
             redactor = default_redactor if self.settings.redaction_enabled else no_redaction

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from jarvismem.errors import InvalidIdError
 
 MAX_ID_LENGTH = 128
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# No trailing dot: "a." would end a blob segment as "a..jsonl" (refused as a
+# traversal) and Windows file systems drop it, aliasing "a." with "a".
+_ID_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?\Z")
 
 KEY_PREFIX = "jm"
 
@@ -30,19 +32,21 @@ def validate_id(value: object, kind: str = "id") -> str:
     """Return ``value`` if it is a usable id, else raise :class:`InvalidIdError`.
 
     An id is 1-128 characters of ``A-Z a-z 0-9 . _ -``, starting with a letter
-    or digit, and never containing ``..``.
+    or digit, not ending with ``.``, and never containing ``..``.
     """
     if not isinstance(value, str):
         raise InvalidIdError(f"{kind} must be a string, got {type(value).__name__}")
     if not value:
         raise InvalidIdError(f"{kind} must not be empty")
     if len(value) > MAX_ID_LENGTH:
-        raise InvalidIdError(f"{kind} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+        raise InvalidIdError(
+            f"{kind} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}"
+        )
     if not _ID_RE.match(value) or ".." in value:
         shown = value[:40].encode("unicode_escape").decode("ascii")
         raise InvalidIdError(
             f"{kind} {shown!r} is not allowed: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit, without '..'"
+            "starting with a letter or digit, not ending with '.', without '..'"
         )
     return value
 
@@ -54,6 +58,22 @@ def validate_turn_id(value: object) -> str:
     if isinstance(value, int):
         value = str(value)
     return validate_id(value, "turn_id")
+
+
+def _check_scope(scope_key: object) -> str:
+    """A recall scope key as made by :meth:`KeySpace.recall_scope`, else raise.
+
+    Checked again where it becomes a key: a hand-made scope holding ``}`` or a
+    glob character would move the hash tag or widen a SCAN.
+    """
+    parts = scope_key.split(":") if isinstance(scope_key, str) else []
+    if len(parts) != 3:
+        raise InvalidIdError("recall scope must be made by KeySpace.recall_scope")
+    validate_id(parts[0], "recall namespace")
+    validate_id(parts[1], "agent_id")
+    if parts[2] != "_":
+        validate_id(parts[2], "session_id")
+    return str(scope_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +154,11 @@ class KeySpace:
 
     def recall_entries(self, scope_key: str) -> str:
         """Hash id -> entry JSON of one recall scope (namespace/agent/session)."""
-        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{scope_key}}}:entries"
+        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:entries"
 
     def recall_postings(self, scope_key: str) -> str:
         """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
-        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{scope_key}}}:postings"
+        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:postings"
 
     @staticmethod
     def recall_scope(namespace: str, agent_id: str, session_id: str | None) -> str:

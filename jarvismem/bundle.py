@@ -106,7 +106,7 @@ async def _athena_context(mem: UnifiedMemory) -> dict[str, Any] | None:
     athena = await mem.runtime.athena_memory(mem.agent_id)
     if athena is None:
         return None
-    return await athena.get_memory_context()
+    return await athena.get_memory_context(strict=True)
 
 
 async def _spaces_snapshot(store: Any) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ processes) create exactly one session.
 from __future__ import annotations
 
 import asyncio
+import json
 import hashlib
 import logging
 import time
@@ -363,6 +364,28 @@ class AthenaMemory:
             {**metadata, "event": "hitl_resolved", "request_id": request_id},
         )
 
+    async def record_turn(self, turn_id: str, thought: Any, action: Any, result: Any) -> None:
+        """Queue one kernel turn as thought, action and observation events.
+
+        One outbox record for the three events: a single durable append on the
+        ``log_turn`` path instead of three. Non-string values are sent as JSON.
+        """
+        events = []
+        for etype, value in (("thought", thought), ("action", action), ("observation", result)):
+            if value in (None, ""):
+                continue
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            events.append(
+                {
+                    "type": etype,
+                    "content": self._redactor(text),
+                    "metadata": {"turn_id": str(turn_id)},
+                    "idempotency_key": uuid.uuid4().hex,
+                }
+            )
+        if events:
+            await self._enqueue({"kind": "events", "events": events})
+
     async def _queue_event(self, etype: str, content: str, metadata: dict[str, Any]) -> None:
         if etype not in EVENT_TYPES:
             raise InvalidPayloadError(f"invalid event type {etype!r}")
@@ -410,6 +433,17 @@ class AthenaMemory:
                 metadata=record.get("metadata") or {},
                 idempotency_key=record.get("idempotency_key"),
             )
+        elif kind == "events":
+            # A redelivery after a crash mid-batch may repeat events already sent;
+            # each carries its idempotency key in metadata for the server's logs.
+            for event in record.get("events", []):
+                await self._client.add_event(
+                    session_id,
+                    event["type"],
+                    event.get("content", ""),
+                    metadata=event.get("metadata") or {},
+                    idempotency_key=event.get("idempotency_key"),
+                )
         elif kind == "interaction":
             await self._client.add_interaction(
                 session_id, record.get("user_message", ""), record.get("agent_response")
@@ -499,12 +533,14 @@ class AthenaMemory:
     # --- reads --------------------------------------------------------------------------
 
     async def get_memory_context(
-        self, limit: int = 10, query: str | None = None
+        self, limit: int = 10, query: str | None = None, *, strict: bool = False
     ) -> dict[str, Any] | None:
         """The agent's Athena context, or None when unavailable or unsupported.
 
         Returns ``{"session_id", "short_term": [events, oldest first],
-        "mid_term": [chains], "segments", "user_persona"}``.
+        "mid_term": [chains], "segments", "user_persona"}``. With ``strict``, an
+        outage raises its AthenaError instead (the rehydrate bundle uses this to
+        mark the tier degraded); "unsupported" (501) still returns None.
         """
         try:
             try:
@@ -518,6 +554,8 @@ class AthenaMemory:
             return None
         except AthenaError as exc:
             self._note_read_error("context", exc)
+            if strict:
+                raise
             return None
         return {
             "session_id": self.session_id,

@@ -479,6 +479,7 @@ def _tear_tail(root: Path, rng: random.Random) -> bool:
 
 async def verify(redis_url: str, root: Path, acks: _Acks, report: CrashReport) -> None:
     """Replay what the outboxes hold, then check every tier against the acks."""
+    from jarvismem.errors import BlobNotFoundError
     from jarvismem.runtime import MemoryRuntime
     from jarvismem.tiers.working import parse_records
 
@@ -516,7 +517,10 @@ async def verify(redis_url: str, root: Path, acks: _Acks, report: CrashReport) -
 
         # Scratchpad: the torn lines are skipped, nothing else is, every ack is there.
         assert mem.working is not None
-        raw = await rt.blob.read(mem.working.path)  # type: ignore[union-attr]
+        try:
+            raw = await rt.blob.read(mem.working.path)  # type: ignore[union-attr]
+        except BlobNotFoundError:
+            raw = b""
         lines = [ln for ln in raw.split(b"\n") if ln.strip()]
         records = parse_records(raw, source="crash-verify")
         report.scratchpad_skipped_lines = len(lines) - len(records)

@@ -1,0 +1,119 @@
+"""Latency statistics, targets and the printed table."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """The ``pct`` percentile (nearest rank) of ``values``; NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latency_summary(latencies_s: list[float], wall_s: float) -> dict[str, float]:
+    """Median and p99 latency in ms and throughput in ops/s.
+
+    ``latencies_s``: one duration per operation, seconds. ``wall_s``: the wall
+    time the operations took together (differs from the sum when concurrent).
+    """
+    count = len(latencies_s)
+    return {
+        "ops": float(count),
+        "median_ms": statistics.median(latencies_s) * 1e3 if latencies_s else math.nan,
+        "p99_ms": percentile(latencies_s, 99) * 1e3,
+        "ops_per_s": count / wall_s if wall_s > 0 else math.nan,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One benchmark target: ``value`` must be ``<=`` or ``>=`` ``limit``."""
+
+    name: str
+    value: float
+    limit: float
+    op: str  # ">=" or "<="
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """True when the figure meets the target (NaN never does)."""
+        if math.isnan(self.value):
+            return False
+        return self.value >= self.limit if self.op == ">=" else self.value <= self.limit
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "name": self.name,
+            "value": self.value,
+            "limit": self.limit,
+            "op": self.op,
+            "passed": self.passed,
+            "note": self.note,
+        }
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A Markdown table of ``rows`` (missing cells shown as blank)."""
+    cells = [[_fmt(row.get(col, "")) for col in columns] for row in rows]
+    widths = [max([len(col)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
+    line = "| " + " | ".join(col.ljust(w) for col, w in zip(columns, widths, strict=True)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells
+    ]
+    return "\n".join([line, sep, *body])
+
+
+def render_report(report: dict[str, Any]) -> str:
+    """The human-readable report: measurements, ratios, then targets."""
+    meas = [{"measurement": name, **fig} for name, fig in report["measurements"].items()]
+    out = ["## Measurements (latency in ms, throughput in ops/s)", ""]
+    out.append(render_table(meas, ["measurement", "ops", "median_ms", "p99_ms", "ops_per_s"]))
+    extra = report.get("figures") or {}
+    if extra:
+        out += ["", "## Other figures", ""]
+        out.append(
+            render_table([{"figure": k, "value": v} for k, v in extra.items()], ["figure", "value"])
+        )
+    out += ["", "## Ratios (same run)", ""]
+    out.append(
+        render_table(
+            [{"ratio": k, "value": v} for k, v in report["ratios"].items()], ["ratio", "value"]
+        )
+    )
+    out += ["", "## Targets", ""]
+    trows = [
+        {
+            "target": t["name"],
+            "value": t["value"],
+            "limit": f"{t['op']} {_fmt(t['limit'])}",
+            "result": "pass" if t["passed"] else "falls short",
+        }
+        for t in report["targets"]
+    ]
+    out.append(render_table(trows, ["target", "value", "limit", "result"]))
+    notes = report.get("notes") or []
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(out)

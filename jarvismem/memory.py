@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.blob.base import BlobStorage
@@ -25,6 +26,9 @@ from jarvismem.tiers.working import WorkingScratchpad, encode_record
 
 if TYPE_CHECKING:
     from jarvismem.backends.athena import AthenaClient
+    from jarvismem.recall.models import MemoryEntry, RecallResult
+    from jarvismem.recall.prompt import Preflight
+    from jarvismem.recall.stores import RecallStore
     from jarvismem.runtime import MemoryRuntime
     from jarvismem.spaces.store import SpacesStore
     from jarvismem.tiers.longterm import LongTermMemory
@@ -235,6 +239,95 @@ class UnifiedMemory:
                 ttl_seconds=self.runtime.settings.ttl_seconds,
             )
         return self._spaces
+
+    # --- recall: facts remembered into the prompt by policy -------------------------------
+
+    async def remember(
+        self,
+        content: str,
+        *,
+        entry_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> MemoryEntry:
+        """Store a fact for later recall (an upsert when ``entry_id`` is given).
+
+        Scope and namespace come from the runtime's :class:`MemoryPolicy`;
+        raises ``RecallStoreMissingError`` when no recall store is configured.
+        """
+        store = self._recall_store()
+        request = self.runtime.policy.write_request(
+            agent_id=self.agent_id, content=self.runtime.redactor(content),
+            session_id=session_id, context=context, entry_id=entry_id, metadata=metadata,
+        )
+        return await store.write(request)
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> list[RecallResult]:
+        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled)."""
+        from jarvismem.recall.prompt import recall_for_turn
+
+        return await recall_for_turn(
+            self.runtime.recall_store, self.runtime.policy, agent_id=self.agent_id,
+            query=query, session_id=session_id, context=context,
+        )
+
+    async def preflight(
+        self,
+        instructions: str,
+        user_message: str,
+        *,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+        ledger_tail: int = 10,
+        budget_chars: int = 6000,
+    ) -> Preflight:
+        """The exact chat messages of the next LLM call and which memory went in.
+
+        Rehydrates the bundle, recalls by policy, and assembles the prompt;
+        calls no LLM.
+        """
+        from jarvismem.recall.prompt import preflight
+
+        bundle = await self.rehydrate_bundle(ledger_tail)
+        recalled = await self.recall(user_message, session_id=session_id, context=context)
+        return preflight(
+            instructions, user_message, bundle=bundle, recalled=recalled,
+            policy=self.runtime.policy, budget_chars=budget_chars,
+        )
+
+    async def capture(
+        self,
+        user: str,
+        assistant: str,
+        *,
+        session_id: str | None = None,
+        context: Mapping[str, str] | None = None,
+    ) -> MemoryEntry | None:
+        """After a turn: store ``"User: …\nAssistant: …"`` when the policy captures conversation."""
+        from jarvismem.recall.prompt import capture_conversation
+
+        return await capture_conversation(
+            self.runtime.recall_store, self.runtime.policy, agent_id=self.agent_id,
+            user=self.runtime.redactor(user), assistant=self.runtime.redactor(assistant),
+            session_id=session_id, context=context,
+        )
+
+    def _recall_store(self) -> RecallStore:
+        store = self.runtime.recall_store
+        if store is None:
+            from jarvismem.errors import RecallStoreMissingError
+
+            raise RecallStoreMissingError(
+                "no recall store: give the runtime Redis or pass recall_store="
+            )
+        return store
 
     # --- recovery ----------------------------------------------------------------------------
 

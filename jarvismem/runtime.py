@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from jarvismem.backends.athena import AthenaClient
     from jarvismem.backends.llm import Summarizer
     from jarvismem.memory import UnifiedMemory
+    from jarvismem.recall.policy import MemoryPolicy
+    from jarvismem.recall.stores import RecallStore
     from jarvismem.tiers.athena import AthenaMemory
     from jarvismem.tiers.compaction import Compactor
     from jarvismem.tiers.longterm import LongTermMemory
@@ -169,6 +171,8 @@ class MemoryRuntime:
         athena: AthenaClient | None = None,
         summarizer: Summarizer | None = None,
         redactor: Redactor | None = None,
+        recall_store: RecallStore | None = None,
+        policy: MemoryPolicy | None = None,
         owns_clients: bool = False,
     ) -> None:
         self.settings = settings or default_settings()
@@ -184,6 +188,17 @@ class MemoryRuntime:
         if redactor is None:
             redactor = default_redactor if self.settings.redaction_enabled else no_redaction
         self.redactor = redactor
+        if recall_store is None and redis is not None:
+            from jarvismem.recall.redis_store import RedisRecallStore
+
+            # The embedded default: BM25 over an inverted index in Redis.
+            recall_store = RedisRecallStore(redis, self.keyspace)
+        self.recall_store = recall_store
+        if policy is None:
+            from jarvismem.recall.policy import MemoryPolicy
+
+            policy = MemoryPolicy()
+        self.policy = policy
         self.owns_clients = owns_clients
         self._workflows: dict[str, WorkflowState] = {}
         self._outboxes: dict[tuple[str, str], Outbox] = {}

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import require_backend
 
 from jarvismem.testing.crash import (
     AGENT,
@@ -28,6 +27,7 @@ from jarvismem.testing.crash import (
     summary_text,
     verify,
 )
+from tests.conftest import require_backend
 
 pytestmark = pytest.mark.integration
 

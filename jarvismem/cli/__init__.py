@@ -1,0 +1,138 @@
+"""The ``jarvismem`` command line: demo, inspection, export/import, setup.
+
+``main(argv)`` parses the arguments, runs one command on a fresh event loop
+and returns its exit code: 0 success, 1 a failure the command detected (an
+unreachable backend, a failed verification), 2 bad usage or configuration,
+130 interrupted. Expected failures print one ``jarvismem: error: ...`` line on
+stderr and never a traceback (``-vv`` shows one for debugging).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from jarvismem.cli import athena as athena_cmds
+from jarvismem.cli import bench as bench_cmds
+from jarvismem.cli import demo as demo_cmds
+from jarvismem.cli import inspect as inspect_cmds
+from jarvismem.cli import setup as setup_cmds
+from jarvismem.cli import transfer as transfer_cmds
+from jarvismem.cli._context import CliContext, resolve_env_file
+from jarvismem.cli._output import Output, error_line
+from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError
+
+__all__ = ["build_parser", "main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options accepted before and after the command name.
+
+    Defaults are SUPPRESS so a value given after the command is not reset by
+    the parent parser's default (``jarvismem --json status`` and ``jarvismem
+    status --json`` both work).
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    sup = argparse.SUPPRESS
+    common.add_argument(
+        "--env-file",
+        metavar="PATH",
+        default=sup,
+        help="settings file to read (default: .env if present; /dev/null reads none)",
+    )
+    common.add_argument(
+        "--namespace", default=sup, help="tenant namespace (overrides JARVISMEM_NAMESPACE)"
+    )
+    common.add_argument("--json", action="store_true", default=sup, help="machine-readable output")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=sup,
+        help="more log output on stderr (-v info, -vv debug)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every command registers its own sub-parser)."""
+    from jarvismem import __version__
+
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="jarvismem",
+        description="Tiered memory for AI agent kernels: inspect, export, import, demo.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"jarvismem {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in (demo_cmds, inspect_cmds, athena_cmds, transfer_cmds, setup_cmds, bench_cmds):
+        module.register(sub, common)
+    return parser
+
+
+def _configure_logging(verbosity: int) -> None:
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("jarvismem: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Client libraries are chatty at INFO; keep them at WARNING unless -vv.
+    for noisy in ("httpx", "httpcore", "azure", "asyncio", "fakeredis"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbosity >= 2 else logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help/--version/usage errors
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    verbosity = int(getattr(args, "verbose", 0) or 0)
+    _configure_logging(verbosity)
+    out = Output(bool(getattr(args, "json", False)))
+    try:
+        ctx = CliContext(args, out, resolve_env_file(getattr(args, "env_file", None)))
+        code: int = asyncio.run(args.handler(ctx))
+        return code
+    except KeyboardInterrupt:
+        # Ctrl-C is the normal way to end `tail --follow`; elsewhere it is an interruption.
+        code = int(getattr(args, "interrupt_exit", EXIT_INTERRUPTED))
+        if code:
+            error_line("interrupted")
+        return code
+    except (ConfigError, InvalidIdError) as exc:
+        _report(exc, verbosity)
+        return EXIT_USAGE
+    except (JarvisMemError, OSError) as exc:
+        _report(exc, verbosity)
+        return EXIT_FAILED
+    except Exception as exc:
+        # A backend client's own error (e.g. redis ConnectionError) is still an
+        # expected failure for a CLI user: one line, no traceback.
+        if type(exc).__module__.split(".")[0] in {"redis", "httpx", "azure", "aiohttp"}:
+            _report(exc, verbosity)
+            return EXIT_FAILED
+        raise
+
+
+def _report(exc: BaseException, verbosity: int) -> None:
+    if verbosity >= 2:
+        logging.getLogger("jarvismem.cli").exception("command failed")
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, JarvisMemError):
+        text = f"{type(exc).__name__}: {text}"
+    from jarvismem.redaction import default_redactor
+
+    error_line(default_redactor(text))

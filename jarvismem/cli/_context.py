@@ -1,0 +1,90 @@
+"""What every command needs: settings from ``--env-file``/flags, a runtime, output."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jarvismem.cli._output import Output
+from jarvismem.errors import ConfigError
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import Settings, load_settings
+
+log = logging.getLogger("jarvismem.cli")
+
+
+@dataclass
+class CliContext:
+    """Per-invocation state handed to every command.
+
+    ``args``: the parsed arguments; ``out``: where results go; ``env_file``:
+    the ``.env`` file read (None when it does not exist or is ``/dev/null``).
+    """
+
+    args: argparse.Namespace
+    out: Output
+    env_file: Path | None
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings from the environment and ``--env-file``, with ``--namespace`` applied."""
+        namespace = getattr(self.args, "namespace", None)
+        if namespace:
+            overrides.setdefault("jarvismem_namespace", namespace)
+        return load_settings(_env_file=self.env_file, **overrides)
+
+    @contextlib.asynccontextmanager
+    async def runtime(self, settings: Settings | None = None) -> AsyncIterator[MemoryRuntime]:
+        """A connected runtime (Redis retried with backoff), closed on exit."""
+        rt = await MemoryRuntime.from_env(settings or self.settings())
+        try:
+            yield rt
+        finally:
+            await rt.close()
+
+    @contextlib.asynccontextmanager
+    async def probe_runtime(self, settings: Settings | None = None) -> AsyncIterator[MemoryRuntime]:
+        """A runtime whose clients are built but not awaited: for ``status``.
+
+        ``status`` must report an unreachable backend, not die trying to
+        connect to it, so nothing here retries or pings.
+        """
+        from jarvismem.backends.blob import create_blob_storage
+        from jarvismem.backends.redis import create_redis
+
+        s = settings or self.settings()
+        redis = create_redis(s)
+        athena = None
+        if s.athena_url:
+            from jarvismem.backends.athena import AthenaClient
+
+            athena = AthenaClient.from_settings(s)
+        rt = MemoryRuntime(
+            s, redis=redis, blob=create_blob_storage(s), athena=athena, owns_clients=True
+        )
+        try:
+            yield rt
+        finally:
+            await rt.close()
+
+
+def resolve_env_file(value: str | None) -> Path | None:
+    """The ``.env`` to read: ``value`` (default ``.env``) if it exists, else None.
+
+    An explicitly named file that does not exist is a :class:`ConfigError`;
+    the default ``.env`` may be absent.
+    """
+    if value is None:
+        default = Path(".env")
+        return default if default.is_file() else None
+    path = Path(value)
+    if value == os.devnull:
+        return None
+    if not path.exists():
+        raise ConfigError(f"--env-file {value}: no such file")
+    return path

@@ -1,0 +1,210 @@
+"""Inspection commands: ``status``, ``tail``, ``bundle``, ``compact``, ``spaces``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from jarvismem.cli._context import CliContext
+from jarvismem.cli._output import ProgressBar
+from jarvismem.cli._render import render_bundle, render_entry, render_health, render_spaces
+from jarvismem.errors import ConfigError
+from jarvismem.keys import validate_id
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.tiers.episodic import decode_entry
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return number
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add this group's commands to the ``jarvismem`` parser."""
+    p = sub.add_parser("status", parents=[common], help="backends: configured, reachable, latency")
+    p.set_defaults(handler=status)
+
+    p = sub.add_parser("tail", parents=[common], help="a workflow's ledger (optionally follow it)")
+    p.add_argument("--workflow", required=True, help="workflow id")
+    p.add_argument("-n", type=_positive, default=10, help="entries to show first (default 10)")
+    p.add_argument("-f", "--follow", action="store_true", help="stream new entries as they come")
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow: stop after this long without a new entry",
+    )
+    p.add_argument(
+        "--count",
+        type=_positive,
+        default=None,
+        help="with --follow: stop after this many new entries",
+    )
+    p.set_defaults(handler=tail, interrupt_exit=0)
+
+    p = sub.add_parser("bundle", parents=[common], help="the rehydrate bundle of a step")
+    p.add_argument("--workflow", required=True)
+    p.add_argument("--step", required=True)
+    p.add_argument("--agent", required=True)
+    p.add_argument("-n", type=_positive, default=10, help="recent turns to include (default 10)")
+    p.set_defaults(handler=bundle)
+
+    p = sub.add_parser("compact", parents=[common], help="run long-term compaction now")
+    p.add_argument("--workflow", required=True)
+    p.set_defaults(handler=compact)
+
+    p = sub.add_parser("spaces", parents=[common], help="an agent's cognitive spaces")
+    p.add_argument("--workflow", required=True)
+    p.add_argument("--agent", required=True)
+    p.set_defaults(handler=spaces)
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+async def status(ctx: CliContext) -> int:
+    """Exit 1 when a configured backend does not answer."""
+    async with ctx.probe_runtime() as rt:
+        health = await rt.health()
+    unreachable = [
+        name
+        for name, b in health["backends"].items()
+        if b.get("configured") and not b.get("reachable")
+    ]
+    health["unreachable"] = unreachable
+    ctx.out.result(health, render_health)
+    return 1 if unreachable else 0
+
+
+# --- tail ---------------------------------------------------------------------------------
+
+
+def _require_redis(rt: MemoryRuntime) -> None:
+    if rt.redis is None:
+        raise ConfigError("this command needs Redis; set REDIS_URL")
+
+
+async def tail(ctx: CliContext) -> int:
+    """Print the last ``-n`` entries; with ``--follow``, then every new one (XREAD BLOCK)."""
+    a = ctx.args
+    workflow = validate_id(a.workflow, "workflow_id")
+    async with ctx.runtime() as rt:
+        _require_redis(rt)
+        ledger = rt.workflow(workflow).ledger
+        assert ledger is not None
+        entries = await ledger.tail(a.n) if a.n else []
+        for entry in entries:
+            ctx.out.line(entry, render_entry)
+        if not a.follow:
+            if not entries:
+                ctx.out.text(f"(ledger of {workflow} is empty)")
+            return 0
+        last_id = entries[-1]["id"] if entries else await _last_id(rt, ledger.key)
+        await _follow(ctx, rt.redis, ledger.key, last_id, a.max_wait, a.count)
+    return 0
+
+
+async def _last_id(rt: MemoryRuntime, key: str) -> str:
+    """The newest id in the stream, or ``0-0`` so that every future entry is new."""
+    assert rt.redis is not None
+    rows = await rt.redis.xrevrange(key, count=1)
+    if not rows:
+        return "0-0"
+    raw = rows[0][0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def _follow(
+    ctx: CliContext,
+    redis: Any,
+    key: str,
+    last_id: str,
+    max_wait: float | None,
+    count: int | None,
+) -> None:
+    seen = 0
+    idle_since = time.monotonic()
+    while count is None or seen < count:
+        block_ms = 1000
+        if max_wait is not None:
+            left = max_wait - (time.monotonic() - idle_since)
+            if left <= 0:
+                return
+            block_ms = max(1, min(block_ms, int(left * 1000)))
+        # Block on the server for new entries; the loop only wakes to check bounds.
+        reply = await redis.xread({key: last_id}, block=block_ms, count=100)
+        for _stream, rows in reply or []:
+            for sid, fields in rows:
+                entry = decode_entry(sid, fields)
+                last_id = entry["id"]
+                ctx.out.line(entry, render_entry)
+                seen += 1
+                idle_since = time.monotonic()
+                if count is not None and seen >= count:
+                    return
+
+
+# --- bundle -------------------------------------------------------------------------------
+
+
+async def bundle(ctx: CliContext) -> int:
+    """Print the rehydrate bundle of (workflow, step, agent)."""
+    a = ctx.args
+    async with ctx.runtime() as rt:
+        mem = rt.memory(a.workflow, a.step, a.agent)
+        data = await mem.rehydrate_bundle(ledger_tail=a.n)
+    ctx.out.result(data, render_bundle)
+    return 0
+
+
+# --- compact ------------------------------------------------------------------------------
+
+
+async def compact(ctx: CliContext) -> int:
+    """Fold the ledger into the long-term summary now; exit 1 if the summarizer failed."""
+    workflow = validate_id(ctx.args.workflow, "workflow_id")
+    async with ctx.runtime() as rt:
+        compactor = rt.workflow(workflow).compactor
+        if compactor is None:
+            raise ConfigError("long-term compaction needs both Redis and blob storage")
+        bar = ProgressBar(f"compacting {workflow}", enabled=True)
+        try:
+            result = await compactor.compact(progress=bar)
+        finally:
+            bar.close()
+    data = result.as_dict()
+    data["workflow_id"] = workflow
+
+    def human(d: dict[str, Any]) -> str:
+        if d["compacted"]:
+            return (
+                f"compacted {d['entries']} new entries of {workflow}: summary of "
+                f"{d['chars']} chars covers {d['from_id']} .. {d['to_id']}"
+            )
+        return f"nothing saved for {workflow}: {d['reason'] or 'no new entries'}"
+
+    ctx.out.result(data, human)
+    return 1 if result.failed else 0
+
+
+# --- spaces -------------------------------------------------------------------------------
+
+
+async def spaces(ctx: CliContext) -> int:
+    """Print the agent's spaces (world map, task agenda, custom spaces, revisions)."""
+    a = ctx.args
+    async with ctx.runtime() as rt:
+        _require_redis(rt)
+        from jarvismem.spaces.store import SpacesStore
+
+        store = SpacesStore(
+            rt.redis, rt.keyspace, a.workflow, a.agent, ttl_seconds=rt.settings.ttl_seconds
+        )
+        snapshot = await store.snapshot()
+    data = {"workflow_id": a.workflow, "agent_id": a.agent, **snapshot}
+    ctx.out.result(data, lambda d: f"spaces of {a.agent} in {a.workflow}\n" + render_spaces(d))
+    return 0

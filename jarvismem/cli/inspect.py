@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from jarvismem.cli._context import CliContext
-from jarvismem.cli._output import ProgressBar
+from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.cli._render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
@@ -77,7 +77,10 @@ async def status(ctx: CliContext) -> int:
     ]
     health["unreachable"] = unreachable
     ctx.out.result(health, render_health)
-    return 1 if unreachable else 0
+    if unreachable:
+        error_line(f"configured backend(s) not reachable: {', '.join(unreachable)}")
+        return 1
+    return 0
 
 
 # --- tail ---------------------------------------------------------------------------------

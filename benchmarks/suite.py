@@ -343,7 +343,7 @@ class Bench:
                     lat = await self.log_sequential(mem, self.cfg.s4_turns)
                     wall = time.perf_counter() - t0
                     if athena is not None:
-                        await athena.flush(timeout=5)
+                        await athena.flush(timeout=1 if self.cfg.quick else 10)
                         health = athena.health()
                         self.report.figures["S4 Athena writes still pending after flush"] = float(
                             health.get("pending", math.nan)

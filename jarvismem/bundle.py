@@ -85,8 +85,9 @@ async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
         )
     spaces = mem.spaces
     if spaces is not None:
-        jobs["spaces"] = _guarded("spaces", _spaces_snapshot(spaces), s.tier_timeout_episodic,
-                                  degraded)
+        jobs["spaces"] = _guarded(
+            "spaces", _spaces_snapshot(spaces), s.tier_timeout_episodic, degraded
+        )
 
     names = list(jobs)
     values = await asyncio.gather(*jobs.values())

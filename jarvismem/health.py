@@ -44,8 +44,14 @@ async def _redis_health(rt: MemoryRuntime) -> dict[str, Any]:
         backend = "redis-cluster" if s.redis_cluster else "redis"
         where = mask_url(s.redis_url or "") if s.redis_url else "client passed in"
     ok, latency, reason, _ = await _probe(rt.redis.ping)
-    return {"configured": True, "backend": backend, "where": where, "reachable": ok,
-            "latency_ms": latency, "reason": reason}
+    return {
+        "configured": True,
+        "backend": backend,
+        "where": where,
+        "reachable": ok,
+        "latency_ms": latency,
+        "reason": reason,
+    }
 
 
 async def _blob_health(rt: MemoryRuntime) -> dict[str, Any]:
@@ -53,8 +59,13 @@ async def _blob_health(rt: MemoryRuntime) -> dict[str, Any]:
         return {"configured": False}
     blob = rt.blob
     ok, latency, reason, _ = await _probe(lambda: blob.exists("health/probe"))
-    out: dict[str, Any] = {"configured": True, "backend": blob.name, "reachable": ok,
-                           "latency_ms": latency, "reason": reason}
+    out: dict[str, Any] = {
+        "configured": True,
+        "backend": blob.name,
+        "reachable": ok,
+        "latency_ms": latency,
+        "reason": reason,
+    }
     if blob.name == "local":
         out["where"] = str(rt.settings.storage_base_path)
     elif blob.name == "azure":
@@ -67,9 +78,14 @@ async def _athena_health(rt: MemoryRuntime) -> dict[str, Any]:
         return {"configured": False}
     athena = rt.athena
     ok, latency, reason, value = await _probe(athena.health_detailed)
-    out: dict[str, Any] = {"configured": True, "backend": "athena",
-                           "where": mask_url(athena.base_url), "reachable": ok,
-                           "latency_ms": latency, "reason": reason}
+    out: dict[str, Any] = {
+        "configured": True,
+        "backend": "athena",
+        "where": mask_url(athena.base_url),
+        "reachable": ok,
+        "latency_ms": latency,
+        "reason": reason,
+    }
     if value is not None:
         out["status"] = value.status
         out["dependencies"] = dict(value.dependencies)
@@ -81,14 +97,20 @@ async def _llm_health(rt: MemoryRuntime) -> dict[str, Any]:
     if client is None:
         return {"configured": False, "summarizer": getattr(rt.summarizer, "name", "extractive")}
     ok, latency, reason, _ = await _probe(client.ping)
-    return {"configured": True, "summarizer": rt.summarizer.name,
-            "where": mask_url(rt.settings.llm_base_url or ""), "model": rt.settings.llm_model,
-            "reachable": ok, "latency_ms": latency, "reason": reason}
+    return {
+        "configured": True,
+        "summarizer": rt.summarizer.name,
+        "where": mask_url(rt.settings.llm_base_url or ""),
+        "model": rt.settings.llm_model,
+        "reachable": ok,
+        "latency_ms": latency,
+        "reason": reason,
+    }
 
 
 def _outboxes(rt: MemoryRuntime) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for wf_id, state in rt._workflows.items():
+    for state in rt._workflows.values():
         for writer in (state.redis_writer, state.blob_writer):
             if writer is not None:
                 out[writer.name] = writer.health()
@@ -106,7 +128,9 @@ async def runtime_health(rt: MemoryRuntime) -> dict[str, Any]:
     backends = {"redis": redis, "blob": blob, "athena": athena, "llm": llm}
     outboxes = _outboxes(rt)
     reasons = [
-        f"{name}: {b['reason']}" for name, b in backends.items() if b.get("configured") and b.get("reason")
+        f"{name}: {b['reason']}"
+        for name, b in backends.items()
+        if b.get("configured") and b.get("reason")
     ]
     for name, box in outboxes.items():
         if box.get("pending"):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 class UnifiedMemory:
     """Tiered memory of one agent at one step of one workflow.
 
@@ -134,8 +135,12 @@ class UnifiedMemory:
                     "type": "turn",
                     "scope": "step",
                     "turn_id": turn,
-                    "data": {"thought": thought, "action": action, "result": result,
-                             "tokens": tokens},
+                    "data": {
+                        "thought": thought,
+                        "action": action,
+                        "result": result,
+                        "tokens": tokens,
+                    },
                 }
             )
             writes.append(
@@ -171,7 +176,9 @@ class UnifiedMemory:
 
     # --- checkpoints -----------------------------------------------------------------------
 
-    async def save_checkpoint(self, state_json: str, *, expected_rev: int | None = None) -> int | None:
+    async def save_checkpoint(
+        self, state_json: str, *, expected_rev: int | None = None
+    ) -> int | None:
         """Save this step's resumable state; returns its new revision.
 
         With ``expected_rev``, a save based on a stale revision raises
@@ -258,8 +265,12 @@ class UnifiedMemory:
         """
         store = self._recall_store()
         request = self.runtime.policy.write_request(
-            agent_id=self.agent_id, content=self.runtime.redactor(content),
-            session_id=session_id, context=context, entry_id=entry_id, metadata=metadata,
+            agent_id=self.agent_id,
+            content=self.runtime.redactor(content),
+            session_id=session_id,
+            context=context,
+            entry_id=entry_id,
+            metadata=metadata,
         )
         return await store.write(request)
 
@@ -274,8 +285,12 @@ class UnifiedMemory:
         from jarvismem.recall.prompt import recall_for_turn
 
         return await recall_for_turn(
-            self.runtime.recall_store, self.runtime.policy, agent_id=self.agent_id,
-            query=query, session_id=session_id, context=context,
+            self.runtime.recall_store,
+            self.runtime.policy,
+            agent_id=self.agent_id,
+            query=query,
+            session_id=session_id,
+            context=context,
         )
 
     async def preflight(
@@ -298,8 +313,12 @@ class UnifiedMemory:
         bundle = await self.rehydrate_bundle(ledger_tail)
         recalled = await self.recall(user_message, session_id=session_id, context=context)
         return preflight(
-            instructions, user_message, bundle=bundle, recalled=recalled,
-            policy=self.runtime.policy, budget_chars=budget_chars,
+            instructions,
+            user_message,
+            bundle=bundle,
+            recalled=recalled,
+            policy=self.runtime.policy,
+            budget_chars=budget_chars,
         )
 
     async def capture(
@@ -314,9 +333,13 @@ class UnifiedMemory:
         from jarvismem.recall.prompt import capture_conversation
 
         return await capture_conversation(
-            self.runtime.recall_store, self.runtime.policy, agent_id=self.agent_id,
-            user=self.runtime.redactor(user), assistant=self.runtime.redactor(assistant),
-            session_id=session_id, context=context,
+            self.runtime.recall_store,
+            self.runtime.policy,
+            agent_id=self.agent_id,
+            user=self.runtime.redactor(user),
+            assistant=self.runtime.redactor(assistant),
+            session_id=session_id,
+            context=context,
         )
 
     def _recall_store(self) -> RecallStore:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import EMBEDDED_NOTE, connect_redis, is_embedded
+from jarvismem.backends.redis import connect_redis, is_embedded
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.redaction import Redactor, default_redactor, no_redaction
 from jarvismem.settings import Settings, load_settings
@@ -116,12 +116,21 @@ class WorkflowState:
             from jarvismem.tiers.longterm import LongTermMemory
 
             self.ltm = LongTermMemory(
-                rt.redis, rt.blob, rt.keyspace, workflow_id,
-                ttl_seconds=s.ttl_seconds, redactor=rt.redactor,
+                rt.redis,
+                rt.blob,
+                rt.keyspace,
+                workflow_id,
+                ttl_seconds=s.ttl_seconds,
+                redactor=rt.redactor,
             )
             assert self.ledger is not None
             self.compactor = Compactor(
-                rt.redis, self.ltm, self.ledger, rt.summarizer, rt.keyspace, workflow_id,
+                rt.redis,
+                self.ltm,
+                self.ledger,
+                rt.summarizer,
+                rt.keyspace,
+                workflow_id,
                 CompactionPolicy.from_settings(s),
             )
 
@@ -130,7 +139,10 @@ class WorkflowState:
         if store is None:
             rt = self.runtime
             store = CheckpointStore(
-                rt.redis, rt.keyspace, self.workflow_id, step_id,
+                rt.redis,
+                rt.keyspace,
+                self.workflow_id,
+                step_id,
                 ttl_seconds=rt.settings.ttl_seconds,
                 max_bytes=rt.settings.max_checkpoint_bytes,
             )
@@ -182,7 +194,9 @@ class MemoryRuntime:
         self.athena = athena
         if summarizer is None:
             summarizer = (
-                _create_summarizer(self.settings) if owns_clients else shared_summarizer(self.settings)
+                _create_summarizer(self.settings)
+                if owns_clients
+                else shared_summarizer(self.settings)
             )
         self.summarizer = summarizer
         if redactor is None:
@@ -212,9 +226,7 @@ class MemoryRuntime:
         """Build and connect every configured backend from settings/environment."""
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
-        redis = await connect_redis(settings)
-        if is_embedded(redis):
-            log.warning("jarvismem is using the %s", EMBEDDED_NOTE)
+        redis = await connect_redis(settings)  # logs once when it is the embedded stand-in
         from jarvismem.backends.blob import create_blob_storage
 
         blob = create_blob_storage(settings)

@@ -55,8 +55,12 @@ def test_documented_constructor_accepts_positional_and_keyword_backends(
 ) -> None:
     positional = UnifiedMemory("wf", "s1", "a1", redis_client, blob_storage, None)
     keyword = UnifiedMemory(
-        workflow_id="wf", step_id="s1", agent_id="a1",
-        redis_store=redis_client, blob_storage=blob_storage, athena_client=None,
+        workflow_id="wf",
+        step_id="s1",
+        agent_id="a1",
+        redis_store=redis_client,
+        blob_storage=blob_storage,
+        athena_client=None,
     )
     for mem in (positional, keyword):
         assert mem.working is not None and mem.episodic is not None and mem.ltm is not None
@@ -70,8 +74,11 @@ async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow
     assert await mem.load_checkpoint() is None
     bundle = await mem.rehydrate_bundle()
     assert {k: bundle[k] for k in DOCUMENTED_KEYS} == {
-        "ltm_summary": None, "recent_turns": [], "checkpoint": None,
-        "scratchpad": "", "athena_context": None,
+        "ltm_summary": None,
+        "recent_turns": [],
+        "checkpoint": None,
+        "scratchpad": "",
+        "athena_context": None,
     }
     assert bundle["degraded"] == {}
 
@@ -87,11 +94,20 @@ async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow
     ids=["none", "redis-only", "blob-only", "redis+blob"],
 )
 async def test_degradation_matrix_activates_exactly_the_documented_tiers(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any,
-    use_redis: bool, use_blob: bool, expected: tuple[bool, bool, bool],
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    blob_storage: Any,
+    use_redis: bool,
+    use_blob: bool,
+    expected: tuple[bool, bool, bool],
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client if use_redis else None,
-               blob=blob_storage if use_blob else None)
+    mem = view(
+        settings,
+        workflow_id,
+        redis=redis_client if use_redis else None,
+        blob=blob_storage if use_blob else None,
+    )
     active = (mem.working is not None, mem.episodic is not None, mem.ltm is not None)
     assert active == expected
     await mem.log_turn("t1", "thought one", "action one", "result one")
@@ -206,8 +222,12 @@ async def test_a_non_string_checkpoint_is_refused_before_anything_is_written(
 async def test_an_oversized_checkpoint_is_refused(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any
 ) -> None:
-    s = load_settings(_env_file=None, jarvismem_namespace=keyspace.namespace,
-                      outbox_path=tmp_path / "ob", max_checkpoint_bytes=1024)
+    s = load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "ob",
+        max_checkpoint_bytes=1024,
+    )
     mem = view(s, workflow_id, redis=redis_client)
     with pytest.raises(PayloadTooLargeError):
         await mem.save_checkpoint("x" * 2000)
@@ -270,7 +290,9 @@ async def test_secrets_are_redacted_before_any_tier_persists_them(
 async def test_a_custom_redactor_is_applied(
     settings: Settings, workflow_id: str, redis_client: Any
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client, redactor=lambda s: s.replace("Alice", "[name]"))
+    rt = MemoryRuntime(
+        settings, redis=redis_client, redactor=lambda s: s.replace("Alice", "[name]")
+    )
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "Alice asked", "reply to Alice", "done")
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]

@@ -45,7 +45,10 @@ async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
 
 
 async def test_all_four_tiers_are_active_and_turns_reach_athena_as_events(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any,
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    blob_storage: Any,
     athena_server: FakeAthenaServer,
 ) -> None:
     client = AthenaClient(athena_server.url, timeout=2.0)
@@ -64,7 +67,10 @@ async def test_all_four_tiers_are_active_and_turns_reach_athena_as_events(
 
 
 async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
-    settings: Settings, workflow_id: str, redis_client: Any, athena_server: FakeAthenaServer,
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
 ) -> None:
     athena_server.add_chain("acme", "jarvismem", "billing", "Invoices are paid on the 5th.")
     client = AthenaClient(athena_server.url, timeout=2.0)
@@ -85,7 +91,10 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
 
 @pytest.mark.parametrize("mode", ["error500", "hang", "garbage"])
 async def test_a_failing_athena_marks_the_tier_degraded_within_its_timeout(
-    settings: Settings, workflow_id: str, redis_client: Any, athena_server: FakeAthenaServer,
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
     mode: str,
 ) -> None:
     client = AthenaClient(athena_server.url, timeout=2.0, max_retries=0)

@@ -19,8 +19,10 @@ from tests.conftest import REAL_REDIS_URL
 @pytest.fixture
 def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
     return load_settings(
-        _env_file=None, jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox", compaction_enabled=False,
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "outbox",
+        compaction_enabled=False,
     )
 
 
@@ -30,7 +32,9 @@ async def test_an_agent_that_never_touches_spaces_has_none_in_its_bundle(
     rt = MemoryRuntime(settings, redis=redis_client)
     bundle = await rt.memory(workflow_id, "s1", "a1").rehydrate_bundle()
     assert bundle["spaces"] is None
-    assert [k async for k in redis_client.scan_iter(match=f"jm:{settings.jarvismem_namespace}:*")] == []
+    assert [
+        k async for k in redis_client.scan_iter(match=f"jm:{settings.jarvismem_namespace}:*")
+    ] == []
     await rt.close()
 
 
@@ -48,8 +52,13 @@ async def test_spaces_written_through_the_facade_come_back_in_a_fresh_bundle(
     spaces = bundle["spaces"]
     assert spaces["spaces"]["world"]["data"] == {"customer": "ACME"}
     assert [t["text"] for t in spaces["spaces"]["tasks"]["data"]] == ["send the quote"]
-    assert set(bundle) >= {"ltm_summary", "recent_turns", "checkpoint", "scratchpad",
-                           "athena_context"}
+    assert set(bundle) >= {
+        "ltm_summary",
+        "recent_turns",
+        "checkpoint",
+        "scratchpad",
+        "athena_context",
+    }
     await fresh.close()
 
 
@@ -60,8 +69,12 @@ def _write_spaces_in_child(url: str, namespace: str, workflow_id: str, outbox: s
 
     async def main() -> None:
         client = aioredis.Redis.from_url(url)
-        s = load_settings(_env_file=None, jarvismem_namespace=namespace, outbox_path=outbox,
-                          compaction_enabled=False)
+        s = load_settings(
+            _env_file=None,
+            jarvismem_namespace=namespace,
+            outbox_path=outbox,
+            compaction_enabled=False,
+        )
         rt = MemoryRuntime(s, redis=client)
         spaces = rt.memory(workflow_id, "s1", "a1").spaces
         assert spaces is not None
@@ -107,7 +120,9 @@ async def test_remember_then_recall_ranks_the_relevant_fact_first(
     await rt.close()
 
 
-async def test_without_redis_remember_says_no_recall_store(settings: Settings, workflow_id: str) -> None:
+async def test_without_redis_remember_says_no_recall_store(
+    settings: Settings, workflow_id: str
+) -> None:
     mem = MemoryRuntime(settings).memory(workflow_id, "s1", "a1")
     with pytest.raises(RecallStoreMissingError):
         await mem.remember("x")
@@ -154,8 +169,9 @@ async def test_capture_writes_the_conversation_only_when_the_policy_says_so(
 ) -> None:
     manual = MemoryRuntime(settings, redis=redis_client)
     assert await manual.memory(workflow_id, "s1", "a1").capture("hi", "hello") is None
-    conv = MemoryRuntime(settings, redis=redis_client,
-                         policy=MemoryPolicy.parse({"capture": "conversation"}))
+    conv = MemoryRuntime(
+        settings, redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"})
+    )
     entry = await conv.memory(workflow_id, "s1", "a1").capture("what is 2+2?", "4")
     assert entry is not None and entry.content == "User: what is 2+2?\nAssistant: 4"
     await manual.close()

@@ -103,7 +103,7 @@ async def connect_redis(settings: Settings) -> RedisClient:
         try:
             await asyncio.wait_for(client.ping(), timeout=5.0)
             return client
-        except (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
             if attempt == attempts:
                 await client.aclose()
                 raise BackendUnavailableError(

@@ -14,8 +14,8 @@ processes) create exactly one session.
 from __future__ import annotations
 
 import asyncio
-import json
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -516,7 +516,7 @@ class AthenaMemory:
             self._next_attempt = time.monotonic() + self._retry_cap
             log.warning("Athena delivery loop error: %s", self._last_error)
 
-    async def flush(self, timeout: float | None = None) -> int:  # noqa: ASYNC109
+    async def flush(self, timeout: float | None = None) -> int:
         """Try to deliver every pending write now; returns how many were delivered.
 
         Stops at the first failure (the rest stays queued) or after ``timeout``

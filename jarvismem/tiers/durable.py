@@ -95,8 +95,11 @@ class DurableWriter:
         self.last_error = f"{type(exc).__name__}: {exc}"[:300]
         self.last_error_at = time.time()
         if first or not self.degraded:
-            log.warning("%s unavailable (%s); queueing writes in the local outbox",
-                        self.name, type(exc).__name__)
+            log.warning(
+                "%s unavailable (%s); queueing writes in the local outbox",
+                self.name,
+                type(exc).__name__,
+            )
 
     def _ensure_drainer(self) -> None:
         if self._closed or (self._drainer is not None and not self._drainer.done()):
@@ -151,7 +154,9 @@ class DurableWriter:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
         if not self.degraded and self.last_error is not None:
-            log.warning("%s recovered; outbox replayed (%d records so far)", self.name, self.replayed)
+            log.warning(
+                "%s recovered; outbox replayed (%d records so far)", self.name, self.replayed
+            )
             self.last_error = None
 
     async def flush(self, timeout: float) -> bool:

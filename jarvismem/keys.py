@@ -99,7 +99,7 @@ class KeySpace:
         return f"{self._wf(workflow_id)}:turns"
 
     @staticmethod
-    def turn_field(step_id: str, agent_id: str, turn_id: str) -> str:
+    def turn_field(step_id: str, agent_id: str, turn_id: str | int) -> str:
         """Field of :meth:`turn_index`. Ids hold no ``:``, so the join is injective."""
         return (
             f"{validate_id(step_id, 'step_id')}:{validate_id(agent_id, 'agent_id')}:"

@@ -202,6 +202,10 @@ def encode_fields(entry: Mapping[str, Any]) -> list[str]:
     return args
 
 
+# keys, args, and the future the caller awaits.
+_Pending = tuple[list[Any], list[Any], "asyncio.Future[Any]"]
+
+
 class _AppendBatcher:
     """Coalesces ledger appends made while a round trip is in flight into one pipeline.
 
@@ -217,7 +221,7 @@ class _AppendBatcher:
         self._redis = redis
         self._script = script
         self._loop = asyncio.get_running_loop()
-        self._queue: list[tuple[list[Any], list[Any], asyncio.Future[Any]]] = []
+        self._queue: list[_Pending] = []
         self._busy = False
 
     async def call(self, keys: list[Any], args: list[Any]) -> Any:
@@ -268,9 +272,7 @@ class _AppendBatcher:
                 self._busy = True
                 self._loop.create_task(self._drain(), name="jarvismem-ledger-batch")
 
-    async def _send(
-        self, items: list[tuple[list[Any], list[Any], asyncio.Future[Any]]]
-    ) -> list[Any]:
+    async def _send(self, items: list[_Pending]) -> list[Any]:
         """One pipeline of EVALSHAs; reloads the script once if the server lost it."""
         replies = await self._pipeline(items)
         if any(_is_noscript(r) for r in replies):
@@ -282,9 +284,7 @@ class _AppendBatcher:
                 replies[i] = reply
         return replies
 
-    async def _pipeline(
-        self, items: list[tuple[list[Any], list[Any], asyncio.Future[Any]]]
-    ) -> list[Any]:
+    async def _pipeline(self, items: list[_Pending]) -> list[Any]:
         sha = self._script.sha
         async with self._redis.pipeline(transaction=False) as pipe:
             for keys, args, _ in items:

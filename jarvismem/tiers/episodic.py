@@ -197,6 +197,15 @@ def encode_fields(entry: Mapping[str, Any]) -> list[str]:
             raise InvalidPayloadError(
                 f"ledger field {name!r} is not JSON-serialisable: {exc}"
             ) from None
+        if not encoded.isascii():
+            # A lone surrogate passes json but not UTF-8 encoding on the wire; failing
+            # there, it looked like an outage and wedged the outbox behind it forever.
+            try:
+                encoded.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidPayloadError(
+                    f"ledger field {name!r} contains unpaired surrogates (not valid UTF-8)"
+                ) from None
         args.append(name)
         args.append(encoded)
     return args

@@ -211,8 +211,10 @@ def _dedupe_turns(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     seen: dict[Any, int] = {}
     for record in records:
-        if record.get("type") == TURN:
-            turn_id = record.get("turn_id")
+        turn_id = record.get("turn_id")
+        # A hand-edited or foreign record may carry any JSON as turn_id: only
+        # plain ids are deduplicated (a dict here used to fail the whole render).
+        if record.get("type") == TURN and isinstance(turn_id, str | int):
             if turn_id in seen:
                 out[seen[turn_id]] = record
                 continue

@@ -73,6 +73,7 @@ class ProgressBar:
         self.enabled = enabled
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._last_step = -1
+        self._last_done = -1
         self._last_draw = 0.0
         self._drawn = False
 
@@ -95,8 +96,9 @@ class ProgressBar:
             return
         # Not a terminal (a log, a pipe): one line per quarter, never a flood.
         step = int(frac * 4)
-        if step != self._last_step:
+        if step != self._last_step or (done == total and done != self._last_done):
             self._last_step = step
+            self._last_done = done
             self.stream.write(f"{self.label}: {done}/{total} ({frac:.0%})\n")
             self.stream.flush()
 

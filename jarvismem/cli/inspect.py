@@ -174,9 +174,19 @@ async def compact(ctx: CliContext) -> int:
         compactor = rt.workflow(workflow).compactor
         if compactor is None:
             raise ConfigError("long-term compaction needs both Redis and blob storage")
-        bar = ProgressBar(f"compacting {workflow}", enabled=True)
+        bar = ProgressBar(f"compacting {workflow}")
+        ledger = rt.workflow(workflow).ledger
+        # The compactor's own total is the shared turn counter, which is 0 when
+        # background compaction is off; the ledger length bounds the work instead.
+        length = await ledger.length() if ledger is not None else 0
+
+        def progress(done: int, total: int) -> None:
+            bar(done, max(total, length))
+
         try:
-            result = await compactor.compact(progress=bar)
+            result = await compactor.compact(progress=progress)
+            if result.entries:
+                bar(result.entries, result.entries)  # the real total is known now
         finally:
             bar.close()
     data = result.as_dict()

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 from jarvismem.demo import LoopbackRedis
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
+from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
 _OWN_VARS = (
     "REDIS",

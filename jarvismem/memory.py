@@ -13,16 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import read_bundle
 from jarvismem.errors import BackendUnavailableError
-from jarvismem.keys import validate_id, validate_turn_id
+from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.tiers.checkpoints import Checkpoint, validate_checkpoint
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
-from jarvismem.tiers.working import WorkingScratchpad, encode_record
+from jarvismem.tiers.working import WorkingScratchpad
 
 if TYPE_CHECKING:
     from jarvismem.backends.athena import AthenaClient
@@ -81,6 +81,7 @@ class UnifiedMemory:
                 tail_bytes=s.scratchpad_tail_bytes,
                 budget_chars=s.scratchpad_budget_chars,
                 redactor=rt.redactor,
+                append=self._wf.durable_append,
             )
         self.episodic: EpisodicLedger | None = self._wf.ledger
         self.ltm: LongTermMemory | None = self._wf.ltm
@@ -110,7 +111,7 @@ class UnifiedMemory:
         result = self._clean(result, "result")
         ts = time.time()
         wf = self._wf
-        writes = []
+        writes: list[Awaitable[object]] = []
         if wf.redis_writer is not None:
             entry = {
                 "turn_id": turn,
@@ -125,41 +126,37 @@ class UnifiedMemory:
             record = {
                 "op": "turn",
                 "args": encode_fields(entry),
-                "field": f"{self.step_id}:{self.agent_id}:{turn}",
+                "field": KeySpace.turn_field(self.step_id, self.agent_id, turn),
             }
             writes.append(wf.redis_writer.submit(record))
-        if wf.blob_writer is not None and self.working is not None:
-            line = encode_record(
-                {
-                    "ts": ts,
-                    "type": "turn",
-                    "scope": "step",
-                    "turn_id": turn,
-                    "data": {
-                        "thought": thought,
-                        "action": action,
-                        "result": result,
-                        "tokens": tokens,
-                    },
-                }
-            )
-            writes.append(
-                wf.blob_writer.submit(
-                    {"op": "append", "path": self.working.path, "data": line.decode("utf-8")}
-                )
-            )
+        if self.working is not None:
+            turn_data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
+            writes.append(self.working.append_turn(turn, turn_data, ts))
         if len(writes) == 1:
             await writes[0]
         elif writes:
             # Ledger round trip and scratchpad append overlap.
             await asyncio.gather(*writes)
         if self.runtime.athena is not None:
-            athena = self.runtime.athena_memory_nowait(self.agent_id)
-            if athena is not None:
-                await athena.record_turn(turn, thought, action, result)
+            await self._athena_turn(turn, thought, action, result)
         if wf.compactor is not None:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()
+
+    async def _athena_turn(self, turn: str, thought: Any, action: Any, result: Any) -> None:
+        """Queue the turn for Athena; never waits for the network."""
+        rt = self.runtime
+        athena = rt.athena_memory_nowait(self.agent_id)
+        if athena is not None:
+            await athena.record_turn(turn, thought, action, result)
+            return
+        # Session still being resolved: queue in the agent's outbox, which the
+        # AthenaMemory drains once it exists (nothing is lost meanwhile).
+        from jarvismem.tiers.athena import turn_record
+
+        record = turn_record(turn, thought, action, result, rt.redactor)
+        if record is not None:
+            await rt.outbox("athena", self.agent_id).put(record)
 
     def _clean(self, value: Any, name: str) -> Any:
         """Redact strings and bound their size (documented truncation)."""

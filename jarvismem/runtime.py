@@ -159,6 +159,13 @@ class WorkflowState:
         else:
             raise ValueError(f"unknown outbox op {op!r}")
 
+    async def durable_append(self, path: str, data: bytes) -> bool:
+        """Append to a blob now, or queue it in order in the blob outbox."""
+        assert self.blob_writer is not None
+        return await self.blob_writer.submit(
+            {"op": "append", "path": path, "data": data.decode("utf-8")}
+        )
+
     async def _apply_blob(self, record: dict[str, Any]) -> None:
         assert self.runtime.blob is not None
         await self.runtime.blob.append(record["path"], record["data"].encode("utf-8"))

@@ -89,6 +89,23 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
     await client.aclose()
 
 
+async def test_turns_logged_before_the_session_exists_reach_athena_in_order(
+    settings: Settings, workflow_id: str, redis_client: Any, athena_server: FakeAthenaServer,
+) -> None:
+    client = AthenaClient(athena_server.url, timeout=2.0)
+    rt = MemoryRuntime(settings, redis=redis_client, athena=client)
+    mem = rt.memory(workflow_id, "s1", "a1")
+    for i in range(3):  # no await of rt.athena_memory(): the session is still being made
+        await mem.log_turn(i, f"thought {i}", "", "")
+    await _wait_for(lambda: len(athena_server.events) >= 3)
+    assert [ev["content"] for _sid, ev in athena_server.events] == [
+        "thought 0", "thought 1", "thought 2"
+    ]
+    assert athena_server.sessions_created == 1
+    await rt.close()
+    await client.aclose()
+
+
 @pytest.mark.parametrize("mode", ["error500", "hang", "garbage"])
 async def test_a_failing_athena_marks_the_tier_degraded_within_its_timeout(
     settings: Settings,

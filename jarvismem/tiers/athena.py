@@ -92,6 +92,30 @@ def _check_meta(metadata: dict[str, Any]) -> dict[str, str]:
     return dict(metadata)
 
 
+def turn_record(
+    turn_id: str, thought: Any, action: Any, result: Any, redactor: Callable[[str], str]
+) -> dict[str, Any] | None:
+    """The outbox record of one turn (None when the turn has no text).
+
+    Module-level so a caller can queue a turn in the agent's outbox before its
+    AthenaMemory exists (the session is resolved at delivery).
+    """
+    events = []
+    for etype, value in (("thought", thought), ("action", action), ("observation", result)):
+        if value in (None, ""):
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        events.append(
+            {
+                "type": etype,
+                "content": redactor(text),
+                "metadata": {"turn_id": str(turn_id)},
+                "idempotency_key": uuid.uuid4().hex,
+            }
+        )
+    return {"kind": "events", "events": events} if events else None
+
+
 class AthenaMemory:
     """The Athena tier of one agent. Build it with :meth:`create`.
 
@@ -370,21 +394,9 @@ class AthenaMemory:
         One outbox record for the three events: a single durable append on the
         ``log_turn`` path instead of three. Non-string values are sent as JSON.
         """
-        events = []
-        for etype, value in (("thought", thought), ("action", action), ("observation", result)):
-            if value in (None, ""):
-                continue
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
-            events.append(
-                {
-                    "type": etype,
-                    "content": self._redactor(text),
-                    "metadata": {"turn_id": str(turn_id)},
-                    "idempotency_key": uuid.uuid4().hex,
-                }
-            )
-        if events:
-            await self._enqueue({"kind": "events", "events": events})
+        record = turn_record(turn_id, thought, action, result, self._redactor)
+        if record is not None:
+            await self._enqueue(record)
 
     async def _queue_event(self, etype: str, content: str, metadata: dict[str, Any]) -> None:
         if etype not in EVENT_TYPES:

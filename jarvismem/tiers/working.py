@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 from jarvismem.backends.blob.base import BlobStorage
@@ -84,6 +84,7 @@ class WorkingScratchpad:
         tail_bytes: int = 262_144,
         budget_chars: int = 8000,
         redactor: Callable[[str], str] | None = None,
+        append: Callable[[str, bytes], Awaitable[object]] | None = None,
     ) -> None:
         self.blob = blob
         self.keyspace = keyspace
@@ -95,6 +96,9 @@ class WorkingScratchpad:
         self.tail_bytes = tail_bytes
         self.budget_chars = budget_chars
         self._redact = redactor
+        # The facade passes its durable writer here, so a blob outage queues
+        # appends in the local outbox instead of raising into the kernel.
+        self._append = append or blob.append
 
     # --- writes ------------------------------------------------------------------------
 
@@ -108,13 +112,13 @@ class WorkingScratchpad:
         payload = encode_record(record)
         if scope == "goal":
             # Goals blob first: a finding must never be in the scratchpad only.
-            await self.blob.append(self.goals_path, payload)
-        await self.blob.append(self.path, payload)
+            await self._append(self.goals_path, payload)
+        await self._append(self.path, payload)
 
     async def append_turn(self, turn_id: str, turn: dict[str, Any], ts: float) -> None:
         """Append a turn record (called by ``UnifiedMemory.log_turn``)."""
         record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": turn_id, "data": turn}
-        await self.blob.append(self.path, encode_record(record))
+        await self._append(self.path, encode_record(record))
 
     def _clean(self, data: Any) -> Any:
         if self._redact is None:

@@ -16,15 +16,36 @@ Redactor = Callable[[str], str]
 
 REDACTED = "[REDACTED]"
 
+# Names of key=value pairs whose value is a secret.
+_SECRET_NAMES = (
+    r"(?:api[_-]?key|x-api-key|secret|secret[_-]access[_-]key|password|passwd|token"
+    r"|access[_-]?token|auth[_-]?token)"
+)
+
+Replacement = str | Callable[[re.Match[str]], str]
+
 # Shapes of secrets seen in agent transcripts. Each keeps a recognisable
 # prefix out of the match where that helps a reader ("Bearer [REDACTED]").
-DEFAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # Authorization headers: Bearer/JWT/Basic tokens.
-    (re.compile(r"(?i)\b(bearer|jwt|basic)\s+[A-Za-z0-9\-._~+/]{8,}=*"), r"\1 " + REDACTED),
+# Every pattern must stay linear in the text length: turn fields are up to
+# 64 KiB, and a backtracking pattern would stall the event loop.
+
+DEFAULT_PATTERNS: tuple[tuple[re.Pattern[str], Replacement], ...] = (
+    # Authorization headers: Bearer/JWT/Basic tokens. The token must look like
+    # one (a digit, inner punctuation, base64 padding, or 20+ letters) so prose
+    # such as "a basic understanding" is left alone.
+    (
+        re.compile(
+            r"(?i)\b(bearer|jwt|basic)\s+"
+            r"(?:(?=[A-Za-z0-9\-._~+/]*(?:[0-9]|[\-._~+/][A-Za-z0-9]))[A-Za-z0-9\-._~+/]{8,}=*"
+            r"|[A-Za-z0-9\-._~+/]{8,}=+|[A-Za-z]{20,})"
+        ),
+        r"\1 " + REDACTED,
+    ),
     # OpenAI / Anthropic style keys.
     (re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"), REDACTED),
-    # GitHub tokens.
+    # GitHub tokens (classic and fine-grained).
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), REDACTED),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}"), REDACTED),
     # AWS access key ids.
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),
     # Slack tokens.
@@ -35,16 +56,29 @@ DEFAULT_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
     # Azure storage account keys inside connection strings.
     (re.compile(r"(?i)(AccountKey=)[A-Za-z0-9+/=]{20,}"), r"\1" + REDACTED),
-    # key=value / "key": "value" pairs whose name says secret.
+    # key=value / "key": "value" pairs whose name says secret, also after a
+    # prefix (client_secret, aws_secret_access_key, db-password). A quoted value
+    # is hidden up to its closing quote: a passphrase may contain spaces.
     (
         re.compile(
-            r"(?i)(\b(?:api[_-]?key|x-api-key|secret|password|passwd|token|access[_-]?token)"
-            r"\b[\"']?\s*[:=]\s*[\"']?)([^\s\"',;]{6,})"
+            r"(?i)((?<![a-z0-9])" + _SECRET_NAMES + r"\b[\"']?\s*[:=]\s*)"
+            r"(\"(?:\\.|[^\"\\\n])+\"|'(?:\\.|[^'\\\n])+')"
+        ),
+        lambda m: m.group(1) + m.group(2)[0] + REDACTED + m.group(2)[0],
+    ),
+    (
+        re.compile(
+            r"(?i)((?<![a-z0-9])" + _SECRET_NAMES + r"\b[\"']?\s*[:=]\s*)"
+            r"([^\s\"',;&]{6,})"
         ),
         r"\1" + REDACTED,
     ),
-    # Passwords in URLs: scheme://user:pass@host
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@"), r"\1" + REDACTED + "@"),
+    # Passwords in URLs: scheme://user:pass@host. The scheme is bounded so that
+    # long runs like "a-a-a-..." are not rescanned from every word start.
+    (
+        re.compile(r"(\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]*:)[^@\s/]+@"),
+        r"\1" + REDACTED + "@",
+    ),
 )
 
 
@@ -52,7 +86,7 @@ class PatternRedactor:
     """Replace every match of a list of ``(pattern, replacement)`` pairs."""
 
     def __init__(
-        self, patterns: Iterable[tuple[re.Pattern[str], str]] = DEFAULT_PATTERNS
+        self, patterns: Iterable[tuple[re.Pattern[str], Replacement]] = DEFAULT_PATTERNS
     ) -> None:
         self._patterns = tuple(patterns)
 
@@ -82,4 +116,7 @@ def mask_url(url: str) -> str:
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
     query = "***" if parts.query else ""
+    if not netloc and url.startswith(f"{parts.scheme}://"):
+        # unix:///tmp/r.sock: urlunsplit would drop the empty authority ("unix:/tmp").
+        return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))

@@ -1,0 +1,202 @@
+"""Secret redaction: each secret shape is hidden, ordinary prose is left alone."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from jarvismem.redaction import (
+    REDACTED,
+    PatternRedactor,
+    Redactor,
+    default_redactor,
+    mask_url,
+    no_redaction,
+)
+
+# Fake secrets in real shapes (none of them is a live credential).
+OPENAI = "sk-" + "Ab3dEf6hIj9kLm2nOp5q"
+OPENAI_PROJECT = "sk-proj-" + "Zx8_Cv7-Bn6mQw5eRt4yUi3o"
+ANTHROPIC = "sk-ant-api03-" + "Qa1Ws2Ed3Rf4Tg5Yh6Uj7"
+GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+GITHUB_FINE = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuv"
+AWS = "AKIA" + "IOSFODNN7EXAMPLE"
+SLACK = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKl"
+GOOGLE = "AIza" + "SyA1234567890abcdefghijklmnopqrstuv"
+JWT = (
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
+    "eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+)
+AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBe=="
+
+SECRET_CASES: list[tuple[str, str, str]] = [
+    # (name, text, the secret that must disappear)
+    ("openai", f"use key {OPENAI} for the call", OPENAI),
+    ("openai-project", f"OPENAI_KEY is {OPENAI_PROJECT}", OPENAI_PROJECT),
+    ("anthropic", f"x-key {ANTHROPIC}", ANTHROPIC),
+    ("github", f"git clone with {GITHUB}", GITHUB),
+    ("github-fine-grained", f"pat: {GITHUB_FINE} end", GITHUB_FINE),
+    ("aws-access-key-id", f"aws id {AWS} in config", AWS),
+    ("slack", f"slack bot {SLACK}", SLACK),
+    ("google", f"maps key {GOOGLE}.", GOOGLE),
+    ("jwt", f"token {JWT}", JWT),
+    ("bearer-header", "Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
+    ("bearer-lowercase", "authorization: bearer q9w8e7r6t5y4u3i2", "q9w8e7r6t5y4u3i2"),
+    ("basic-header", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    ("jwt-header", f"Authorization: JWT {JWT}", JWT),
+    ("api-key-pair", "GET /v1?api_key=abc123def456", "abc123def456"),
+    ("api-key-header", "X-API-Key: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
+    ("token-pair", "token=tok_live_123456", "tok_live_123456"),
+    ("prefixed-secret", "client_secret=abcdef123456", "abcdef123456"),
+    ("aws-secret", "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI/K7MDENG"),
+    ("json-password", '{"user": "bob", "password": "s3cr3tpw"}', "s3cr3tpw"),
+    ("json-passphrase", '{"password": "correct horse battery staple"}', "horse battery"),
+    ("json-escaped-quote", '{"db-password": "ab\\"cd ef"}', "cd ef"),
+    ("yaml-password", "password: hunter2hunter2", "hunter2hunter2"),
+    ("single-quoted", "secret='open sesame now'", "sesame"),
+    (
+        "azure-connection-string",
+        f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={AZURE_KEY};"
+        "EndpointSuffix=core.windows.net",
+        AZURE_KEY[:40],
+    ),
+    ("url-password", "connect to postgres://admin:hunter2@db:5432/app", "hunter2"),
+    ("redis-url-password", "REDIS_URL=redis://:pa55word@127.0.0.1:6379/0", "pa55word"),
+]
+
+PROSE = [
+    "The token budget is 8000 tokens per turn.",
+    "Press any key on the keyboard to continue.",
+    "We spent 42 minutes; 3 of 7 steps passed.",
+    "A basic understanding of the bearer bonds market helps.",
+    "The password policy requires twelve characters.",
+    "Keep the secret recipe in the keyboard drawer.",
+    "Call 555-1234 or visit https://example.com/docs?page=2 for help.",
+    "max_tokens=4096 and temperature=0.2",
+    "skip-list and sk-8 are short names, AKIA alone is not a key.",
+    "Use redis://127.0.0.1:6379/0 (no password) for local runs.",
+    "The JWT spec and the Bearer scheme are described in RFC 6750.",
+    "Résumé: naïve café — ünïcödé text stays as it is.",
+    "",
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"), [c[1:] for c in SECRET_CASES], ids=[c[0] for c in SECRET_CASES]
+)
+def test_default_redactor_hides_secret(text: str, secret: str) -> None:
+    out = default_redactor(text)
+    assert secret not in out
+    assert REDACTED in out
+
+
+@pytest.mark.parametrize("text", PROSE)
+def test_default_redactor_leaves_prose_untouched(text: str) -> None:
+    assert default_redactor(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Authorization: Bearer abcdefgh12345678", f"Authorization: Bearer {REDACTED}"),
+        ("api_key=abc123def456&x=1", f"api_key={REDACTED}&x=1"),
+        ('{"password": "a b c d"}', f'{{"password": "{REDACTED}"}}'),
+        (
+            "AccountName=a;AccountKey=" + AZURE_KEY + ";x=y",
+            f"AccountName=a;AccountKey={REDACTED};x=y",
+        ),
+        ("https://bob:hunter2@example.com/x", f"https://bob:{REDACTED}@example.com/x"),
+        ("aws_secret_access_key=wJalrXUtnFEMI", f"aws_secret_access_key={REDACTED}"),
+    ],
+)
+def test_redaction_keeps_the_readable_prefix(text: str, expected: str) -> None:
+    assert default_redactor(text) == expected
+
+
+def test_text_around_a_secret_is_kept() -> None:
+    out = default_redactor(f"before {OPENAI} after")
+    assert out == f"before {REDACTED} after"
+
+
+def test_every_secret_in_one_text_is_hidden() -> None:
+    text = " | ".join(case[1] for case in SECRET_CASES)
+    out = default_redactor(text)
+    for _, _, secret in SECRET_CASES:
+        assert secret not in out
+
+
+@pytest.mark.parametrize("text", [c[1] for c in SECRET_CASES], ids=[c[0] for c in SECRET_CASES])
+def test_redaction_is_idempotent(text: str) -> None:
+    once = default_redactor(text)
+    assert default_redactor(once) == once
+
+
+@pytest.mark.parametrize(
+    "text",
+    # Inputs that make a backtracking pattern rescan the text from every position;
+    # the size is that of the largest turn field. Each must come back unchanged.
+    ["a-" * 32_768, "ab1." * 16_384, "x://" * 16_384, "password " * 7_000, "Bearer " * 9_000],
+    ids=["dashes", "dots", "schemes", "names", "bearers"],
+)
+def test_long_adversarial_text_is_processed_unchanged(text: str) -> None:
+    assert default_redactor(text) == text
+
+
+# --- mask_url --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://app:hunter2@127.0.0.1:6379/0", "redis://app:***@127.0.0.1:6379/0"),
+        ("rediss://:hunter2@cache.example:6380", "rediss://:***@cache.example:6380"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://user@host:6379", "redis://user@host:6379"),
+        ("https://h.example/p?sig=hunter2&x=1", "https://h.example/p?***"),
+        ("redis://h:6379/0?password=hunter2", "redis://h:6379/0?***"),
+        ("unix:///tmp/redis.sock?password=hunter2", "unix:///tmp/redis.sock?***"),
+        ("http://u:p%40ss@h/x#frag-hunter2", "http://u:***@h/x"),
+    ],
+)
+def test_mask_url_hides_password_and_query(url: str, expected: str) -> None:
+    masked = mask_url(url)
+    assert masked == expected
+    assert "hunter2" not in masked
+
+
+def test_mask_url_handles_an_unparseable_url_without_echoing_it() -> None:
+    masked = mask_url("http://[hunter2")
+    assert "hunter2" not in masked
+
+
+# --- custom redactors ------------------------------------------------------------------------
+
+
+def test_no_redaction_is_the_identity() -> None:
+    text = f"key {OPENAI}"
+    assert no_redaction(text) == text
+
+
+def test_a_custom_callable_is_a_redactor() -> None:
+    def hide_names(text: str) -> str:
+        return text.replace("Alice", "[name]")
+
+    redactor: Redactor = hide_names
+    assert redactor("Alice met Bob") == "[name] met Bob"
+
+
+def test_pattern_redactor_applies_only_the_given_patterns() -> None:
+    emails = PatternRedactor([(re.compile(r"[\w.]+@[\w.]+"), "[email]")])
+    out = emails(f"mail bob@example.com with {OPENAI}")
+    assert out == f"mail [email] with {OPENAI}"
+
+
+def test_pattern_redactor_accepts_a_function_replacement() -> None:
+    digits = PatternRedactor([(re.compile(r"\d{4,}"), lambda m: "#" * len(m.group(0)))])
+    assert digits("card 12345678 ok") == "card ######## ok"
+
+
+def test_pattern_redactor_applies_patterns_in_order() -> None:
+    chain = PatternRedactor([(re.compile("a"), "b"), (re.compile("b"), "c")])
+    assert chain("a") == "c"

@@ -140,6 +140,9 @@ class LocalBlobStorage:
         self._root = Path(root)
         self._fsync_appends = fsync_appends
         self._resolved_root: Path | None = None
+        # Appends waiting for the in-flight thread hop (see append()).
+        self._append_busy = False
+        self._append_queue: list[tuple[str, bytes, asyncio.Future[None]]] = []
 
     @property
     def name(self) -> str:
@@ -377,35 +380,93 @@ class LocalBlobStorage:
         return version
 
     async def append(self, path: str, data: bytes) -> None:
-        """Append ``data`` as one unit, creating the blob (and folders) if needed."""
+        """Append ``data`` as one unit, creating the blob (and folders) if needed.
+
+        Appends made while another append's thread hop is in flight are written
+        together in the next hop (one open and one write per path, each call's
+        bytes contiguous and in call order), so concurrent agents do not pay a
+        thread hop each.
+        """
         validate_blob_path(path)
         payload = _as_bytes(data)
+        if self._append_busy:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._append_queue.append((path, payload, future))
+            await future
+            return
+        self._append_busy = True
+        try:
+            await self._run(lambda: self._append_sync(path, payload))
+        finally:
+            if self._append_queue:
+                asyncio.get_running_loop().create_task(self._drain_appends())
+            else:
+                self._append_busy = False
 
-        def work() -> None:
-            with _os_errors("append", path):
-                target = self._target(path)
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    async def _drain_appends(self) -> None:
+        """Write every queued append, one thread hop per batch, until none is left."""
+        try:
+            while self._append_queue:
+                batch, self._append_queue = self._append_queue, []
+                by_path: dict[str, list[tuple[bytes, asyncio.Future[None]]]] = {}
+                for path, payload, future in batch:
+                    by_path.setdefault(path, []).append((payload, future))
+                jobs = [(path, b"".join(p for p, _ in items)) for path, items in by_path.items()]
+
+                def work(
+                    jobs: builtins.list[tuple[str, bytes]] = jobs,
+                ) -> builtins.list[BaseException | None]:
+                    errors: builtins.list[BaseException | None] = []
+                    for path, payload in jobs:
+                        try:
+                            self._append_sync(path, payload)
+                            errors.append(None)
+                        except Exception as exc:
+                            errors.append(exc)
+                    return errors
+
                 try:
-                    fd = os.open(target, flags, 0o644)
-                except FileNotFoundError:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    fd = os.open(target, flags, 0o644)
+                    outcomes = await self._run(work)
+                except BaseException as exc:
+                    for _, _, future in batch:
+                        if not future.done():
+                            future.set_exception(BlobError(f"append failed: {type(exc).__name__}"))
+                    raise
+                for (_path, items), error in zip(by_path.items(), outcomes, strict=True):
+                    for _, future in items:
+                        if future.done():
+                            continue
+                        if error is None:
+                            future.set_result(None)
+                        else:
+                            future.set_exception(error)
+        finally:
+            self._append_busy = False
+
+    def _append_sync(self, path: str, payload: bytes) -> None:
+        """The file work of one append (runs in the worker thread)."""
+        with _os_errors("append", path):
+            target = self._target(path)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            try:
+                fd = os.open(target, flags, 0o644)
+            except FileNotFoundError:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(target, flags, 0o644)
+            try:
+                if not payload:
+                    return
+                # O_APPEND alone is atomic only for one complete write(); the
+                # lock also covers the loop on short writes of big buffers.
+                fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
-                    if not payload:
-                        return
-                    # O_APPEND alone is atomic only for one complete write(); the
-                    # lock also covers the loop on short writes of big buffers.
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    try:
-                        _write_all(fd, payload)
-                        if self._fsync_appends:
-                            os.fsync(fd)
-                    finally:
-                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    _write_all(fd, payload)
+                    if self._fsync_appends:
+                        os.fsync(fd)
                 finally:
-                    os.close(fd)
-
-        await self._run(work)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
 
     async def delete(self, path: str) -> bool:
         """Delete the blob (and its lock file); returns whether it existed."""

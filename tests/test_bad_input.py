@@ -1,0 +1,306 @@
+"""Bad input: each has a defined outcome and nothing stored is damaged.
+
+Either a specific error from ``jarvismem.errors`` before anything is written, or
+a tolerant skip with a warning. The ledger runs on fakeredis and the real server,
+the scratchpad on a local folder and Azurite (the shared parametrized fixtures).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from jarvismem.errors import InvalidIdError, InvalidPayloadError
+from jarvismem.keys import KeySpace, validate_id
+from jarvismem.memory import UnifiedMemory
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import Settings, load_settings
+from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS
+
+
+@pytest.fixture
+def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
+    return load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "outbox",
+        compaction_enabled=False,
+        tier_timeout_athena=1.0,
+    )
+
+
+@pytest.fixture
+async def mem(settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any) -> Any:
+    rt = MemoryRuntime(settings, redis=redis_client, blob=blob_storage)
+    yield rt.memory(workflow_id, "s1", "a1")
+    await rt.close()
+
+
+async def nothing_written(mem: UnifiedMemory) -> bool:
+    assert mem.episodic is not None and mem.working is not None
+    wf = mem.runtime.workflow(mem.workflow_id)
+    queued = any(w is not None and w.degraded for w in (wf.redis_writer, wf.blob_writer))
+    return await mem.episodic.length() == 0 and await mem.working.read_all() == [] and not queued
+
+
+# --- ids ---
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.text(max_size=140))
+def test_any_text_is_either_refused_or_a_key_and_path_safe_id(value: str) -> None:
+    try:
+        ok = validate_id(value)
+    except InvalidIdError:
+        return
+    ks = KeySpace("ns")
+    assert not set(ok) & set("/\\:{}*?[]\x00 ") and ".." not in ok and not ok.startswith(".")
+    assert ks.scratchpad(ok, ok, ok).count("/") == 6
+    assert ks.ledger(ok).count(":") == 3
+
+
+@pytest.mark.parametrize(
+    "turn_id",
+    ["../../etc/passwd", "a/b", "a:b", "{tag}", "*", "", "x" * 129, "\x00", ".hidden", True, 1.5],
+)
+async def test_a_hostile_turn_id_is_refused_before_any_tier_is_written(
+    mem: UnifiedMemory, turn_id: Any
+) -> None:
+    with pytest.raises(InvalidIdError):
+        await mem.log_turn(turn_id, "t", "a", "r")
+    assert await nothing_written(mem)
+
+
+# --- payloads ---
+
+
+async def test_a_10_mb_thought_is_truncated_in_every_tier_with_a_documented_marker(
+    mem: UnifiedMemory, settings: Settings
+) -> None:
+    size = 10 * 1024 * 1024
+    await mem.log_turn(1, "z" * size, "a", "r")
+    limit = settings.max_turn_field_chars
+    marker = f"…[truncated {size - limit} chars]"
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    for thought in (turn["thought"], record["data"]["thought"]):
+        assert thought == "z" * limit + marker
+
+
+@pytest.mark.parametrize(
+    "field_values",
+    [
+        {"thought": object()},
+        {"action": {"tool": {1, 2}}},
+        {"result": "ok \ud800"},
+        {"thought": "lone surrogate \udfff"},
+    ],
+    ids=["object", "set-inside-dict", "surrogate-result", "surrogate-thought"],
+)
+async def test_an_unstorable_turn_field_is_refused_before_anything_is_written(
+    mem: UnifiedMemory, field_values: dict[str, Any]
+) -> None:
+    fields = {"thought": "t", "action": "a", "result": "r", **field_values}
+    with pytest.raises(InvalidPayloadError):
+        await mem.log_turn(1, **fields)
+    assert await nothing_written(mem)
+    await mem.log_turn(2, "fine", "a", "r")  # and the next turn is not stuck behind it
+    assert [t["turn_id"] for t in await mem.episodic.tail(5)] == ["2"]  # type: ignore[union-attr]
+
+
+async def test_a_lone_surrogate_does_not_wedge_a_redis_only_ledger(
+    settings: Settings, workflow_id: str, redis_client: Any
+) -> None:
+    rt = MemoryRuntime(settings, redis=redis_client)
+    mem = rt.memory(workflow_id, "s1", "a1")
+    with pytest.raises(InvalidPayloadError):
+        await mem.log_turn(1, "bad \ud800", "a", "r")
+    await mem.log_turn(2, "good", "a", "r")
+    writer = rt.workflow(workflow_id).redis_writer
+    assert writer is not None and not writer.degraded
+    assert [t["turn_id"] for t in await mem.episodic.tail(5)] == ["2"]  # type: ignore[union-attr]
+    await rt.close()
+
+
+async def test_non_utf8_bytes_are_stored_with_replacement_characters(mem: UnifiedMemory) -> None:
+    await mem.log_turn(1, b"caf\xe9 \xff\xfe", "a", "r")
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    assert turn["thought"] == record["data"]["thought"] == "caf\ufffd \ufffd\ufffd"
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{"a": 1}, ["x"], b"{}", 3.14, None, object(), "bad \ud800"],
+    ids=["dict", "list", "bytes", "float", "none", "object", "surrogate"],
+)
+async def test_a_bad_checkpoint_is_refused_and_the_stored_one_kept(
+    mem: UnifiedMemory, state: Any
+) -> None:
+    await mem.save_checkpoint('{"good": true}')
+    with pytest.raises(InvalidPayloadError):
+        await mem.save_checkpoint(state)
+    assert await mem.load_checkpoint() == '{"good": true}'
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_any_valid_text_checkpoint_round_trips_unchanged(text: str) -> None:
+    import asyncio
+
+    import fakeredis
+
+    async def run() -> str | None:
+        s = load_settings(_env_file=None, compaction_enabled=False)
+        rt = MemoryRuntime(s, redis=fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+        mem = rt.memory("wf", "s1", "a1")
+        try:
+            await mem.save_checkpoint(text)
+        except InvalidPayloadError:
+            return None  # unpaired surrogates: refused, the defined outcome
+        try:
+            return await mem.load_checkpoint()
+        finally:
+            await rt.close()
+
+    got = asyncio.run(run())
+    assert got is None or got == text
+
+
+# --- damaged stored data ---
+
+
+async def test_a_torn_or_mistyped_scratchpad_line_is_skipped_and_later_turns_render(
+    mem: UnifiedMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert mem.working is not None
+    await mem.log_turn(1, "before the damage", "a", "r")
+    await mem.runtime.blob.append(  # type: ignore[union-attr]
+        mem.working.path,
+        b'\n{"ts": 1, "type": "turn", "data": {"thou'  # torn
+        b'\n[1, 2]\n"just a string"\n\xff\xfe\x00garbage'
+        b'\n{"type": "turn", "turn_id": {"odd": 1}, "data": "not a dict"}'
+        b'\n{"type": 5, "data": null, "ts": "yesterday"}',
+    )
+    await mem.log_turn(2, "after the damage", "a", "r")
+    bundle = await mem.rehydrate_bundle()
+    assert "working" not in bundle["degraded"]
+    notes = bundle["scratchpad"]
+    assert "before the damage" in notes and "after the damage" in notes
+    assert any("skipped" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+async def test_a_garbage_summary_blob_is_ignored_with_a_warning(
+    mem: UnifiedMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert mem.ltm is not None
+    await mem.ltm.save_summary("a real summary")
+    await mem.runtime.redis.delete(mem.ltm.key)  # force the blob path
+    await mem.runtime.blob.write(mem.ltm.blob_path, b"\xff\xfe\x00\x81 garbage")  # type: ignore[union-attr]
+    bundle = await mem.rehydrate_bundle()
+    assert bundle["ltm_summary"] is None and "ltm" not in bundle["degraded"]
+    assert any("not UTF-8" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_summary_with_damaged_provenance_keeps_its_text(mem: UnifiedMemory) -> None:
+    assert mem.ltm is not None
+    await mem.ltm.save_summary("kept text")
+    await mem.runtime.redis.delete(mem.ltm.key)
+    await mem.runtime.blob.write(mem.ltm.meta_path, b'{"turns": "many", ')  # type: ignore[union-attr]
+    record = await mem.ltm.load_summary_record()
+    assert record is not None and record.text == "kept text" and record.turns == 0
+
+
+async def test_ledger_entries_of_unexpected_shape_come_back_as_raw_text(
+    mem: UnifiedMemory,
+) -> None:
+    assert mem.episodic is not None
+    await mem.log_turn(1, "t", "a", "r")
+    await mem.runtime.redis.xadd(mem.episodic.key, {"thought": "{not json", "turn_id": "[1,"})
+    bundle = await mem.rehydrate_bundle()
+    assert "episodic" not in bundle["degraded"]
+    assert bundle["recent_turns"][-1]["thought"] == "{not json"
+
+
+# --- malformed answers from services ---
+
+
+async def test_a_malformed_athena_answer_marks_the_tier_degraded_and_log_turn_goes_on(
+    settings: Settings, workflow_id: str, redis_client: Any
+) -> None:
+    from jarvismem.backends.athena import AthenaClient
+
+    with FakeAthenaServer() as server:
+        client = AthenaClient(server.url, max_retries=0, timeout=2.0)
+        rt = MemoryRuntime(settings, redis=redis_client, athena=client)
+        mem = rt.memory(workflow_id, "s1", "a1")
+        await mem.log_turn(1, "t", "a", "r")
+        assert await rt.athena_memory("a1") is not None
+        server.mode = "garbage"
+        await mem.log_turn(2, "t", "a", "r")
+        bundle = await mem.rehydrate_bundle()
+        assert "athena" in bundle["degraded"] and bundle["athena_context"] is None
+        assert len(bundle["recent_turns"]) == 2
+        server.mode = "ok"
+        await rt.close()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("mode", ["empty", "garbage"])
+async def test_an_unusable_llm_answer_keeps_the_old_summary(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any, mode: str
+) -> None:
+    from jarvismem.backends.blob.local import LocalBlobStorage
+
+    with FakeLLMServer() as llm:
+        s = load_settings(
+            _env_file=None,
+            jarvismem_namespace=keyspace.namespace,
+            outbox_path=tmp_path / "ob",
+            compaction_enabled=False,
+            llm_base_url=llm.url,
+            llm_max_retries=0,
+        )
+        rt = MemoryRuntime(s, redis=redis_client, blob=LocalBlobStorage(tmp_path / "b"))
+        mem = rt.memory(workflow_id, "s1", "a1")
+        assert mem.ltm is not None
+        await mem.ltm.save_summary("the old summary")
+        await mem.log_turn(1, "something new", "a", "r")
+        llm.mode = mode
+        result = await mem.compact_now()
+        assert result["compacted"] is False
+        assert await mem.ltm.load_summary() == "the old summary"
+        await rt.close()
+
+
+async def test_a_huge_llm_answer_is_bounded_in_the_new_summary(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any
+) -> None:
+    from jarvismem.backends.blob.local import LocalBlobStorage
+
+    with FakeLLMServer() as llm:
+        llm.mode = "huge"
+        s = load_settings(
+            _env_file=None,
+            jarvismem_namespace=keyspace.namespace,
+            outbox_path=tmp_path / "ob",
+            compaction_enabled=False,
+            llm_base_url=llm.url,
+            llm_max_retries=0,
+        )
+        rt = MemoryRuntime(s, redis=redis_client, blob=LocalBlobStorage(tmp_path / "b"))
+        mem = rt.memory(workflow_id, "s1", "a1")
+        await mem.log_turn(1, "something", "a", "r")
+        result = await mem.compact_now()
+        summary = await mem.ltm.load_summary()  # type: ignore[union-attr]
+        assert result["compacted"] is True and summary is not None
+        assert len(summary) <= DEFAULT_SUMMARY_CHARS < llm.huge_chars
+        await rt.close()

@@ -30,6 +30,9 @@ RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 
 EMBEDDED_NOTE = "embedded in-process Redis stand-in (ephemeral: lost when the process exits)"
 
+POOL_WAIT_SECONDS = 20.0
+"""How long a command waits for a pooled connection when all are busy."""
+
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
 
 
@@ -70,7 +73,15 @@ def create_redis(settings: Settings) -> RedisClient:
             raise BackendUnavailableError("REDIS_CLUSTER=true cannot use a unix:// URL")
         kwargs.pop("health_check_interval", None)
         return RedisCluster.from_url(settings.redis_url, **kwargs)
-    return aioredis.Redis.from_url(settings.redis_url, **kwargs)
+    # A blocking pool: past REDIS_MAX_CONNECTIONS concurrent commands, callers
+    # wait for a free connection (up to POOL_WAIT_SECONDS) instead of failing
+    # at once with "Too many connections" as the default pool does.
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url, timeout=POOL_WAIT_SECONDS, **kwargs
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # aclose() also closes the pool
+    return client
 
 
 _embedded_server: Any = None

@@ -1,0 +1,422 @@
+"""Security: tenant isolation, redaction in every tier, credentials kept home, TLS to Redis.
+
+(docker-compose's loopback-only ports are checked in tests/test_compose.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemError
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import load_settings
+from jarvismem.testing.crash import free_port
+from jarvismem.testing.fake_athena import FakeAthenaServer
+
+pytestmark = pytest.mark.integration
+
+SECRET_KEY = "sk-" + "Zq9Xw8Vu7Ts6Rq5P" * 2
+SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZ2VudCJ9.c2lnbmF0dXJlLXNlY3JldA"
+
+
+def _ns() -> str:
+    return "sec" + uuid.uuid4().hex[:10]
+
+
+# --- tenant isolation -----------------------------------------------------------------------------
+
+
+async def _isolation(tmp_path: Path, real_redis: Any, *, same_athena_tenant: bool) -> None:
+    blob_root = tmp_path / "blobs"
+    namespaces = [_ns(), _ns()]
+    with FakeAthenaServer() as athena:
+        runtimes = []
+        for ns in namespaces:
+            s = load_settings(
+                _env_file=None,
+                jarvismem_namespace=ns,
+                athena_tenant_id="shared" if same_athena_tenant else ns,
+                compaction_enabled=False,
+                outbox_path=tmp_path / "outbox" / ns,
+            )
+            client = AthenaClient(athena.url, max_retries=0)
+            runtimes.append(
+                MemoryRuntime(s, redis=real_redis, blob=LocalBlobStorage(blob_root), athena=client)
+            )
+        mems = [rt.memory("wf-same", "s1", "agent-same") for rt in runtimes]
+        for ns, mem in zip(namespaces, mems, strict=True):
+            await mem.log_turn(1, f"private thought of {ns}", "act", "res")
+            await mem.save_checkpoint(json.dumps({"owner": ns}))
+            assert mem.ltm is not None
+            await mem.ltm.save_summary(f"summary of {ns}")
+        sessions = []
+        for ns, other, mem in zip(namespaces, reversed(namespaces), mems, strict=True):
+            bundle = await mem.rehydrate_bundle()
+            text = json.dumps(bundle)
+            assert ns in text and other not in text
+            assert json.loads(bundle["checkpoint"]) == {"owner": ns}
+            athena_mem = await mem.runtime.athena_memory("agent-same")
+            assert athena_mem is not None
+            sessions.append(athena_mem.session_id)
+            keys = [k.decode() async for k in real_redis.scan_iter(match=f"jm:{ns}:*")]
+            assert keys and all(other not in k for k in keys)
+        assert sessions[0] != sessions[1]
+        paths = {mem.working.path for mem in mems if mem.working is not None}
+        assert len(paths) == 2
+        for rt in runtimes:
+            await rt.close()
+            assert rt.athena is not None
+            await rt.athena.aclose()
+        for ns in namespaces:
+            keys = [k async for k in real_redis.scan_iter(match=f"jm:{ns}:*")]
+            if keys:
+                await real_redis.delete(*keys)
+
+
+async def test_two_namespaces_with_the_same_ids_never_see_each_others_data(
+    tmp_path: Path, real_redis: Any
+) -> None:
+    await _isolation(tmp_path, real_redis, same_athena_tenant=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the Athena tenant is ATHENA_TENANT_ID, not derived from the "
+    "namespace, so two namespaces sharing it share Athena's short-term window",
+)
+async def test_two_namespaces_sharing_an_athena_tenant_do_not_share_athena_context(
+    tmp_path: Path, real_redis: Any
+) -> None:
+    await _isolation(tmp_path, real_redis, same_athena_tenant=True)
+
+
+# --- redaction before anything leaves the process -------------------------------------------------
+
+
+async def test_secrets_are_redacted_in_ledger_scratchpad_summary_and_athena_events(
+    tmp_path: Path, keyspace: Any, workflow_id: str, real_redis: Any
+) -> None:
+    with FakeAthenaServer() as athena:
+        s = load_settings(
+            _env_file=None,
+            jarvismem_namespace=keyspace.namespace,
+            compaction_enabled=False,
+            outbox_path=tmp_path / "outbox",
+        )
+        client = AthenaClient(athena.url, max_retries=0)
+        blob = LocalBlobStorage(tmp_path / "blobs")
+        rt = MemoryRuntime(s, redis=real_redis, blob=blob, athena=client)
+        mem = rt.memory(workflow_id, "s1", "a1")
+        assert await rt.athena_memory("a1") is not None
+        await mem.log_turn(
+            1,
+            f"my key is {SECRET_KEY}",
+            f"Authorization: Bearer {SECRET_JWT}",
+            "password=hunter22secret",
+        )
+        assert mem.working is not None and mem.ltm is not None
+        await mem.working.write("note", {"token": SECRET_KEY}, scope="goal")
+        await mem.ltm.save_summary(f"the agent used {SECRET_KEY} and token={SECRET_JWT}")
+        athena_mem = await rt.athena_memory("a1")
+        assert athena_mem is not None
+        await athena_mem.flush(timeout=5)
+
+        stored: list[str] = [json.dumps(await mem.episodic.full_history())]  # type: ignore[union-attr]
+        for path in await blob.list(""):
+            stored.append((await blob.read(path)).decode("utf-8", "replace"))
+        stored.append(
+            json.dumps(
+                {k.decode(): v.decode() for k, v in (await real_redis.hgetall(mem.ltm.key)).items()}
+            )
+        )
+        stored.append(json.dumps([r.json for r in athena.requests]))
+        assert any("REDACTED" in chunk for chunk in stored[-1:])  # events reached Athena
+        for chunk in stored:
+            for secret in (SECRET_KEY, SECRET_JWT, "hunter22secret"):
+                assert secret not in chunk
+        await rt.close()
+        await client.aclose()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: log_turn redacts str fields only; strings nested in a dict/list "
+    "thought/action/result reach the ledger and scratchpad unredacted",
+)
+async def test_secrets_nested_in_structured_turn_fields_are_redacted(
+    tmp_path: Path, keyspace: Any, workflow_id: str, real_redis: Any
+) -> None:
+    s = load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        compaction_enabled=False,
+        outbox_path=tmp_path / "outbox",
+    )
+    rt = MemoryRuntime(s, redis=real_redis, blob=LocalBlobStorage(tmp_path / "blobs"))
+    mem = rt.memory(workflow_id, "s1", "a1")
+    try:
+        await mem.log_turn(
+            1,
+            "t",
+            {"tool": "http", "headers": [f"Bearer {SECRET_JWT}"]},
+            {"note": f"key {SECRET_KEY}"},
+        )
+        stored = json.dumps(await mem.episodic.full_history())  # type: ignore[union-attr]
+        assert SECRET_KEY not in stored and SECRET_JWT not in stored
+    finally:
+        await rt.close()
+
+
+# --- credentials only to the configured host ------------------------------------------------------
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: ClassVar[list[dict[str, str]]] = []
+    location = ""
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def do_POST(self) -> None:
+        self._answer()
+
+    def _answer(self) -> None:
+        type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
+        if self.location:
+            self.send_response(307)
+            self.send_header("Location", self.location + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            body = b'{"status": "healthy"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _serve(handler: type[BaseHTTPRequestHandler], host: str) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, 0), handler)
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    return server
+
+
+async def test_athena_credentials_are_not_sent_along_a_redirect_to_another_host() -> None:
+    other = type("Other", (_Recorder,), {"seen": [], "location": ""})
+    target = _serve(other, "127.0.0.2")
+    redirector = type(
+        "Redirector",
+        (_Recorder,),
+        {"seen": [], "location": f"http://127.0.0.2:{target.server_address[1]}"},
+    )
+    origin = _serve(redirector, "127.0.0.1")
+    client = AthenaClient(
+        f"http://127.0.0.1:{origin.server_address[1]}",
+        api_key=SECRET_KEY,
+        jwt_token=SECRET_JWT,
+        max_retries=0,
+        timeout=2,
+    )
+    try:
+        with pytest.raises(AthenaError) as info:
+            await client.create_session("t", "u", "a")
+        assert SECRET_KEY not in str(info.value) and SECRET_JWT not in str(info.value)
+        assert redirector.seen and redirector.seen[0].get("x-api-key") == SECRET_KEY
+        assert other.seen == []  # the other host never received anything, let alone the key
+    finally:
+        await client.aclose()
+        for server in (origin, target):
+            server.shutdown()
+            server.server_close()
+
+
+# --- no secret in logs, health or exceptions ------------------------------------------------------
+
+
+async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    dead = free_port()
+    azure_key = "QWxhZGRpbjpvcGVuIHNlc2FtZQ" * 3 + "=="
+    s = load_settings(
+        _env_file=None,
+        redis_url=f"redis://:redis-pass-{SECRET_KEY}@127.0.0.1:{dead}/0",
+        redis_connect_retries=1,
+        athena_url=f"http://127.0.0.1:{dead}",
+        athena_api_key=SECRET_KEY,
+        athena_jwt_token=SECRET_JWT,
+        athena_http_timeout=0.5,
+        llm_base_url=f"http://127.0.0.1:{dead}/v1",
+        llm_api_key=SECRET_KEY,
+        storage_backend="azure",
+        azure_storage_connection_string=(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+            f"AccountKey={azure_key};BlobEndpoint=http://127.0.0.1:{dead}/devstoreaccount1;"
+        ),
+        outbox_path=tmp_path / "outbox",
+        compaction_enabled=False,
+    )
+    secrets = (SECRET_KEY, SECRET_JWT, azure_key, "redis-pass")
+    seen: list[str] = [repr(s), str(s), json.dumps(s.public_dict())]
+    with pytest.raises(BackendUnavailableError) as info:
+        await MemoryRuntime.from_env(s)
+    seen.append(str(info.value))
+
+    # The same settings with Redis left out (so the runtime can start) and every
+    # other backend dead: health and a failing turn must not leak either.
+    from jarvismem.backends.blob import create_blob_storage
+    from jarvismem.backends.redis import create_redis
+
+    rt = MemoryRuntime(
+        s,
+        redis=create_redis(s),
+        blob=create_blob_storage(s),
+        athena=AthenaClient.from_settings(s),
+        owns_clients=True,
+    )
+    mem = rt.memory("wf", "s1", "a1")
+    await mem.log_turn(1, "t", "a", "r")
+    seen.append(json.dumps(await mem.health(), default=str))
+    seen.append(json.dumps(await mem.rehydrate_bundle(), default=str))
+    seen.append(repr(rt.athena))
+    try:
+        await rt.athena.create_session("t", "u", "a")  # type: ignore[union-attr]
+    except JarvisMemError as exc:
+        seen.append(str(exc) + repr(exc))
+    await rt.close()
+    seen += [r.getMessage() for r in caplog.records]
+    seen += [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
+    for text in seen:
+        for secret in secrets:
+            assert secret not in text, text[:200]
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Any:
+    if not shutil.which("redis-server") or not shutil.which("openssl"):
+        pytest.skip("redis-server or openssl missing")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--tls-ca-cert-file",
+            str(cert),
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    import socket
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            pytest.skip(f"this redis-server build has no TLS support: {out[-200:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield port, cert
+    proc.kill()
+    proc.wait()
+
+
+async def test_rediss_url_makes_a_real_tls_round_trip(tmp_path: Path, tls_redis: Any) -> None:
+    from jarvismem.backends.redis import connect_redis
+
+    port, cert = tls_redis
+    s = load_settings(
+        _env_file=None,
+        redis_url=f"rediss://127.0.0.1:{port}/0",
+        redis_ssl_ca_certs=cert,
+        compaction_enabled=False,
+        outbox_path=tmp_path / "outbox",
+    )
+    client = await connect_redis(s)
+    rt = MemoryRuntime(s, redis=client, owns_clients=True)
+    mem = rt.memory("wf-tls", "s1", "a1")
+    await mem.log_turn(1, "over tls", "a", "r")
+    assert [t["thought"] for t in await mem.episodic.tail(1)] == ["over tls"]  # type: ignore[union-attr]
+    assert (await mem.health())["backends"]["redis"]["reachable"]
+    await rt.close()
+
+
+async def test_rediss_refuses_a_server_whose_certificate_is_not_trusted(
+    tmp_path: Path, tls_redis: Any
+) -> None:
+    from jarvismem.backends.redis import connect_redis
+
+    port, _ = tls_redis
+    s = load_settings(
+        _env_file=None,
+        redis_url=f"rediss://127.0.0.1:{port}/0",
+        redis_connect_retries=0,
+        outbox_path=tmp_path / "outbox",
+    )
+    with pytest.raises(BackendUnavailableError):
+        await connect_redis(s)

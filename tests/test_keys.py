@@ -335,7 +335,7 @@ def test_recall_keys_refuse_a_malformed_scope(scope: str) -> None:
 
 def test_turn_ids_may_be_ints_but_not_bools() -> None:
     assert validate_turn_id(7) == "7"
-    assert KeySpace.turn_field("s", "a", 7) == KeySpace.turn_field("s", "a", "7")  # type: ignore[arg-type]
+    assert KeySpace.turn_field("s", "a", 7) == KeySpace.turn_field("s", "a", "7")
     with pytest.raises(InvalidIdError, match="bool"):
         validate_turn_id(True)
 

@@ -30,6 +30,13 @@ def make_settings(**overrides: Any) -> Settings:
     return load_settings(_env_file=None, **overrides)
 
 
+def plain_client(settings: Settings) -> aioredis.Redis:
+    """create_redis for a non-cluster URL, typed as the plain client it must be."""
+    client = create_redis(settings)
+    assert isinstance(client, aioredis.Redis)
+    return client
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     with socket.socket() as sock:
@@ -42,7 +49,7 @@ def closed_port() -> int:
 
 
 async def test_redis_url_builds_a_plain_client_without_connecting() -> None:
-    client = create_redis(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/3"))
+    client = plain_client(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/3"))
     try:
         assert isinstance(client, aioredis.Redis)
         assert not is_embedded(client)
@@ -54,7 +61,7 @@ async def test_redis_url_builds_a_plain_client_without_connecting() -> None:
 
 
 async def test_pool_size_comes_from_settings() -> None:
-    client = create_redis(
+    client = plain_client(
         make_settings(redis_url="redis://127.0.0.1:6379/0", redis_max_connections=7)
     )
     try:
@@ -78,7 +85,7 @@ async def test_rediss_url_sets_tls_options(tmp_path: Path, cert_reqs: str, expec
         redis_ssl_certfile=tmp_path / "client.crt",
         redis_ssl_keyfile=tmp_path / "client.key",
     )
-    client = create_redis(settings)
+    client = plain_client(settings)
     try:
         pool = client.connection_pool
         assert pool.connection_class is SSLConnection
@@ -92,7 +99,7 @@ async def test_rediss_url_sets_tls_options(tmp_path: Path, cert_reqs: str, expec
 
 
 async def test_rediss_url_verifies_the_server_by_default() -> None:
-    client = create_redis(make_settings(redis_url="rediss://cache.example:6380/0"))
+    client = plain_client(make_settings(redis_url="rediss://cache.example:6380/0"))
     try:
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["ssl_cert_reqs"] == ssl.CERT_REQUIRED
@@ -141,6 +148,7 @@ async def unix_redis() -> AsyncIterator[Path]:
 async def test_unix_socket_url_reaches_a_real_server(unix_redis: Path, keyspace: KeySpace) -> None:
     settings = make_settings(redis_url=f"unix://{unix_redis}?db=0", redis_connect_retries=1)
     client = await connect_redis(settings)
+    assert isinstance(client, aioredis.Redis)
     try:
         assert client.connection_pool.connection_class is UnixDomainSocketConnection
         assert await client.ping() is True
@@ -250,7 +258,7 @@ async def test_connect_redis_returns_a_client_that_answers() -> None:
 @pytest.mark.integration
 async def test_concurrent_commands_share_one_bounded_pool(keyspace: KeySpace) -> None:
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
-    client = create_redis(make_settings(redis_url=REAL_REDIS_URL, redis_max_connections=3))
+    client = plain_client(make_settings(redis_url=REAL_REDIS_URL, redis_max_connections=3))
     pool = client.connection_pool
     try:
         # Each BLPOP holds its connection ~50 ms, so 30 of them overlap: past the
@@ -268,7 +276,7 @@ async def test_concurrent_commands_share_one_bounded_pool(keyspace: KeySpace) ->
 @pytest.mark.integration
 async def test_closing_the_client_closes_its_pool() -> None:
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
-    client = create_redis(make_settings(redis_url=REAL_REDIS_URL))
+    client = plain_client(make_settings(redis_url=REAL_REDIS_URL))
     await client.ping()
     pool = client.connection_pool
     await client.aclose()

@@ -1,0 +1,155 @@
+"""The Redis tiers on a real 3-master Redis Cluster (started by scripts/redis-cluster).
+
+A cluster refuses a Lua script whose keys live in different slots, so these
+tests prove that each script's keys share the workflow's hash tag.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from jarvismem.errors import CheckpointConflictError
+from jarvismem.keys import KeySpace
+from jarvismem.tiers.checkpoints import CheckpointStore
+from jarvismem.tiers.episodic import EpisodicLedger
+from tests.conftest import _port_open, require_backend
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "redis-cluster"
+BASE_PORT = 7000
+
+
+@pytest.fixture(scope="session")
+def cluster_port() -> Iterator[int]:
+    """Port of a running cluster node; starts (and later stops) one if none answers."""
+    started = False
+    if not _port_open("127.0.0.1", BASE_PORT):
+        try:
+            run = subprocess.run(
+                [str(SCRIPT), "start", str(BASE_PORT)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            require_backend(False, f"Redis Cluster via scripts/redis-cluster ({exc})")
+        if run.returncode != 0:
+            require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
+        started = True
+    yield BASE_PORT
+    if started:
+        subprocess.run([str(SCRIPT), "stop", str(BASE_PORT)], capture_output=True, timeout=60)
+
+
+@pytest.fixture
+async def cluster(cluster_port: int) -> AsyncIterator[RedisCluster]:
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    await client.initialize()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def cleanup(cluster: RedisCluster) -> AsyncIterator[list[str]]:
+    """Keys a test registers here are deleted after it (one slot per workflow)."""
+    keys: list[str] = []
+    yield keys
+    for key in keys:
+        await cluster.delete(key)
+
+
+def ledger(
+    cluster: Any, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> EpisodicLedger:
+    led = EpisodicLedger(cluster, keyspace, workflow_id, ttl_seconds=300, max_len=1000)
+    cleanup.extend([led.key, led.index_key])
+    return led
+
+
+async def test_the_cluster_has_three_masters(cluster: RedisCluster) -> None:
+    assert len(cluster.get_primaries()) == 3
+
+
+async def test_workflows_spread_over_several_nodes(
+    cluster: RedisCluster, keyspace: KeySpace
+) -> None:
+    # Guards the other tests: if every key went to one node, they would prove nothing.
+    nodes = {
+        cluster.get_node_from_key(keyspace.ledger(f"wf-{i}")).name  # type: ignore[union-attr]
+        for i in range(30)
+    }
+    assert len(nodes) > 1
+
+
+async def test_append_turn_is_exactly_once_on_a_cluster(
+    cluster: RedisCluster, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> None:
+    led = ledger(cluster, keyspace, workflow_id, cleanup)
+    first = await led.append_turn(
+        step_id="s1", agent_id="a1", turn_id=1, thought="t", action="a", result="r"
+    )
+    again = await led.append_turn(
+        step_id="s1", agent_id="a1", turn_id=1, thought="t", action="a", result="r"
+    )
+    assert first.created and not again.created
+    assert again.id == first.id
+    assert await led.length() == 1
+    assert await led.find_turn("s1", "a1", 1) == first.id
+
+
+async def test_tail_returns_the_last_turns_in_order_on_a_cluster(
+    cluster: RedisCluster, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> None:
+    led = ledger(cluster, keyspace, workflow_id, cleanup)
+    for turn in range(5):
+        await led.append_turn(
+            step_id="s1", agent_id="a1", turn_id=turn, thought=f"t{turn}", action="", result=""
+        )
+    tail = await led.tail(3)
+    assert [entry["thought"] for entry in tail] == ["t2", "t3", "t4"]
+    assert [entry["turn_id"] for entry in tail] == ["2", "3", "4"]
+
+
+async def test_ledger_keys_get_their_ttl_on_a_cluster(
+    cluster: RedisCluster, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> None:
+    led = ledger(cluster, keyspace, workflow_id, cleanup)
+    await led.append_turn(step_id="s", agent_id="a", turn_id="t", thought="", action="", result="")
+    assert 0 < await cluster.ttl(led.key) <= 300
+    assert 0 < await cluster.ttl(led.index_key) <= 300
+
+
+async def test_checkpoint_compare_and_set_on_a_cluster(
+    cluster: RedisCluster, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> None:
+    store = CheckpointStore(cluster, keyspace, workflow_id, "step-1", ttl_seconds=300)
+    cleanup.append(store.key)
+    assert await store.save('{"n": 1}') == 1
+    assert await store.save('{"n": 2}', expected_rev=1) == 2
+    with pytest.raises(CheckpointConflictError) as info:
+        await store.save('{"n": "stale"}', expected_rev=1)
+    assert info.value.actual == 2
+    loaded = await store.load()
+    assert loaded is not None
+    assert (loaded.state, loaded.rev) == ('{"n": 2}', 2)
+
+
+async def test_ledger_and_checkpoints_of_a_workflow_live_on_one_node(
+    cluster: RedisCluster, keyspace: KeySpace, workflow_id: str, cleanup: list[str]
+) -> None:
+    led = ledger(cluster, keyspace, workflow_id, cleanup)
+    store = CheckpointStore(cluster, keyspace, workflow_id, "other-step", ttl_seconds=300)
+    cleanup.append(store.key)
+    await led.append({"note": "x"})
+    await store.save("{}")
+    slots = {cluster.keyslot(key) for key in (led.key, led.index_key, store.key)}
+    assert len(slots) == 1

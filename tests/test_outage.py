@@ -33,6 +33,8 @@ from tests.conftest import AZURITE_CONNECTION_STRING, require_backend
 
 pytestmark = pytest.mark.integration
 
+OUTAGE_SECONDS = float(os.environ.get("JARVISMEM_OUTAGE_SECONDS", "0"))
+
 AZURITE_BINARIES = (
     Path("/tmp/azcache/node_modules/.bin/azurite-blob"),
     Path(__file__).resolve().parents[1] / ".cache/azurite/node_modules/.bin/azurite-blob",
@@ -117,15 +119,22 @@ async def test_turns_logged_while_redis_is_down_are_replayed_in_order_after_reco
     assert (await mem.health())["ok"]
 
     outage(redis_server, how)
+    last = 9
     for turn in range(4, 10):
         await mem.log_turn(turn, f"t{turn}", "a", "r")  # never raises
-    assert await mem.save_checkpoint('{"after": 9}') is None  # queued, not lost
+    # scripts/soak keeps the server down longer (JARVISMEM_OUTAGE_SECONDS), turns flowing.
+    until = time.monotonic() + OUTAGE_SECONDS
+    while time.monotonic() < until:
+        last += 1
+        await mem.log_turn(last, f"t{last}", "a", "r")
+        await asyncio.sleep(0.01)
+    assert await mem.save_checkpoint(f'{{"after": {last}}}') is None  # queued, not lost
     writer = rt.workflow(workflow_id).redis_writer
     assert writer is not None and writer.degraded
     health = await mem.health()
     assert health["degraded"] and not health["ok"]
     assert health["backends"]["redis"]["reachable"] is False
-    assert health["outboxes"][writer.name]["pending"] == 7
+    assert health["outboxes"][writer.name]["pending"] == last - 3 + 1
     assert any("unavailable" in r.getMessage() for r in caplog.records)
 
     recover(redis_server, how)
@@ -133,12 +142,16 @@ async def test_turns_logged_while_redis_is_down_are_replayed_in_order_after_reco
     async def drained() -> bool:
         return not writer.degraded
 
-    await eventually(drained, "outbox replay after Redis came back")
-    assert await ledger_turns(mem) == [str(t) for t in range(1, 10)]
-    assert await mem.load_checkpoint() == '{"after": 9}'
+    await eventually(drained, "outbox replay after Redis came back", limit=60 + OUTAGE_SECONDS)
+    assert await ledger_turns(mem) == [str(t) for t in range(1, last + 1)]
+    assert await mem.load_checkpoint() == f'{{"after": {last}}}'
     health = await mem.health()
     assert health["ok"] and not health["degraded"]
-    assert health["outboxes"][writer.name]["replayed"] == 7
+    assert health["outboxes"][writer.name]["replayed"] == last - 3 + 1
+    print(
+        f"\nOUTAGE redis {how}: {OUTAGE_SECONDS:g}s down, {last - 3} turns queued, "
+        f"{last - 3 + 1} records replayed in order, 0 lost, 0 duplicates"
+    )
     await rt.close()
 
 

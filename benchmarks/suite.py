@@ -95,7 +95,7 @@ class BenchConfig:
             "s3_sizes": (100, 1_000, 5_000),
             "s3_reps": 30,
             "s4_turns": 200,
-            "s5_turns": 5_000,
+            "s5_turns": 2_000,
             "s5_retention": 1_000,
             "s6_turns": 100,
             "s6_agent_turns": 3,

@@ -1,0 +1,30 @@
+"""The literal pre-check of the default redactor never changes what it redacts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jarvismem.redaction import DEFAULT_PATTERNS, PatternRedactor, default_redactor
+
+ALWAYS = PatternRedactor(DEFAULT_PATTERNS, triggers=[()] * len(DEFAULT_PATTERNS))
+
+FRAGMENTS = [
+    "Bearer ", "JWT ", "basic ", "sk-", "sk-proj-", "ghp_", "github_pat_", "AKIA", "ASIA",
+    "xoxb-", "AIza", "eyJ", "AccountKey=", "api_key=", "API-KEY: ", "password=", '"secret": "',
+    "token=", "Passwd=", "https://user:", "@host/", "abcdefgh12345678", "A1b2C3d4E5f6G7h8",
+    "0123456789ABCDEF", "x" * 35, ".", " ", "\n", "'", '"', "=", ":",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=12), max_size=16))
+def test_triggers_redact_exactly_like_running_every_pattern(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert default_redactor(text) == ALWAYS(text)
+
+
+def test_mixed_case_secrets_still_trigger() -> None:
+    text = "AUTHORIZATION: BEARER abcdefgh12345678 and AccountKey=" + "Q" * 40
+    assert default_redactor(text) == ALWAYS(text)
+    assert "abcdefgh12345678" not in default_redactor(text)

@@ -315,3 +315,20 @@ async def test_views_of_one_runtime_share_clients_and_workflow_state(
     await b.log_turn(1, "x", "y", "z")
     assert len(await b.episodic.tail(10)) == 2  # type: ignore[union-attr]
     await rt.close()
+
+
+async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_budget(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, blob_storage: Any
+) -> None:
+    s = load_settings(_env_file=None, jarvismem_namespace=keyspace.namespace,
+                      outbox_path=tmp_path / "ob", scratchpad_budget_chars=1000)
+    mem = view(s, workflow_id, blob=blob_storage)
+    await mem.working.write("finding", "the first finding", scope="goal")  # type: ignore[union-attr]
+    for i in range(300):
+        await mem.log_turn(i, f"thought number {i}", "act", "res")
+    await mem.log_turn(300, "x" * 20_000, "huge", "res")  # bigger than the first tail read
+    notes = await mem.working.get_notes()  # type: ignore[union-attr]
+    assert len(notes) <= 1000
+    assert "the first finding" in notes
+    assert "### Turn 300" in notes and "thought number 0" not in notes
+    await mem.runtime.close()

@@ -14,6 +14,7 @@ finding while reading only a bounded tail of the (unbounded) scratchpad.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -135,14 +136,34 @@ class WorkingScratchpad:
             return []
         return parse_records(raw, source=self.path)
 
-    async def read_recent(self) -> list[dict[str, Any]]:
-        """Records from a bounded tail read (at most ``tail_bytes``)."""
+    async def read_recent(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        """Records from a bounded tail read (at most ``max_bytes``, default ``tail_bytes``)."""
+        want = self.tail_bytes if max_bytes is None else min(max_bytes, self.tail_bytes)
         try:
-            raw = await self.blob.tail(self.path, self.tail_bytes)
+            raw = await self.blob.tail(self.path, want)
         except BlobNotFoundError:
             return []
-        partial = len(raw) >= self.tail_bytes
-        return parse_records(raw, source=self.path, partial_head=partial)
+        return parse_records(raw, source=self.path, partial_head=len(raw) >= want)
+
+    async def _recent_for_budget(self) -> list[dict[str, Any]]:
+        """Just enough of the tail to fill the render budget.
+
+        Reads twice the budget (a record's JSON is about as long as its
+        markdown) and widens x4, up to ``tail_bytes``, only when that read held
+        no whole record (one huge record). Rendering then costs the same at
+        100 turns and at 100,000.
+        """
+        want = min(self.tail_bytes, 2 * self.budget_chars + 4096)
+        while True:
+            try:
+                raw = await self.blob.tail(self.path, want)
+            except BlobNotFoundError:
+                return []
+            full = len(raw) >= want
+            records = parse_records(raw, source=self.path, partial_head=full)
+            if records or not full or want >= self.tail_bytes:
+                return records
+            want = min(self.tail_bytes, want * 4)
 
     async def goal_findings(self) -> list[dict[str, Any]]:
         """This (step, agent)'s goal-scoped records."""
@@ -178,8 +199,7 @@ class WorkingScratchpad:
         Goal findings always come first; then the most recent turns and notes,
         newest kept first when the budget runs out. Reads a bounded tail only.
         """
-        goals = await self.goal_findings()
-        recent = await self.read_recent()
+        goals, recent = await asyncio.gather(self.goal_findings(), self._recent_for_budget())
         return render_notes(goals, recent, self.budget_chars)
 
 

@@ -220,9 +220,9 @@ def _serve(handler: type[BaseHTTPRequestHandler], host: str) -> ThreadingHTTPSer
 
 
 async def test_athena_credentials_are_not_sent_along_a_redirect_to_another_host() -> None:
-    other = type("Other", (_Recorder,), {"seen": [], "location": ""})
+    other: type[_Recorder] = type("Other", (_Recorder,), {"seen": [], "location": ""})
     target = _serve(other, "127.0.0.2")
-    redirector = type(
+    redirector: type[_Recorder] = type(
         "Redirector",
         (_Recorder,),
         {"seen": [], "location": f"http://127.0.0.2:{target.server_address[1]}"},
@@ -274,6 +274,11 @@ async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
         ),
         outbox_path=tmp_path / "outbox",
         compaction_enabled=False,
+        tier_timeout_episodic=0.3,
+        tier_timeout_working=0.3,
+        tier_timeout_ltm=0.3,
+        tier_timeout_checkpoint=0.3,
+        tier_timeout_athena=0.3,
     )
     secrets = (SECRET_KEY, SECRET_JWT, azure_key, "redis-pass")
     seen: list[str] = [repr(s), str(s), json.dumps(s.public_dict())]

@@ -132,13 +132,14 @@ class UnifiedMemory:
         if self.working is not None:
             turn_data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
             writes.append(self.working.append_turn(turn, turn_data, ts))
+        if self.runtime.athena is not None:
+            writes.append(self._athena_turn(turn, thought, action, result))
         if len(writes) == 1:
             await writes[0]
         elif writes:
-            # Ledger round trip and scratchpad append overlap.
+            # The ledger round trip, the scratchpad append and the Athena
+            # outbox append overlap.
             await asyncio.gather(*writes)
-        if self.runtime.athena is not None:
-            await self._athena_turn(turn, thought, action, result)
         if wf.compactor is not None:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()

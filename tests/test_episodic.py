@@ -1,0 +1,140 @@
+"""EpisodicLedger: the stream contract, exactly-once turns, and the append batcher."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from jarvismem.errors import InvalidPayloadError
+from jarvismem.keys import KeySpace
+from jarvismem.tiers.episodic import EpisodicLedger
+
+
+def ledger(redis: Any, keyspace: KeySpace, workflow_id: str, **kw: Any) -> EpisodicLedger:
+    return EpisodicLedger(redis, keyspace, workflow_id, ttl_seconds=kw.pop("ttl", 600), **kw)
+
+
+async def test_append_and_tail_round_trip_values_with_their_types(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    await led.append({"note": "42", "n": 42, "nested": {"a": [1, None, True]}})
+    (entry,) = await led.tail(5)
+    assert entry["note"] == "42" and entry["n"] == 42
+    assert entry["nested"] == {"a": [1, None, True]}
+
+
+async def test_tail_is_oldest_first_and_bounded(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    for i in range(12):
+        await led.append({"i": i})
+    assert [e["i"] for e in await led.tail(3)] == [9, 10, 11]
+    assert await led.tail(0) == []
+
+
+async def test_full_history_and_paged_iteration_agree(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    for i in range(25):
+        await led.append({"i": i})
+    paged = [e["i"] async for e in led.iter_history(page_size=7)]
+    assert paged == list(range(25))
+    assert [e["i"] for e in await led.full_history()] == paged
+    first = (await led.tail(25))[9]["id"]
+    assert [e["i"] for e in await led.range_after(first, 3)] == [10, 11, 12]
+
+
+async def test_every_append_refreshes_the_ttl(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id, ttl=1000)
+    await led.append_turn(step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r")
+    await redis_client.expire(led.key, 5)
+    await led.append({"x": 1})
+    assert 5 < await redis_client.ttl(led.key) <= 1000
+    assert 0 < await redis_client.ttl(led.index_key) <= 1000
+
+
+async def test_retention_bounds_the_stream_approximately(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id, max_len=50)
+    for i in range(400):
+        await led.append({"i": i})
+    length = await led.length()
+    assert 50 <= length < 400  # approximate trimming keeps at least N, far fewer than all
+    assert (await led.tail(1))[0]["i"] == 399
+
+
+async def test_a_turn_is_stored_once_per_step_agent_and_turn_id(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    kw = dict(step_id="s1", agent_id="a1", thought="t", action="a", result="r")
+    first = await led.append_turn(turn_id=3, **kw)
+    again = await led.append_turn(turn_id="3", **kw)
+    assert first.created and not again.created and again.id == first.id
+    assert await led.find_turn("s1", "a1", 3) == first.id
+    assert await led.length() == 1
+
+
+async def test_concurrent_appends_all_land_once_with_distinct_ids(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    kw = dict(step_id="s1", thought="t", action="a", result="r")
+    results = await asyncio.gather(
+        *(led.append_turn(agent_id=f"a{i % 8}", turn_id=i, **kw) for i in range(200)),
+        # The same 50 turns again, concurrently: the batcher must not defeat dedupe.
+        *(led.append_turn(agent_id=f"a{i % 8}", turn_id=i, **kw) for i in range(50)),
+    )
+    assert await led.length() == 200
+    created = [r for r in results if r.created]
+    assert len(created) == 200 and len({r.id for r in created}) == 200
+    ids = [e["id"] for e in await led.full_history()]
+    assert sorted(ids, key=lambda i: tuple(map(int, i.split("-")))) == ids
+
+
+@pytest.mark.integration
+async def test_the_batcher_reloads_the_script_when_the_server_lost_it(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(real_redis, keyspace, workflow_id)
+    await led.append({"warm": 1})
+    await real_redis.script_flush()
+    results = await asyncio.gather(*(led.append({"i": i}) for i in range(20)))
+    assert len(set(results)) == 20
+    assert await led.length() == 21
+
+
+async def test_an_error_reaches_only_the_caller_whose_append_failed(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    # A key of the wrong type makes this one ledger's XADD fail server-side.
+    broken = ledger(redis_client, keyspace, workflow_id + "-broken")
+    await redis_client.set(broken.key, "not a stream")
+    outcomes = await asyncio.gather(
+        *(led.append({"i": i}) for i in range(10)),
+        broken.append({"x": 1}),
+        *(led.append({"i": i}) for i in range(10, 20)),
+        return_exceptions=True,
+    )
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(failures) == 1
+    assert await led.length() == 20
+
+
+@pytest.mark.parametrize("bad", [{}, {"": 1}, {"x": object()}])
+async def test_bad_entries_are_refused_before_anything_is_written(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str, bad: dict[str, Any]
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    with pytest.raises(InvalidPayloadError):
+        await led.append(bad)
+    assert await led.length() == 0

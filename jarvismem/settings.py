@@ -11,7 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from jarvismem.errors import ConfigError
@@ -133,10 +140,10 @@ class Settings(BaseSettings):
 
     @field_validator("jarvismem_namespace", "athena_tenant_id", "athena_user_id")
     @classmethod
-    def _plain_id(cls, value: str) -> str:
+    def _plain_id(cls, value: str, info: ValidationInfo) -> str:
         from jarvismem.keys import validate_id
 
-        return validate_id(value, "namespace")
+        return validate_id(value, (info.field_name or "id").upper())
 
     @field_validator("redis_url")
     @classmethod

@@ -87,6 +87,9 @@ class UnifiedMemory:
         self.ltm: LongTermMemory | None = self._wf.ltm
         self._spaces: SpacesStore | None = None
         self._turn_field_limit = s.max_turn_field_chars
+        # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
+        # validated above, so log_turn only appends the validated turn id.
+        self._turn_prefix = KeySpace.turn_field(self.step_id, self.agent_id, "0")[:-1]
 
     # --- the hot path ------------------------------------------------------------------
 
@@ -126,7 +129,7 @@ class UnifiedMemory:
             record = {
                 "op": "turn",
                 "args": encode_fields(entry),
-                "field": KeySpace.turn_field(self.step_id, self.agent_id, turn),
+                "field": self._turn_prefix + turn,
             }
             writes.append(wf.redis_writer.submit(record))
         if self.working is not None:
@@ -137,9 +140,16 @@ class UnifiedMemory:
         if len(writes) == 1:
             await writes[0]
         elif writes:
-            # The ledger round trip, the scratchpad append and the Athena
-            # outbox append overlap.
-            await asyncio.gather(*writes)
+            # The ledger round trip runs as a task while the other writes are
+            # awaited here: they overlap when those writes really wait (Azure,
+            # a thread hop), and cost no extra task when they do not (a small
+            # local append is a ~10 us write).
+            ledger_write = asyncio.ensure_future(writes[0])
+            try:
+                for write in writes[1:]:
+                    await write
+            finally:
+                await ledger_write
         if wf.compactor is not None:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()

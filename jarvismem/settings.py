@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     storage_fsync_appends: bool = Field(
         False, description="fsync every scratchpad append (survives power loss; slower)."
     )
+    storage_inline_append_max_bytes: int = Field(
+        16_384,
+        ge=0,
+        description="Local appends up to this size are written from the event loop "
+        "(a ~10 us page-cache write) instead of a worker-thread hop; 0 = always a thread.",
+    )
     azure_storage_connection_string: SecretStr | None = Field(
         None, description="Azure Blob connection string (STORAGE_BACKEND=azure)."
     )

@@ -88,6 +88,44 @@ async def test_a_symlinked_file_pointing_outside_the_root_is_refused(
     assert (outside / "secret.txt").read_bytes() == b"top secret"
 
 
+async def test_a_hot_file_swapped_for_an_outside_symlink_is_refused(
+    storage: LocalBlobStorage, tmp_path: Path, outside: Path
+) -> None:
+    # The first appends take the thread path, the next ones the inline path
+    # with its cached target; swapping the file for a symlink must not let
+    # either follow it.
+    for _ in range(3):
+        await storage.append("hot.jsonl", b"line\n")
+    (tmp_path / "root" / "hot.jsonl").unlink()
+    (tmp_path / "root" / "hot.jsonl").symlink_to(outside / "secret.txt")
+    await _assert_refused("append", lambda p: storage.append(p, b"appended"), "hot.jsonl")
+    assert (outside / "secret.txt").read_bytes() == b"top secret"
+
+
+async def test_small_appends_skip_the_worker_thread_and_big_ones_use_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalBlobStorage(tmp_path / "root", inline_append_max_bytes=64)
+    hops: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting(func: Any, *args: Any) -> Any:
+        hops.append("hop")
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    await store.append("a.jsonl", b"first\n")  # creates the file: thread
+    await store.append("a.jsonl", b"small\n")  # inline
+    await store.append("a.jsonl", b"x" * 100 + b"\n")  # over the limit: thread
+    assert len(hops) == 2
+    assert await store.read("a.jsonl") == b"first\nsmall\n" + b"x" * 100 + b"\n"
+    never = LocalBlobStorage(tmp_path / "root2", inline_append_max_bytes=0)
+    hops.clear()
+    for _ in range(3):
+        await never.append("a.jsonl", b"z\n")
+    assert len(hops) == 3
+
+
 async def test_listing_never_follows_a_symlink_out_of_the_root(
     storage: LocalBlobStorage, tmp_path: Path, outside: Path
 ) -> None:

@@ -27,7 +27,9 @@ def create_blob_storage(settings: Settings) -> BlobStorage | None:
     """
     if settings.storage_backend == "local":
         return LocalBlobStorage(
-            settings.storage_base_path, fsync_appends=settings.storage_fsync_appends
+            settings.storage_base_path,
+            fsync_appends=settings.storage_fsync_appends,
+            inline_append_max_bytes=settings.storage_inline_append_max_bytes,
         )
     if settings.storage_backend == "azure":
         from jarvismem.backends.blob.azure import AzureBlobStorage

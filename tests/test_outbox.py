@@ -287,3 +287,29 @@ async def test_cursor_file_holds_acked_and_dropped(tmp_path: Path) -> None:
     cursor = json.loads((tmp_path / "o.jsonl.cursor").read_text())
     assert cursor["acked"] == 1 and cursor["dropped"] == 1
     await ob.close()
+
+
+async def test_small_puts_skip_the_thread_yet_stay_in_order_with_threaded_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    box = Outbox(tmp_path / "o.jsonl")
+    hops = 0
+    real_to_thread = asyncio.to_thread
+
+    async def counting(func: Any, *args: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    big = "x" * 40_000  # over the inline limit: always the thread
+    results = await asyncio.gather(
+        *(box.put({"i": i, "pad": big if i % 5 == 0 else ""}) for i in range(30))
+    )
+    assert all(results)
+    assert 0 < hops < 30
+    assert [rec["i"] for _, rec in await box.peek(100)] == list(range(30))
+    await box.close()
+    reopened = Outbox(tmp_path / "o.jsonl")
+    assert [rec["i"] for _, rec in await reopened.peek(100)] == list(range(30))
+    await reopened.close()

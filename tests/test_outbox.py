@@ -303,11 +303,15 @@ async def test_small_puts_skip_the_thread_yet_stay_in_order_with_threaded_ones(
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     big = "x" * 40_000  # over the inline limit: always the thread
+    for i in range(10):  # sequential: small ones inline, every third one threaded
+        assert await box.put({"i": i, "pad": big if i % 3 == 0 else ""})
+    assert hops == 4
+    # Concurrent: a big put in flight makes every later put queue behind it.
     results = await asyncio.gather(
-        *(box.put({"i": i, "pad": big if i % 5 == 0 else ""}) for i in range(30))
+        *(box.put({"i": i, "pad": big if i == 12 else ""}) for i in range(10, 30))
     )
     assert all(results)
-    assert 0 < hops < 30
+    assert hops < 30
     assert [rec["i"] for _, rec in await box.peek(100)] == list(range(30))
     await box.close()
     reopened = Outbox(tmp_path / "o.jsonl")

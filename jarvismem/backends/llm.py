@@ -456,8 +456,8 @@ class ExtractiveSummarizer:
     Splits the input into lines (long lines into sentences), scores each by the
     tf-idf weight of its content words across the whole input (so recurring
     subjects win and words present everywhere count for nothing), normalised by
-    length, and keeps the best ones in their original order
-    within ``max_chars``. Lines of the previous summary are kept first (up to half
+    length, and keeps the best ones (the later on equal scores) in their original
+    order within ``max_chars``. Lines of the previous summary are kept first (up to half
     the budget when there is new text), so a rolling summary does not forget its
     past. Same input, same output.
     """
@@ -493,12 +493,17 @@ class ExtractiveSummarizer:
                 continue
             seen.add(unit)
             terms = _terms(unit)
-            score = sum(freq.get(t, 0.0) for t in set(terms)) / math.sqrt(len(terms) + 1)
-            candidates.append((-score, index, unit))
+            # sorted(): float sums in set order would differ between processes
+            # (string hash randomisation) and break ties differently.
+            score = sum(freq.get(t, 0.0) for t in sorted(set(terms))) / math.sqrt(len(terms) + 1)
+            # On equal scores the later line wins: the newest turns matter most
+            # to an agent resuming its work.
+            candidates.append((-score, -index, unit))
         candidates.sort()
         chosen: list[tuple[int, str]] = []
         used = 0
-        for _, index, unit in candidates:
+        for _, neg_index, unit in candidates:
+            index = -neg_index
             cost = len(unit) + (1 if chosen else 0)
             if used + cost > budget:
                 # A single unit larger than the whole budget is cut rather than lost.

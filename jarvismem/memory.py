@@ -170,7 +170,7 @@ class UnifiedMemory:
             await rt.outbox("athena", self.agent_id).put(record)
 
     def _clean(self, value: Any, name: str) -> Any:
-        """Redact strings and bound their size (documented truncation)."""
+        """Redact strings (nested ones too) and bound their size (documented truncation)."""
         if isinstance(value, str):
             value = self.runtime.redactor(value)
             limit = self._turn_field_limit
@@ -180,6 +180,10 @@ class UnifiedMemory:
             return value
         if isinstance(value, bytes):
             return self._clean(value.decode("utf-8", "replace"), name)
+        if isinstance(value, dict):
+            return {k: self._clean(v, name) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._clean(v, name) for v in value]
         return value
 
     # --- checkpoints -----------------------------------------------------------------------

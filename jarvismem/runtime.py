@@ -15,6 +15,7 @@ local blob folder) and says so.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import connect_redis, is_embedded
-from jarvismem.keys import KeySpace, validate_id
+from jarvismem.keys import MAX_ID_LENGTH, KeySpace, validate_id
 from jarvismem.redaction import Redactor, default_redactor, no_redaction
 from jarvismem.settings import Settings, load_settings
 from jarvismem.tiers.checkpoints import CheckpointStore
@@ -284,7 +285,7 @@ class MemoryRuntime:
 
             task = asyncio.ensure_future(
                 AthenaMemory.create(
-                    agent_id,
+                    self.athena_agent_id(agent_id),
                     self.athena,
                     self.redis,
                     keyspace=self.keyspace,
@@ -296,6 +297,21 @@ class MemoryRuntime:
             )
             self._athena_memories[agent_id] = task
         return await asyncio.shield(task)
+
+    def athena_agent_id(self, agent_id: str) -> str:
+        """The agent id sent to Athena: namespaced outside the default namespace.
+
+        Athena keys memory by (tenant, user, agent). Prefixing the namespace
+        keeps two namespaces apart even when they share ``ATHENA_TENANT_ID``;
+        an over-long combination is replaced by a stable digest.
+        """
+        ns = self.keyspace.namespace
+        if ns == "default":
+            return agent_id
+        combined = f"{ns}.{agent_id}"
+        if len(combined) <= MAX_ID_LENGTH:
+            return combined
+        return "ns-" + hashlib.sha256(combined.encode()).hexdigest()[:40]
 
     def athena_memory_nowait(self, agent_id: str) -> AthenaMemory | None:
         """The agent's AthenaMemory if already created, else start creating it."""

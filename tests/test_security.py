@@ -91,11 +91,6 @@ async def test_two_namespaces_with_the_same_ids_never_see_each_others_data(
     await _isolation(tmp_path, real_redis, same_athena_tenant=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the Athena tenant is ATHENA_TENANT_ID, not derived from the "
-    "namespace, so two namespaces sharing it share Athena's short-term window",
-)
 async def test_two_namespaces_sharing_an_athena_tenant_do_not_share_athena_context(
     tmp_path: Path, real_redis: Any
 ) -> None:
@@ -150,11 +145,6 @@ async def test_secrets_are_redacted_in_ledger_scratchpad_summary_and_athena_even
         await client.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: log_turn redacts str fields only; strings nested in a dict/list "
-    "thought/action/result reach the ledger and scratchpad unredacted",
-)
 async def test_secrets_nested_in_structured_turn_fields_are_redacted(
     tmp_path: Path, keyspace: Any, workflow_id: str, real_redis: Any
 ) -> None:

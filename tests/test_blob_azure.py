@@ -15,7 +15,12 @@ import pytest
 
 from jarvismem.backends.blob import create_blob_storage
 from jarvismem.backends.blob.azure import MAX_APPEND_BYTES, AzureBlobStorage
-from jarvismem.errors import InvalidBlobPathError, PayloadTooLargeError
+from jarvismem.errors import (
+    BlobError,
+    BlobNotFoundError,
+    InvalidBlobPathError,
+    PayloadTooLargeError,
+)
 from jarvismem.settings import load_settings
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -126,6 +131,19 @@ async def test_a_new_instance_continues_in_the_last_segment(make_storage: Factor
         "log.jsonl.seg-000002",
     ]
     assert (await second.read("log.jsonl")).endswith(b"a6\nb0\n")
+
+
+@pytest.mark.integration
+async def test_a_container_that_vanished_is_created_again(make_storage: Factory) -> None:
+    storage = make_storage()
+    await storage.append("log.jsonl", b"one\n")
+    await storage._container.delete_container()  # as an emulator restarted empty would
+    with pytest.raises(BlobError):
+        await storage.append("log.jsonl", b"lost\n")
+    with pytest.raises(BlobNotFoundError):
+        await storage.read("log.jsonl")
+    await storage.append("log.jsonl", b"two\n")
+    assert await storage.read("log.jsonl") == b"two\n"
 
 
 @pytest.mark.integration

@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 try:
@@ -98,13 +98,26 @@ def _error_code(exc: BaseException) -> str:
 
 
 @asynccontextmanager
-async def _azure_errors(action: str, path: str) -> AsyncIterator[None]:
-    """Map Azure SDK exceptions to jarvismem errors (status and code, never URLs or keys)."""
+async def _azure_errors(
+    action: str, path: str, on_container_missing: Callable[[], None] | None = None
+) -> AsyncIterator[None]:
+    """Map Azure SDK exceptions to jarvismem errors (status and code, never URLs or keys).
+
+    ``on_container_missing`` is called when the service says the container
+    itself is gone (e.g. an emulator restarted empty), so it is created again
+    on the next call instead of every retry failing forever.
+    """
     try:
         yield
     except (BlobError, InvalidPayloadError, PayloadTooLargeError):
         raise
-    except ResourceNotFoundError:
+    except ResourceNotFoundError as exc:
+        if _error_code(exc) == "ContainerNotFound":
+            if on_container_missing is not None:
+                on_container_missing()
+            if action in ("read", "stat", "list"):
+                raise BlobNotFoundError(f"blob {path!r} not found (no container)") from None
+            raise BlobError(f"cannot {action} blob {path!r}: container not found") from None
         raise BlobNotFoundError(f"blob {path!r} not found") from None
     except (ResourceExistsError, ResourceModifiedError) as exc:
         if action == "write":
@@ -162,6 +175,13 @@ class AzureBlobStorage:
 
     # --- helpers ----------------------------------------------------------------------
 
+    def _errors(self, action: str, path: str) -> AbstractAsyncContextManager[None]:
+        return _azure_errors(action, path, self._forget_container)
+
+    def _forget_container(self) -> None:
+        self._container_ready = False
+        self._segments.clear()
+
     async def _ensure_container(self) -> None:
         """Create the container once per instance (an existing one is fine)."""
         if self._container_ready:
@@ -169,7 +189,7 @@ class AzureBlobStorage:
         async with self._container_lock:
             if self._container_ready:
                 return
-            async with _azure_errors("create container for", self._container_name):
+            async with self._errors("create container for", self._container_name):
                 try:
                     await self._container.create_container()
                 except ResourceExistsError:
@@ -226,7 +246,7 @@ class AzureBlobStorage:
         """Content and its ETag (for an append blob with several segments, a combined tag)."""
         _validate_logical_path(path)
         await self._ensure_container()
-        async with _azure_errors("read", path):
+        async with self._errors("read", path):
             stream = await self._container.get_blob_client(path).download_blob()
             data = await stream.readall()
             etag = str(stream.properties.etag)
@@ -250,7 +270,7 @@ class AzureBlobStorage:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise InvalidPayloadError("max_bytes must be a non-negative int")
         await self._ensure_container()
-        async with _azure_errors("read", path):
+        async with self._errors("read", path):
             sizes = await self._segment_sizes(path)
             parts: builtins.list[bytes] = []
             remaining = max_bytes
@@ -271,14 +291,14 @@ class AzureBlobStorage:
         """Total size of all segments. Raises ``BlobNotFoundError`` if absent."""
         _validate_logical_path(path)
         await self._ensure_container()
-        async with _azure_errors("stat", path):
+        async with self._errors("stat", path):
             return sum(await self._segment_sizes(path))
 
     async def exists(self, path: str) -> bool:
         """Whether the blob exists (segment 0 always exists while any segment does)."""
         _validate_logical_path(path)
         await self._ensure_container()
-        async with _azure_errors("stat", path):
+        async with self._errors("stat", path):
             try:
                 await self._container.get_blob_client(path).get_blob_properties()
             except ResourceNotFoundError:
@@ -290,7 +310,7 @@ class AzureBlobStorage:
         validate_blob_prefix(prefix)
         await self._ensure_container()
         names: builtins.list[str] = []
-        async with _azure_errors("list", prefix):
+        async with self._errors("list", prefix):
             async for item in self._container.list_blobs(name_starts_with=prefix or None):
                 if not _SEGMENT_RE.search(item.name):
                     names.append(item.name)
@@ -324,7 +344,7 @@ class AzureBlobStorage:
             kwargs.update(etag=if_version, match_condition=MatchConditions.IfNotModified)
         elif if_absent:
             kwargs.update(overwrite=False, match_condition=MatchConditions.IfMissing)
-        async with _azure_errors("write", path):
+        async with self._errors("write", path):
             result = await self._container.get_blob_client(path).upload_blob(
                 payload, blob_type=BlobType.BLOCKBLOB, **kwargs
             )
@@ -343,7 +363,7 @@ class AzureBlobStorage:
                 "of one Azure append block"
             )
         await self._ensure_container()
-        async with _azure_errors("append", path):
+        async with self._errors("append", path):
             cached = self._segments.get(path)
             if cached is None:
                 cached = (await self._last_segment_index(path), 0)
@@ -379,7 +399,7 @@ class AzureBlobStorage:
         await self._ensure_container()
         self._segments.pop(path, None)
         deleted = False
-        async with _azure_errors("delete", path):
+        async with self._errors("delete", path):
             last = await self._last_segment_index(path)
             for index in range(last, -1, -1):
                 try:

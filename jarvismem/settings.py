@@ -178,6 +178,12 @@ class Settings(BaseSettings):
         return level
 
     @model_validator(mode="after")
+    def _cluster_needs_tcp(self) -> Settings:
+        if self.redis_cluster and (self.redis_url or "").startswith("unix://"):
+            raise ValueError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
+        return self
+
+    @model_validator(mode="after")
     def _azure_needs_credentials(self) -> Settings:
         if self.storage_backend == "azure" and self.azure_storage_connection_string is None:
             raise ValueError(

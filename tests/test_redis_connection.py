@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
 from jarvismem.backends.redis import connect_redis, create_redis, is_embedded
-from jarvismem.errors import BackendUnavailableError
+from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings, load_settings
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
@@ -170,9 +170,13 @@ async def test_cluster_mode_builds_a_cluster_client_without_connecting() -> None
     assert client.get_nodes() == []
 
 
-def test_cluster_mode_refuses_a_unix_socket() -> None:
-    settings = make_settings(redis_url="unix:///tmp/r.sock", redis_cluster=True)
-    with pytest.raises(BackendUnavailableError, match="unix"):
+def test_cluster_mode_refuses_a_unix_socket_at_start_up() -> None:
+    with pytest.raises(ConfigError, match="REDIS_CLUSTER"):
+        make_settings(redis_url="unix:///tmp/r.sock", redis_cluster=True)
+    # A settings object built around validation still cannot reach the client.
+    settings = make_settings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True)
+    settings = settings.model_copy(update={"redis_url": "unix:///tmp/r.sock"})
+    with pytest.raises(ConfigError, match="unix"):
         create_redis(settings)
 
 

@@ -19,7 +19,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jarvismem.errors import BackendUnavailableError
+from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.settings import Settings
 
@@ -70,7 +70,7 @@ def create_redis(settings: Settings) -> RedisClient:
     kwargs = _client_kwargs(settings)
     if settings.redis_cluster:
         if settings.redis_url.startswith("unix://"):
-            raise BackendUnavailableError("REDIS_CLUSTER=true cannot use a unix:// URL")
+            raise ConfigError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
         kwargs.pop("health_check_interval", None)
         return RedisCluster.from_url(settings.redis_url, **kwargs)
     # A blocking pool: past REDIS_MAX_CONNECTIONS concurrent commands, callers

@@ -532,6 +532,9 @@ def _error(status: int, message: str) -> tuple[int, bytes, str]:
 def _make_handler(server: FakeAthenaServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes on a kept-alive connection:
+        # with Nagle on, the body waits for the client's delayed ACK (~40 ms).
+        disable_nagle_algorithm = True
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -152,6 +152,9 @@ class FakeLLMServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes on a kept-alive connection:
+            # with Nagle on, the body waits for the client's delayed ACK (~40 ms).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # quiet in tests
                 return

@@ -480,15 +480,19 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class OutboxDrainer:
     """Replays an outbox in order through ``send``, stopping at the first failure.
 
-    Each delivered record is acked at once, so a crash replays at most the one
-    record that was in flight. ``last_error`` holds the exception that stopped
-    the last run (None when it emptied the outbox or reached its limit).
+    Delivered records are acked every ``ack_every`` records and whenever a run
+    stops, so a crash replays at most ``ack_every`` records (at-least-once).
+    ``last_error`` holds the exception that stopped the last run (None when it
+    emptied the outbox or reached its limit).
     """
 
-    def __init__(self, outbox: Outbox, send: Send, *, batch: int = 100) -> None:
+    def __init__(
+        self, outbox: Outbox, send: Send, *, batch: int = 100, ack_every: int = 10
+    ) -> None:
         self.outbox = outbox
         self.send = send
         self.batch = max(1, batch)
+        self.ack_every = max(1, ack_every)
         self.delivered = 0
         self.last_error: BaseException | None = None
 
@@ -504,15 +508,25 @@ class OutboxDrainer:
             pending = await self.outbox.peek(want)
             if not pending:
                 break
-            for seq, record in pending:
-                try:
-                    await self.send(record)
-                except Exception as exc:
-                    self.last_error = exc
-                    return done
-                await self.outbox.ack(seq)
-                done += 1
-                self.delivered += 1
+            unacked: int | None = None
+            try:
+                for seq, record in pending:
+                    try:
+                        await self.send(record)
+                    except Exception as exc:
+                        self.last_error = exc
+                        return done
+                    unacked = seq
+                    done += 1
+                    self.delivered += 1
+                    if done % self.ack_every == 0:
+                        await self.outbox.ack(seq)
+                        unacked = None
+            finally:
+                # Acks are a file write each: one per ``ack_every`` records, and
+                # always before returning, even on a failure or a cancellation.
+                if unacked is not None:
+                    await self.outbox.ack(unacked)
         return done
 
 

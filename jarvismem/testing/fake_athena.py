@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import re
+import socket
 import threading
 import time
 import uuid
@@ -141,6 +142,7 @@ class FakeAthenaServer:
         self._ltm: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._requests: list[RecordedRequest] = []
+        self._connections: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -168,6 +170,15 @@ class FakeAthenaServer:
         if httpd is not None:
             httpd.shutdown()
             httpd.server_close()
+        # Kept-alive connections would otherwise go on being served by their
+        # handler threads: a stopped server must refuse, like a dead one.
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -535,6 +546,16 @@ def _make_handler(server: FakeAthenaServer) -> type[BaseHTTPRequestHandler]:
         # Headers and body go out in two writes on a kept-alive connection:
         # with Nagle on, the body waits for the client's delayed ACK (~40 ms).
         disable_nagle_algorithm = True
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server._lock:
+                server._connections.discard(self.connection)
+            super().finish()
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -92,6 +92,10 @@ def _check_meta(metadata: dict[str, Any]) -> dict[str, str]:
     return dict(metadata)
 
 
+KERNEL_BUSY_GAP = 0.02
+"""Seconds after a write during which delivery yields to the kernel (see _yield_to_kernel)."""
+
+
 def turn_record(
     turn_id: str, thought: Any, action: Any, result: Any, redactor: Callable[[str], str]
 ) -> dict[str, Any] | None:
@@ -231,6 +235,8 @@ class AthenaMemory:
             outbox = self._default_outbox()
         self._outbox = outbox
         self._drainer = OutboxDrainer(outbox, self._send, batch=50)
+        self._last_activity = 0.0
+        self._flushing = False
         self._circuit: CircuitState = "closed"
         self._failures = 0
         self._open_until = 0.0
@@ -413,7 +419,21 @@ class AthenaMemory:
         }
         await self._enqueue(record)
 
+    async def _yield_to_kernel(self) -> None:
+        """Let the agent's own turns go first.
+
+        Delivery shares the event loop with the kernel, and each record costs
+        up to three HTTP requests of CPU. While the kernel is busy (a write in
+        the last ``KERNEL_BUSY_GAP`` seconds) records go out at most one per
+        gap; when it is idle, as fast as Athena answers. ``flush()`` does not wait.
+        """
+        if self._flushing:
+            return
+        if time.monotonic() - self._last_activity < KERNEL_BUSY_GAP:
+            await asyncio.sleep(KERNEL_BUSY_GAP)
+
     async def _enqueue(self, record: dict[str, Any]) -> None:
+        self._last_activity = time.monotonic()
         if self._closed:
             raise JarvisMemError("AthenaMemory is closed")
         if await self._outbox.put(record):
@@ -423,6 +443,7 @@ class AthenaMemory:
 
     async def _send(self, record: dict[str, Any]) -> None:
         """Deliver one outbox record; return normally to ack (or drop) it."""
+        await self._yield_to_kernel()
         try:
             await self._post(await self._current_session(), record)
         except AthenaNotFoundError:
@@ -535,11 +556,14 @@ class AthenaMemory:
         seconds (an interrupted record is delivered again later).
         """
         before = self._drainer.delivered
+        self._flushing = True
         try:
             async with asyncio.timeout(timeout):
                 await self._drain(None)
         except TimeoutError:
             pass
+        finally:
+            self._flushing = False
         return self._drainer.delivered - before
 
     # --- reads --------------------------------------------------------------------------

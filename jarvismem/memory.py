@@ -158,14 +158,16 @@ class UnifiedMemory:
         """Queue the turn for Athena; never waits for the network."""
         rt = self.runtime
         athena = rt.athena_memory_nowait(self.agent_id)
+        # The values were redacted by _clean already.
         if athena is not None:
-            await athena.record_turn(turn, thought, action, result)
+            await athena.record_turn(turn, thought, action, result, redacted=True)
             return
         # Session still being resolved: queue in the agent's outbox, which the
         # AthenaMemory drains once it exists (nothing is lost meanwhile).
+        from jarvismem.redaction import no_redaction
         from jarvismem.tiers.athena import turn_record
 
-        record = turn_record(turn, thought, action, result, rt.redactor)
+        record = turn_record(turn, thought, action, result, no_redaction)
         if record is not None:
             await rt.outbox("athena", self.agent_id).put(record)
 

@@ -92,7 +92,7 @@ def _check_meta(metadata: dict[str, Any]) -> dict[str, str]:
     return dict(metadata)
 
 
-KERNEL_BUSY_GAP = 0.02
+KERNEL_BUSY_GAP = 0.05
 """Seconds after a write during which delivery yields to the kernel (see _yield_to_kernel)."""
 
 
@@ -394,13 +394,17 @@ class AthenaMemory:
             {**metadata, "event": "hitl_resolved", "request_id": request_id},
         )
 
-    async def record_turn(self, turn_id: str, thought: Any, action: Any, result: Any) -> None:
+    async def record_turn(
+        self, turn_id: str, thought: Any, action: Any, result: Any, *, redacted: bool = False
+    ) -> None:
         """Queue one kernel turn as thought, action and observation events.
 
         One outbox record for the three events: a single durable append on the
         ``log_turn`` path instead of three. Non-string values are sent as JSON.
+        ``redacted``: the caller already redacted the values (``log_turn`` has).
         """
-        record = turn_record(turn_id, thought, action, result, self._redactor)
+        redactor = no_redaction if redacted else self._redactor
+        record = turn_record(turn_id, thought, action, result, redactor)
         if record is not None:
             await self._enqueue(record)
 

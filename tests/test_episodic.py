@@ -138,3 +138,16 @@ async def test_bad_entries_are_refused_before_anything_is_written(
     with pytest.raises(InvalidPayloadError):
         await led.append(bad)
     assert await led.length() == 0
+
+
+async def test_entries_written_by_other_tools_still_decode(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    # Raw values, as redis-cli would write them: not JSON, or JSON of another shape.
+    await redis_client.xadd(led.key, {"note": "1,2", "plain": "hello", "n": "7"})
+    # Every value parses as JSON together, but as three elements for two fields.
+    await redis_client.xadd(led.key, {"note": "1,2", "n": "7"})
+    first, second = await led.tail(2)
+    assert first["note"] == "1,2" and first["plain"] == "hello" and first["n"] == 7
+    assert second["note"] == "1,2" and second["n"] == 7

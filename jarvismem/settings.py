@@ -76,7 +76,8 @@ class Settings(BaseSettings):
         16_384,
         ge=0,
         description="Local appends up to this size are written from the event loop "
-        "(a ~10 us page-cache write) instead of a worker-thread hop; 0 = always a thread.",
+        "(a ~10 us page-cache write) instead of a worker-thread hop, and reads already in "
+        "the page cache are served there too; 0 = always a thread.",
     )
     azure_storage_connection_string: SecretStr | None = Field(
         None, description="Azure Blob connection string (STORAGE_BACKEND=azure)."

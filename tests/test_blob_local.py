@@ -16,7 +16,12 @@ import pytest
 
 from jarvismem.backends.blob import create_blob_storage
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.errors import BlobError, BlobPreconditionFailedError, InvalidBlobPathError
+from jarvismem.errors import (
+    BlobError,
+    BlobNotFoundError,
+    BlobPreconditionFailedError,
+    InvalidBlobPathError,
+)
 from jarvismem.settings import load_settings
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -124,6 +129,32 @@ async def test_small_appends_skip_the_worker_thread_and_big_ones_use_it(
     for _ in range(3):
         await never.append("a.jsonl", b"z\n")
     assert len(hops) == 3
+
+
+async def test_hot_reads_skip_the_worker_thread_and_missing_blobs_are_not_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalBlobStorage(tmp_path / "root")
+    await store.write("s.jsonl", b"0123456789")
+    hops = 0
+    real_to_thread = asyncio.to_thread
+
+    async def counting(func: Any, *args: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    assert await store.tail("s.jsonl", 4) == b"6789"
+    assert await store.read("s.jsonl") == b"0123456789"
+    with pytest.raises(BlobNotFoundError):
+        await store.tail("missing.jsonl", 4)
+    with pytest.raises(BlobNotFoundError):
+        await store.read("missing.jsonl")
+    assert hops == 0
+    off = LocalBlobStorage(tmp_path / "root", inline_append_max_bytes=0)
+    assert await off.tail("s.jsonl", 4) == b"6789"
+    assert hops == 1
 
 
 async def test_listing_never_follows_a_symlink_out_of_the_root(

@@ -145,6 +145,9 @@ class WorkingScratchpad:
             return []
         return parse_records(raw, source=self.path, partial_head=len(raw) >= want)
 
+    def _first_read(self) -> int:
+        return min(self.tail_bytes, 2 * self.budget_chars + 4096)
+
     async def _recent_for_budget(self) -> list[dict[str, Any]]:
         """Just enough of the tail to fill the render budget.
 
@@ -153,7 +156,7 @@ class WorkingScratchpad:
         no whole record (one huge record). Rendering then costs the same at
         100 turns and at 100,000.
         """
-        want = min(self.tail_bytes, 2 * self.budget_chars + 4096)
+        want = self._first_read()
         while True:
             try:
                 raw = await self.blob.tail(self.path, want)
@@ -165,13 +168,15 @@ class WorkingScratchpad:
                 return records
             want = min(self.tail_bytes, want * 4)
 
-    async def goal_findings(self) -> list[dict[str, Any]]:
-        """This (step, agent)'s goal-scoped records."""
+    async def goal_findings(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        """This (step, agent)'s goal-scoped records (the newest ``max_bytes`` of them,
+        default ``tail_bytes``)."""
+        want = self.tail_bytes if max_bytes is None else min(max_bytes, self.tail_bytes)
         try:
-            raw = await self.blob.tail(self.goals_path, self.tail_bytes)
+            raw = await self.blob.tail(self.goals_path, want)
         except BlobNotFoundError:
             return []
-        return parse_records(raw, source=self.goals_path, partial_head=len(raw) >= self.tail_bytes)
+        return parse_records(raw, source=self.goals_path, partial_head=len(raw) >= want)
 
     async def workflow_goal_findings(self) -> list[dict[str, Any]]:
         """Goal findings of every step and agent of the workflow, each tagged with them.
@@ -199,7 +204,10 @@ class WorkingScratchpad:
         Goal findings always come first; then the most recent turns and notes,
         newest kept first when the budget runs out. Reads a bounded tail only.
         """
-        goals, recent = await asyncio.gather(self.goal_findings(), self._recent_for_budget())
+        # The markdown holds at most budget_chars, so twice that of goals is plenty.
+        goals, recent = await asyncio.gather(
+            self.goal_findings(self._first_read()), self._recent_for_budget()
+        )
         return render_notes(goals, recent, self.budget_chars)
 
 

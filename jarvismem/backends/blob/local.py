@@ -1,11 +1,14 @@
 """Blob storage in a local directory.
 
 Every operation does all of its file work in ONE worker-thread hop
-(:func:`asyncio.to_thread`), so the event loop never waits on the disk. The
-one exception is a small append (``STORAGE_INLINE_APPEND_MAX_BYTES``, 16 KiB
-by default) to an existing file whose lock is free: that single non-blocking
-``O_APPEND`` page-cache write is done on the loop, because it costs less than
-the hop itself (see ``_append_inline``).
+(:func:`asyncio.to_thread`), so the event loop never waits on the disk. Two
+exceptions, because on the hot paths the hop costs more than the work: a small
+append (``STORAGE_INLINE_APPEND_MAX_BYTES``, 16 KiB by default) to an existing
+file whose lock is free is one non-blocking ``O_APPEND`` page-cache write
+(``_append_inline``), and a read of at most 64 KiB is served on the loop only
+if every byte is already in the page cache (``preadv`` with ``RWF_NOWAIT``,
+``_read_inline``). Both fall back to the thread for anything else; setting
+``STORAGE_INLINE_APPEND_MAX_BYTES=0`` turns both off.
 
 Guarantees:
 
@@ -132,6 +135,8 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
 
 
 _INLINE_TARGET_CACHE = 4096
+_INLINE_READ_MAX = 65_536
+_HAVE_NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")
 DEFAULT_INLINE_APPEND_MAX_BYTES = 16_384
 """Appends up to this size may be written from the event loop (see ``_append_inline``)."""
 
@@ -222,6 +227,11 @@ class LocalBlobStorage:
 
     async def read(self, path: str) -> bytes:
         """Whole content. Raises ``BlobNotFoundError`` if absent."""
+        validate_blob_path(path)
+        if self._inline_max > 0:
+            cached = self._read_inline(path, None)
+            if cached is not None:
+                return cached
         data, _ = await self.read_versioned(path)
         return data
 
@@ -246,14 +256,20 @@ class LocalBlobStorage:
         """The last ``max_bytes`` bytes; reads only that much from the disk."""
         validate_blob_path(path)
         wanted = _check_max_bytes(max_bytes)
+        if wanted <= _INLINE_READ_MAX and self._inline_max > 0:
+            cached = self._read_inline(path, wanted)
+            if cached is not None:
+                return cached
 
         def work() -> bytes:
             with _os_errors("read", path):
-                fd = os.open(self._target(path), os.O_RDONLY | os.O_CLOEXEC)
+                target = self._target(path)
+                fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC)
                 try:
                     st = os.fstat(fd)
                     if not stat.S_ISREG(st.st_mode):
                         raise BlobNotFoundError(f"blob {path!r} not found")
+                    self._remember_target(path, target)
                     start = max(0, st.st_size - wanted)
                     os.lseek(fd, start, os.SEEK_SET)
                     # Bounded by the size seen at open: a concurrent append after
@@ -494,10 +510,7 @@ class LocalBlobStorage:
             except OSError:
                 self._inline_targets.pop(path, None)
                 return False  # first append, or anything unusual: take the thread path
-            if path not in self._inline_targets:
-                if len(self._inline_targets) >= _INLINE_TARGET_CACHE:
-                    self._inline_targets.clear()
-                self._inline_targets[path] = target
+            self._remember_target(path, target)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -510,6 +523,61 @@ class LocalBlobStorage:
             finally:
                 os.close(fd)
         return True
+
+    def _remember_target(self, path: str, target: Path) -> None:
+        """Cache a resolved, checked target for the inline paths (bounded)."""
+        if path not in self._inline_targets:
+            if len(self._inline_targets) >= _INLINE_TARGET_CACHE:
+                self._inline_targets.clear()
+            self._inline_targets[path] = target
+
+    def _read_inline(self, path: str, wanted: int | None) -> bytes | None:
+        """A read served from the page cache on the loop, or None for the thread.
+
+        ``wanted``: the last that many bytes (a tail), or None for the whole
+        blob when it is at most ``_INLINE_READ_MAX`` bytes. ``preadv`` with
+        ``RWF_NOWAIT`` returns at once with EAGAIN instead of waiting for the
+        disk, so this never stalls the loop on I/O: only bytes already in
+        memory (a scratchpad being written is) are read here. A missing blob is
+        answered here too (``BlobNotFoundError``); anything else (cold data, a
+        short read, an odd file) goes through the worker thread as before.
+        Same target cache and ``O_NOFOLLOW`` rule as inline appends.
+        """
+        if not _HAVE_NOWAIT:
+            return None
+        target = self._inline_targets.get(path)
+        if target is None:
+            target = self._target(path)  # lstat-only metadata work; refuses escapes
+        try:
+            fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            self._inline_targets.pop(path, None)
+            raise BlobNotFoundError(f"blob {path!r} not found") from None
+        except OSError:
+            self._inline_targets.pop(path, None)
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if wanted is None:
+                if st.st_size > _INLINE_READ_MAX:
+                    return None
+                start = 0
+            else:
+                start = max(0, st.st_size - wanted)
+            buf = bytearray(st.st_size - start)
+            if buf:
+                try:
+                    got = os.preadv(fd, [buf], start, os.RWF_NOWAIT)
+                except OSError:
+                    return None  # EAGAIN (not cached) or anything odd: use the thread
+                if got != len(buf):
+                    return None
+            self._remember_target(path, target)
+            return bytes(buf)
+        finally:
+            os.close(fd)
 
     def _append_sync(self, path: str, payload: bytes) -> None:
         """The file work of one append (runs in the worker thread)."""

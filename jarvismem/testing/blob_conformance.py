@@ -23,10 +23,8 @@ storage (and a storage that already holds other blobs).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage, validate_blob_path
@@ -36,13 +34,7 @@ from jarvismem.errors import (
     InvalidBlobPathError,
     InvalidPayloadError,
 )
-
-try:  # mark the checks for pytest-asyncio in strict mode too; pytest stays optional
-    import pytest
-
-    _PYTEST_MARKS: list[Any] = [pytest.mark.asyncio]
-except ImportError:  # pragma: no cover - pytest absent
-    _PYTEST_MARKS = []
+from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks
 
 UNSAFE_PATHS: tuple[str, ...] = (
     "../x",
@@ -64,16 +56,6 @@ UNSAFE_PATHS: tuple[str, ...] = (
 """Paths every backend must refuse with ``InvalidBlobPathError``."""
 
 
-@contextmanager
-def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
-    """Like ``pytest.raises`` without needing pytest."""
-    try:
-        yield
-    except kind:
-        return
-    raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
-
-
 def _prefix() -> str:
     return "conf-" + uuid.uuid4().hex[:12]
 
@@ -85,7 +67,7 @@ class BlobStorageConformance:
     pytest fixture.
     """
 
-    pytestmark = _PYTEST_MARKS
+    pytestmark = PYTEST_MARKS
 
     # --- whole blobs ----------------------------------------------------------------
 
@@ -100,13 +82,13 @@ class BlobStorageConformance:
 
     async def test_reading_a_missing_blob_raises_not_found(self, storage: BlobStorage) -> None:
         path = f"{_prefix()}/missing.txt"
-        with _raises(BlobNotFoundError, "read"):
+        with raises(BlobNotFoundError, "read"):
             await storage.read(path)
-        with _raises(BlobNotFoundError, "read_versioned"):
+        with raises(BlobNotFoundError, "read_versioned"):
             await storage.read_versioned(path)
-        with _raises(BlobNotFoundError, "tail"):
+        with raises(BlobNotFoundError, "tail"):
             await storage.tail(path, 10)
-        with _raises(BlobNotFoundError, "size"):
+        with raises(BlobNotFoundError, "size"):
             await storage.size(path)
 
     async def test_write_replaces_the_whole_content(self, storage: BlobStorage) -> None:
@@ -144,7 +126,7 @@ class BlobStorageConformance:
         path = f"{_prefix()}/doc.txt"
         stale = await storage.write(path, b"v1")
         current = await storage.write(path, b"v2")
-        with _raises(BlobPreconditionFailedError, "write with a stale version"):
+        with raises(BlobPreconditionFailedError, "write with a stale version"):
             await storage.write(path, b"v3", if_version=stale)
         assert await storage.read_versioned(path) == (b"v2", current)
 
@@ -152,7 +134,7 @@ class BlobStorageConformance:
         prefix = _prefix()
         version = await storage.write(f"{prefix}/other.txt", b"x")
         path = f"{prefix}/missing.txt"
-        with _raises(BlobPreconditionFailedError, "write if_version on a missing blob"):
+        with raises(BlobPreconditionFailedError, "write if_version on a missing blob"):
             await storage.write(path, b"v", if_version=version)
         assert not await storage.exists(path)
 
@@ -166,7 +148,7 @@ class BlobStorageConformance:
     ) -> None:
         path = f"{_prefix()}/doc.txt"
         version = await storage.write(path, b"original")
-        with _raises(BlobPreconditionFailedError, "write if_absent on an existing blob"):
+        with raises(BlobPreconditionFailedError, "write if_absent on an existing blob"):
             await storage.write(path, b"intruder", if_absent=True)
         assert await storage.read_versioned(path) == (b"original", version)
 
@@ -204,9 +186,9 @@ class BlobStorageConformance:
 
     async def test_non_bytes_data_is_refused(self, storage: BlobStorage) -> None:
         path = f"{_prefix()}/doc.txt"
-        with _raises(InvalidPayloadError, "write of a str"):
+        with raises(InvalidPayloadError, "write of a str"):
             await storage.write(path, "text", if_absent=False)  # type: ignore[arg-type]
-        with _raises(InvalidPayloadError, "append of a str"):
+        with raises(InvalidPayloadError, "append of a str"):
             await storage.append(path, "text")  # type: ignore[arg-type]
         assert not await storage.exists(path)
 
@@ -258,7 +240,7 @@ class BlobStorageConformance:
     async def test_tail_refuses_a_negative_size(self, storage: BlobStorage) -> None:
         path = f"{_prefix()}/doc.txt"
         await storage.write(path, b"0123456789")
-        with _raises(InvalidPayloadError, "tail with max_bytes=-1"):
+        with raises(InvalidPayloadError, "tail with max_bytes=-1"):
             await storage.tail(path, -1)
 
     async def test_size_counts_written_and_appended_bytes(self, storage: BlobStorage) -> None:
@@ -318,7 +300,7 @@ class BlobStorageConformance:
         assert await storage.delete(f"{prefix}/log.jsonl") is True
         assert not await storage.exists(f"{prefix}/doc.txt")
         assert await storage.list(prefix + "/") == []
-        with _raises(BlobNotFoundError, "read after delete"):
+        with raises(BlobNotFoundError, "read after delete"):
             await storage.read(f"{prefix}/log.jsonl")
 
     async def test_delete_of_a_missing_blob_returns_false(self, storage: BlobStorage) -> None:
@@ -348,13 +330,13 @@ class BlobStorageConformance:
         ]
         for path in (*UNSAFE_PATHS, 42, None):
             for method, call in calls:
-                with _raises(InvalidBlobPathError, f"{method}({path!r})"):
+                with raises(InvalidBlobPathError, f"{method}({path!r})"):
                     await call(path)
         assert await storage.list("") == before
 
     async def test_unsafe_list_prefixes_are_refused(self, storage: BlobStorage) -> None:
         for prefix in ("../", "/abs", "a//", "a/./", ".hidden", "a\\b"):
-            with _raises(InvalidBlobPathError, f"list({prefix!r})"):
+            with raises(InvalidBlobPathError, f"list({prefix!r})"):
                 await storage.list(prefix)
 
 
@@ -364,11 +346,4 @@ async def run_blob_conformance(storage: BlobStorage) -> None:
     Raises ``AssertionError`` naming the first failing check; returns ``None``
     when the storage conforms. The storage is left open (close it yourself).
     """
-    suite = BlobStorageConformance()
-    for name, method in inspect.getmembers(suite, inspect.iscoroutinefunction):
-        if not name.startswith("test_"):
-            continue
-        try:
-            await method(storage)
-        except AssertionError as exc:
-            raise AssertionError(f"{name}: {exc}") from exc
+    await run_checks(BlobStorageConformance(), storage)

@@ -24,23 +24,14 @@ its search index itself.
 
 from __future__ import annotations
 
-import inspect
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
 from jarvismem.recall.stores import RecallStore
-
-try:  # mark the checks for pytest-asyncio in strict mode too; pytest stays optional
-    import pytest
-
-    _PYTEST_MARKS: list[Any] = [pytest.mark.asyncio]
-except ImportError:  # pragma: no cover - pytest absent
-    _PYTEST_MARKS = []
+from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks
 
 CORPUS: tuple[str, ...] = (
     "The user's favourite colour is teal",
@@ -63,16 +54,6 @@ QUERIES: tuple[tuple[str, int], ...] = (
 """``(query, index in CORPUS of the entry that must come first)``."""
 
 
-@contextmanager
-def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
-    """Like ``pytest.raises`` without needing pytest."""
-    try:
-        yield
-    except kind:
-        return
-    raise AssertionError(f"{what}: expected {kind.__name__}, nothing was raised")
-
-
 def _agent() -> str:
     return "conf-" + uuid.uuid4().hex[:12]
 
@@ -84,7 +65,7 @@ class RecallStoreConformance:
     pytest fixture.
     """
 
-    pytestmark = _PYTEST_MARKS
+    pytestmark = PYTEST_MARKS
 
     ranks_only_matches: ClassVar[bool] = True
     """Recall returns only entries sharing words with the query (lexical stores)."""
@@ -261,13 +242,13 @@ class RecallStoreConformance:
             {"agent_id": agent, "id": "has space", "content": "x"},
         ]
         for fields in bad:
-            with _raises(ValidationError, f"WriteRequest({fields})"):
+            with raises(ValidationError, f"WriteRequest({fields})"):
                 WriteRequest(**fields)
         for fields in (
             {"agent_id": agent, "query": " "},
             {"agent_id": agent, "query": "x", "limit": 0},
         ):
-            with _raises(ValidationError, f"RecallRequest({fields})"):
+            with raises(ValidationError, f"RecallRequest({fields})"):
                 RecallRequest(**fields)
         assert await recall_store.list_entries(agent) == []
 
@@ -281,11 +262,4 @@ async def run_recall_conformance(
     the backend's flags and ``seed`` (default: the full contract). Raises
     ``AssertionError`` naming the first failing check.
     """
-    checks = suite or RecallStoreConformance()
-    for name, method in inspect.getmembers(checks, inspect.iscoroutinefunction):
-        if not name.startswith("test_"):
-            continue
-        try:
-            await method(store)
-        except AssertionError as exc:
-            raise AssertionError(f"{name}: {exc}") from exc
+    await run_checks(suite or RecallStoreConformance(), store)

@@ -31,6 +31,22 @@ AZURITE_CONNECTION_STRING = os.environ.get(
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
 
 
+def env_without_settings() -> dict[str, str]:
+    """This process's environment minus every jarvismem setting.
+
+    For subprocesses (CLI, demo, examples) that must see only what a test
+    passes them, whatever the developer has exported.
+    """
+    from jarvismem.settings import Settings
+
+    names = {name.upper() for name in Settings.model_fields}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.upper() not in names and not k.upper().startswith("JARVISMEM_")
+    }
+
+
 def _port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -125,3 +141,26 @@ async def blob_storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         storage = AzureBlobStorage(AZURITE_CONNECTION_STRING, "t" + uuid.uuid4().hex[:20])
     yield storage
     await storage.close()
+
+
+class ThreadHops:
+    """Counts ``asyncio.to_thread`` calls (worker-thread hops) during a test."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@pytest.fixture
+def thread_hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
+    """Patch ``asyncio.to_thread`` to count hops while still running them."""
+    import asyncio
+
+    hops = ThreadHops()
+    real_to_thread = asyncio.to_thread
+
+    async def counting(func: Any, *args: Any) -> Any:
+        hops.count += 1
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    return hops

@@ -23,6 +23,7 @@ from jarvismem.errors import (
     InvalidBlobPathError,
 )
 from jarvismem.settings import load_settings
+from tests.conftest import ThreadHops
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -108,53 +109,37 @@ async def test_a_hot_file_swapped_for_an_outside_symlink_is_refused(
 
 
 async def test_small_appends_skip_the_worker_thread_and_big_ones_use_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, thread_hops: ThreadHops
 ) -> None:
     store = LocalBlobStorage(tmp_path / "root", inline_append_max_bytes=64)
-    hops: list[str] = []
-    real_to_thread = asyncio.to_thread
-
-    async def counting(func: Any, *args: Any) -> Any:
-        hops.append("hop")
-        return await real_to_thread(func, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
     await store.append("a.jsonl", b"first\n")  # creates the file: thread
     await store.append("a.jsonl", b"small\n")  # inline
     await store.append("a.jsonl", b"x" * 100 + b"\n")  # over the limit: thread
-    assert len(hops) == 2
+    assert thread_hops.count == 2
     assert await store.read("a.jsonl") == b"first\nsmall\n" + b"x" * 100 + b"\n"
     never = LocalBlobStorage(tmp_path / "root2", inline_append_max_bytes=0)
-    hops.clear()
+    thread_hops.count = 0
     for _ in range(3):
         await never.append("a.jsonl", b"z\n")
-    assert len(hops) == 3
+    assert thread_hops.count == 3
 
 
 async def test_hot_reads_skip_the_worker_thread_and_missing_blobs_are_not_found(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, thread_hops: ThreadHops
 ) -> None:
     store = LocalBlobStorage(tmp_path / "root")
     await store.write("s.jsonl", b"0123456789")
-    hops = 0
-    real_to_thread = asyncio.to_thread
-
-    async def counting(func: Any, *args: Any) -> Any:
-        nonlocal hops
-        hops += 1
-        return await real_to_thread(func, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
+    thread_hops.count = 0
     assert await store.tail("s.jsonl", 4) == b"6789"
     assert await store.read("s.jsonl") == b"0123456789"
     with pytest.raises(BlobNotFoundError):
         await store.tail("missing.jsonl", 4)
     with pytest.raises(BlobNotFoundError):
         await store.read("missing.jsonl")
-    assert hops == 0
+    assert thread_hops.count == 0
     off = LocalBlobStorage(tmp_path / "root", inline_append_max_bytes=0)
     assert await off.tail("s.jsonl", 4) == b"6789"
-    assert hops == 1
+    assert thread_hops.count == 1
 
 
 async def test_listing_never_follows_a_symlink_out_of_the_root(

@@ -25,18 +25,11 @@ import pytest
 from jarvismem.demo import LoopbackRedis
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
-
-_OWN_VARS = (
-    "REDIS",
-    "STORAGE_",
-    "AZURE_",
-    "ATHENA_",
-    "LLM_",
-    "JARVISMEM_",
-    "OUTBOX_",
-    "COMPACTION_",
-    "LOG_LEVEL",
+from tests.conftest import (
+    REAL_REDIS_URL,
+    env_without_settings,
+    real_redis_available,
+    require_backend,
 )
 
 
@@ -81,7 +74,7 @@ class Cli:
 
 
 def clean_env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
+    env = env_without_settings()
     env["STORAGE_BASE_PATH"] = str(tmp_path / "blobs")
     env["OUTBOX_PATH"] = str(tmp_path / "outbox")
     env["REDIS_CONNECT_RETRIES"] = "0"

@@ -9,21 +9,7 @@ import sys
 from pathlib import Path
 
 from jarvismem.demo import LoopbackRedis
-
-_OWN_VARS = (
-    "REDIS",
-    "STORAGE_",
-    "AZURE_",
-    "ATHENA_",
-    "LLM_",
-    "JARVISMEM_",
-    "OUTBOX_",
-    "COMPACTION_",
-)
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
+from tests.conftest import env_without_settings
 
 
 def test_demo_kills_a_child_and_verifies_every_turn_once(tmp_path: Path) -> None:
@@ -42,7 +28,7 @@ def test_demo_kills_a_child_and_verifies_every_turn_once(tmp_path: Path) -> None
             "--kill-after",
             "6",
         ],
-        env=_env(),
+        env=env_without_settings(),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -86,7 +72,7 @@ def test_demo_human_output_says_the_store_is_ephemeral_and_passes(tmp_path: Path
             "--kill-after",
             "2",
         ],
-        env=_env(),
+        env=env_without_settings(),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -138,7 +124,7 @@ def test_demo_rejects_a_kill_point_outside_the_run(tmp_path: Path) -> None:
             "--kill-after",
             "3",
         ],
-        env=_env(),
+        env=env_without_settings(),
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from tests.conftest import env_without_settings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-_OWN_VARS = (
-    "REDIS",
-    "STORAGE_",
-    "AZURE_",
-    "ATHENA_",
-    "LLM_",
-    "JARVISMEM_",
-    "OUTBOX_",
-    "COMPACTION_",
-)
 
 
 def _run(name: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(_OWN_VARS)}
+    clean = env_without_settings()
     clean.update(env)
     return subprocess.run(
         [sys.executable, str(EXAMPLES / name)],

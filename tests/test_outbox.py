@@ -16,6 +16,7 @@ import pytest
 
 from jarvismem.backends.outbox import Outbox, OutboxDrainer, deliver_pending
 from jarvismem.errors import InvalidPayloadError
+from tests.conftest import ThreadHops
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -290,28 +291,20 @@ async def test_cursor_file_holds_acked_and_dropped(tmp_path: Path) -> None:
 
 
 async def test_small_puts_skip_the_thread_and_sequential_puts_keep_their_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, thread_hops: ThreadHops
 ) -> None:
     box = Outbox(tmp_path / "o.jsonl")
-    hops = 0
-    real_to_thread = asyncio.to_thread
-
-    async def counting(func: Any, *args: Any) -> Any:
-        nonlocal hops
-        hops += 1
-        return await real_to_thread(func, *args)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
+    thread_hops.count = 0
     big = "x" * 40_000  # over the inline limit: always the thread
     for i in range(10):  # sequential: small ones inline, every third one threaded
         assert await box.put({"i": i, "pad": big if i % 3 == 0 else ""})
-    assert hops == 4
+    assert thread_hops.count == 4
     # Concurrent: a big put in flight makes every later put queue behind it.
     results = await asyncio.gather(
         *(box.put({"i": i, "pad": big if i == 12 else ""}) for i in range(10, 30))
     )
     assert all(results)
-    assert hops < 30
+    assert thread_hops.count < 30
     order = [rec["i"] for _, rec in await box.peek(100)]
     # Sequential puts keep their order; concurrent ones are all there (their
     # relative order is not defined: they were made at the same time).

@@ -46,7 +46,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "the Azure blob backend needs the 'azure' extra: pip install 'jarvismem[azure]'"
     ) from exc
 
-from jarvismem.backends.blob.base import BlobVersion, validate_blob_path, validate_blob_prefix
+from jarvismem.backends.blob.base import (
+    BlobVersion,
+    as_blob_bytes,
+    validate_blob_path,
+    validate_blob_prefix,
+)
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -72,14 +77,6 @@ _SEGMENT_RE = re.compile(r"\.seg-(\d{6})\Z")
 def _segment_name(path: str, index: int) -> str:
     """Blob name of segment ``index`` of the logical blob ``path``."""
     return path if index == 0 else f"{path}{_SEGMENT_SUFFIX}{index:06d}"
-
-
-def _as_bytes(data: object) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise InvalidPayloadError(f"blob data must be bytes, got {type(data).__name__}")
 
 
 def _validate_logical_path(path: object) -> str:
@@ -333,7 +330,7 @@ class AzureBlobStorage:
         a failed condition raises ``BlobPreconditionFailedError`` and changes nothing.
         """
         _validate_logical_path(path)
-        payload = _as_bytes(data)
+        payload = as_blob_bytes(data)
         if if_version is not None and not isinstance(if_version, str):
             raise InvalidPayloadError("if_version must be a version string returned by the backend")
         if if_version is not None and if_absent:
@@ -356,7 +353,7 @@ class AzureBlobStorage:
         Raises ``PayloadTooLargeError`` for more than :data:`MAX_APPEND_BYTES`.
         """
         _validate_logical_path(path)
-        payload = _as_bytes(data)
+        payload = as_blob_bytes(data)
         if len(payload) > MAX_APPEND_BYTES:
             raise PayloadTooLargeError(
                 f"append of {len(payload)} bytes exceeds the {MAX_APPEND_BYTES}-byte limit "

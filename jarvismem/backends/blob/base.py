@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Protocol, runtime_checkable
 
-from jarvismem.errors import InvalidBlobPathError
+from jarvismem.errors import InvalidBlobPathError, InvalidPayloadError
 
 BlobVersion = str
 """Opaque version token (an ETag on Azure, a content stamp locally)."""
@@ -47,6 +47,15 @@ def validate_blob_path(path: object) -> str:
             shown = path[:80].encode("unicode_escape").decode("ascii")
             raise InvalidBlobPathError(f"unsafe blob path {shown!r}")
     return path
+
+
+def as_blob_bytes(data: object) -> bytes:
+    """Blob data as bytes: bytes-like only (a str would need an encoding decision)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise InvalidPayloadError(f"blob data must be bytes, got {type(data).__name__}")
 
 
 def validate_blob_prefix(prefix: object) -> str:

@@ -43,7 +43,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from jarvismem.backends.blob.base import BlobVersion, validate_blob_path, validate_blob_prefix
+from jarvismem.backends.blob.base import (
+    BlobVersion,
+    as_blob_bytes,
+    validate_blob_path,
+    validate_blob_prefix,
+)
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -56,15 +61,6 @@ T = TypeVar("T")
 
 _LOCK_SUFFIX = ".lock"
 _TMP_MARK = ".tmp-"
-
-
-def _as_bytes(data: object) -> bytes:
-    """Accept bytes-like data only (a str would need an encoding decision)."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise InvalidPayloadError(f"blob data must be bytes, got {type(data).__name__}")
 
 
 def _check_max_bytes(max_bytes: object) -> int:
@@ -360,7 +356,7 @@ class LocalBlobStorage:
         changed) when a condition does not hold.
         """
         validate_blob_path(path)
-        payload = _as_bytes(data)
+        payload = as_blob_bytes(data)
         _check_conditions(if_version, if_absent)
 
         def work() -> BlobVersion:
@@ -422,7 +418,7 @@ class LocalBlobStorage:
         thread hop each.
         """
         validate_blob_path(path)
-        payload = _as_bytes(data)
+        payload = as_blob_bytes(data)
         if (
             not self._append_busy
             and not self._fsync_appends

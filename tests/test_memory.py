@@ -332,3 +332,31 @@ async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_bud
     assert "the first finding" in notes
     assert "### Turn 300" in notes and "thought number 0" not in notes
     await mem.runtime.close()
+
+
+async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
+    tmp_path: Path,
+) -> None:
+    from jarvismem.backends.outbox import Outbox
+    from jarvismem.errors import BackendUnavailableError
+    from jarvismem.tiers.durable import DurableWriter
+
+    path = tmp_path / "ob" / "redis.jsonl"
+    applied: list[int] = []
+
+    async def apply(record: dict[str, Any]) -> None:
+        applied.append(record["n"])
+
+    writer = DurableWriter("redis[wf]", Outbox(path), apply, timeout=1.0)
+    for n in range(3):
+        await writer.outbox.put({"n": n})
+    other = Outbox(path)  # another process's view of the same file
+    assert other.try_claim_delivery()
+    with pytest.raises(BackendUnavailableError):
+        await writer.drain_once()
+    assert applied == []
+    other.release_delivery()
+    assert await writer.drain_once() == 3 and applied == [0, 1, 2]
+    await other.close()
+    await writer.close()
+

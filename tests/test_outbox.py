@@ -314,3 +314,24 @@ async def test_small_puts_skip_the_thread_and_sequential_puts_keep_their_order(
     reopened = Outbox(tmp_path / "o.jsonl")
     assert [rec["i"] for _, rec in await reopened.peek(100)] == order
     await reopened.close()
+
+
+async def test_one_deliverer_at_a_time_per_path(tmp_path: Path) -> None:
+    path = tmp_path / "shared.jsonl"
+    mine, theirs = Outbox(path), Outbox(path)  # two descriptors: like two processes
+    for i in range(5):
+        await mine.put({"i": i})
+    assert theirs.try_claim_delivery()
+    sent: list[int] = []
+
+    async def send(record: dict[str, Any]) -> None:
+        sent.append(record["i"])
+
+    drainer = OutboxDrainer(mine, send)
+    assert await drainer.run_once() == 0 and sent == []
+    theirs.release_delivery()
+    assert await drainer.run_once() == 5 and sent == [0, 1, 2, 3, 4]
+    assert theirs.try_claim_delivery()  # the drainer released its claim after the run
+    theirs.release_delivery()
+    await mine.close()
+    await theirs.close()

@@ -21,7 +21,9 @@ never returned. A corrupt line elsewhere is skipped with a warning. Reopening
 the path resumes the pending records in order.
 
 Delivery is at-least-once: a crash between a successful send and its ``ack``
-replays that record. Run one drainer per outbox path.
+replays that record. One deliverer at a time per path, across processes:
+:meth:`Outbox.try_claim_delivery` (used by :class:`OutboxDrainer` and the
+durable writers) makes the others wait for their turn.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class _Shared:
     # a new put must queue behind it (never go inline), to keep records in order.
     thread_puts: int = 0
 
+
+_CLAIM_RETRY = 0.2
+"""Seconds a deliverer waits when another one holds the delivery claim."""
 
 _INLINE_PUT_MAX = 16_384
 """Puts up to this many bytes of JSON may be written from the event loop."""
@@ -158,6 +163,8 @@ class Outbox:
         self.max_entries = max_entries
         self.fsync = fsync
         self._shared = _acquire_shared(self.path)
+        self._deliver_lock = self._shared.path.with_name(self._shared.path.name + ".deliver.lock")
+        self._deliver_fd: int | None = None
         self._closed = False
         # Release the registry entry even if close() is never awaited.
         self._finalizer = weakref.finalize(self, _release_shared, self._shared)
@@ -225,8 +232,35 @@ class Outbox:
         self._check_open()
         return await asyncio.to_thread(self._refresh_sync)
 
+    def try_claim_delivery(self) -> bool:
+        """Become the only deliverer of this path, across processes, until released.
+
+        Non-blocking (``flock`` with ``LOCK_NB`` on ``<path>.deliver.lock``):
+        False when another deliverer (this process or another) holds it. Two
+        deliverers replaying one file at once would send records twice and
+        could apply an older checkpoint after a newer one.
+        """
+        if self._deliver_fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._deliver_fd = fd
+        return True
+
+    def release_delivery(self) -> None:
+        """Give up the claim taken by :meth:`try_claim_delivery` (idempotent)."""
+        fd, self._deliver_fd = self._deliver_fd, None
+        if fd is not None:
+            os.close(fd)  # closing the descriptor drops its flock
+
     async def close(self) -> None:
         """Persist pending counters and release the file lock. Idempotent."""
+        self.release_delivery()
         if self._closed:
             return
         self._closed = True
@@ -295,9 +329,7 @@ class Outbox:
             self._write_cursor(s)
             return False
         if s.in_burst:
-            log.warning(
-                "outbox %s accepts records again; %d dropped", s.path.name, s.burst_drops
-            )
+            log.warning("outbox %s accepts records again; %d dropped", s.path.name, s.burst_drops)
             s.in_burst = False
             s.burst_drops = 0
         seq = max(s.last_seq, s.acked) + 1
@@ -502,6 +534,17 @@ class OutboxDrainer:
         Returns how many were delivered in this run.
         """
         self.last_error = None
+        if not self.outbox.try_claim_delivery():
+            # Another deliverer is replaying this file right now: let it.
+            await asyncio.sleep(_CLAIM_RETRY)
+            await self.outbox.refresh()
+            return 0
+        try:
+            return await self._run_claimed(max_records)
+        finally:
+            self.outbox.release_delivery()
+
+    async def _run_claimed(self, max_records: int | None) -> int:
         done = 0
         while max_records is None or done < max_records:
             want = self.batch if max_records is None else min(self.batch, max_records - done)

@@ -118,18 +118,25 @@ class DurableWriter:
 
         Returns how many were delivered. Raises the backend error that stopped it.
         """
+        if not self.outbox.try_claim_delivery():
+            # Another process (or runtime) is replaying this outbox: wait for it
+            # rather than send its records a second time, possibly out of order.
+            await self.outbox.refresh()
+            raise BackendUnavailableError(f"{self.name}: another process is replaying the outbox")
         delivered = 0
-        pending = await self.outbox.peek(batch)
         last_seq: int | None = None
         try:
+            pending = await self.outbox.peek(batch)
             for seq, record in pending:
-                await asyncio.wait_for(self._apply(record), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    await self._apply(record)
                 last_seq = seq
                 delivered += 1
         finally:
             if last_seq is not None:
                 await self.outbox.ack(last_seq)
                 self.replayed += delivered
+            self.outbox.release_delivery()
         return delivered
 
     async def _drain_loop(self) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import weakref
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from jarvismem.tiers.longterm import LongTermMemory
 
 log = logging.getLogger(__name__)
+
+RECENT_WORKFLOWS = 256
+"""Workflow states kept alive after their last view is gone (LRU)."""
 
 _default_settings: Settings | None = None
 
@@ -222,8 +227,17 @@ class MemoryRuntime:
             policy = MemoryPolicy()
         self.policy = policy
         self.owns_clients = owns_clients
-        self._workflows: dict[str, WorkflowState] = {}
-        self._outboxes: dict[tuple[str, str], Outbox] = {}
+        # Per-workflow state lives while a view, a draining writer or a running
+        # compaction uses it, plus the RECENT_WORKFLOWS most recently used ones:
+        # a long-lived runtime serving many workflows does not grow without bound.
+        self._workflows: weakref.WeakValueDictionary[str, WorkflowState] = (
+            weakref.WeakValueDictionary()
+        )
+        self._recent: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._outboxes: weakref.WeakValueDictionary[tuple[str, str], Outbox] = (
+            weakref.WeakValueDictionary()
+        )
+        self._athena_outboxes: dict[str, Outbox] = {}
         self._athena_memories: dict[str, asyncio.Task[AthenaMemory]] = {}
         self._closed = False
 
@@ -259,11 +273,16 @@ class MemoryRuntime:
     # --- shared per-workflow machinery ----------------------------------------------------
 
     def workflow(self, workflow_id: str) -> WorkflowState:
+        """The shared state of a workflow (created on first use)."""
         state = self._workflows.get(workflow_id)
         if state is None:
             validate_id(workflow_id, "workflow_id")
             state = WorkflowState(self, workflow_id)
             self._workflows[workflow_id] = state
+        self._recent[workflow_id] = state
+        self._recent.move_to_end(workflow_id)
+        if len(self._recent) > RECENT_WORKFLOWS:
+            self._recent.popitem(last=False)
         return state
 
     def outbox(self, kind: str, workflow_id: str) -> Outbox:
@@ -273,6 +292,9 @@ class MemoryRuntime:
             path = Path(self.settings.outbox_path) / self.keyspace.outbox_file(kind, workflow_id)
             box = Outbox(path, max_entries=self.settings.outbox_max_entries)
             self._outboxes[key] = box
+            if kind == "athena":
+                # Per agent, and used before its AthenaMemory exists: keep it.
+                self._athena_outboxes[workflow_id] = box
         return box
 
     async def athena_memory(self, agent_id: str) -> AthenaMemory | None:
@@ -339,7 +361,8 @@ class MemoryRuntime:
         if self._closed:
             return
         self._closed = True
-        for state in self._workflows.values():
+        states = list(self._workflows.values())
+        for state in states:
             for writer in (state.redis_writer, state.blob_writer):
                 if writer is not None and writer.degraded:
                     await writer.flush(timeout=2.0)
@@ -348,10 +371,11 @@ class MemoryRuntime:
                 await task.result().close()
             elif not task.done():
                 task.cancel()
-        for state in self._workflows.values():
+        for state in states:
             await state.close()
-        for box in self._outboxes.values():
+        for box in list(self._outboxes.values()):
             await box.close()
+        self._recent.clear()
         if self.owns_clients:
             if self.athena is not None:
                 await self.athena.aclose()

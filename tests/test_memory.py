@@ -360,3 +360,20 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     await other.close()
     await writer.close()
 
+
+
+async def test_a_long_lived_runtime_does_not_keep_every_workflow_it_ever_saw(
+    settings: Settings, redis_client: Any
+) -> None:
+    import gc
+
+    from jarvismem.runtime import RECENT_WORKFLOWS
+
+    rt = MemoryRuntime(settings, redis=redis_client)
+    for i in range(RECENT_WORKFLOWS + 50):
+        await rt.memory(f"wf-{i}", "s1", "a1").log_turn(1, "t", "a", "r")
+    gc.collect()
+    assert len(rt._workflows) <= RECENT_WORKFLOWS + 1
+    kept = rt.memory("wf-0", "s1", "a1")  # evicted, then used again: same data
+    assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
+    await rt.close()

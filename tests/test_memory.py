@@ -320,8 +320,12 @@ async def test_views_of_one_runtime_share_clients_and_workflow_state(
 async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_budget(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, blob_storage: Any
 ) -> None:
-    s = load_settings(_env_file=None, jarvismem_namespace=keyspace.namespace,
-                      outbox_path=tmp_path / "ob", scratchpad_budget_chars=1000)
+    s = load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "ob",
+        scratchpad_budget_chars=1000,
+    )
     mem = view(s, workflow_id, blob=blob_storage)
     await mem.working.write("finding", "the first finding", scope="goal")  # type: ignore[union-attr]
     for i in range(300):
@@ -359,7 +363,6 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     assert await writer.drain_once() == 3 and applied == [0, 1, 2]
     await other.close()
     await writer.close()
-
 
 
 async def test_a_long_lived_runtime_does_not_keep_every_workflow_it_ever_saw(

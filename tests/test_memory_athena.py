@@ -90,7 +90,10 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
 
 
 async def test_turns_logged_before_the_session_exists_reach_athena_in_order(
-    settings: Settings, workflow_id: str, redis_client: Any, athena_server: FakeAthenaServer,
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
 ) -> None:
     client = AthenaClient(athena_server.url, timeout=2.0)
     rt = MemoryRuntime(settings, redis=redis_client, athena=client)
@@ -99,7 +102,9 @@ async def test_turns_logged_before_the_session_exists_reach_athena_in_order(
         await mem.log_turn(i, f"thought {i}", "", "")
     await _wait_for(lambda: len(athena_server.events) >= 3)
     assert [ev["content"] for _sid, ev in athena_server.events] == [
-        "thought 0", "thought 1", "thought 2"
+        "thought 0",
+        "thought 1",
+        "thought 2",
     ]
     assert athena_server.sessions_created == 1
     await rt.close()

@@ -45,7 +45,9 @@ def test_random_sigkills_of_agent_and_redis_lose_no_acknowledged_turn(tmp_path: 
     assert report.kills >= CI_KILLS
     assert report.redis_kills > 0 and report.child_kills > 0
     assert report.lost_turns == 0 and report.duplicate_turns == 0
-    assert report.ledger_entries == report.turns_acked
+    # Every acknowledged turn once, plus at most the turn in flight at the final kill.
+    assert report.unacked_in_flight <= 1
+    assert report.ledger_entries == report.turns_acked + report.unacked_in_flight
     assert report.checkpoint_ok and report.summary_ok
     assert report.scratchpad_skipped_lines == report.torn_tails_injected > 0
 
@@ -74,6 +76,16 @@ async def _verify_with(tmp_path: Path, acks: _Acks, prepare: str) -> CrashReport
                         "result": "result of turn 1",
                     }
                 )
+        if prepare == "stray":
+            for turn in (1, 2, 5):  # 1 acked, 2 in flight at the last kill, 5 from nowhere
+                await mem.episodic.append(
+                    {
+                        "turn_id": str(turn),
+                        "thought": f"thinking about step {turn}",
+                        "action": f"act-{turn}",
+                        "result": f"result of turn {turn}",
+                    }
+                )
         if prepare == "damaged-summary":
             await mem.ltm.save_summary(summary_text(7)[:-5])
         await rt.close()
@@ -96,6 +108,17 @@ async def test_the_verifier_reports_a_duplicated_turn(tmp_path: Path) -> None:
     _need_redis_server()
     report = await _verify_with(tmp_path, _Acks(), "duplicate")
     assert report.duplicate_turns == 1 and not report.ok
+
+
+async def test_the_verifier_allows_only_the_last_in_flight_turn_unacknowledged(
+    tmp_path: Path,
+) -> None:
+    _need_redis_server()
+    acks = _Acks()
+    acks.feed("ACK 1")
+    report = await _verify_with(tmp_path, acks, "stray")
+    assert report.unacked_in_flight == 2 and not report.ok
+    assert any("besides the last: [5]" in p for p in report.problems)
 
 
 async def test_the_verifier_reports_a_partial_summary(tmp_path: Path) -> None:

@@ -318,6 +318,7 @@ class CrashReport:
     rehydrate_checks: int = 0
     rehydrate_degraded: int = 0
     ledger_entries: int = 0
+    unacked_in_flight: int = 0
     lost_turns: int = 0
     duplicate_turns: int = 0
     out_of_order: int = 0
@@ -506,6 +507,16 @@ async def verify(redis_url: str, root: Path, acks: _Acks, report: CrashReport) -
         report.lost_turns = len(acked - set(ids))
         report.duplicate_turns = len(ids) - len(set(ids))
         report.out_of_order = sum(1 for a, b in itertools.pairwise(ids) if b <= a)
+        # A turn may reach the ledger and its process die before acknowledging
+        # it. Mid-run the next child re-runs it (then it is acked); only the turn
+        # in flight at the final kill can stay unacknowledged. Anything else is
+        # a turn nobody logged: a problem.
+        unacked = set(ids) - acked
+        report.unacked_in_flight = len(unacked)
+        last = max(acked, default=0)
+        stray = sorted(unacked - {last + 1})[:5]
+        if stray:
+            report.problems.append(f"ledger: unacknowledged turns besides the last: {stray}")
         report.damaged_turns = sum(
             1
             for e in entries

@@ -327,10 +327,11 @@ class LongTermMemory:
             log.warning("long-term summary of %s: Redis provenance unreadable", self.workflow_id)
             return SummaryRecord(text=fields["text"])
 
-    async def _read_blob(self, *, strict: bool) -> SummaryRecord | None:
+    async def _blob_bytes(self, path: str, *, strict: bool) -> bytes | None:
+        """A blob's bytes; None when absent or, unless ``strict``, unreadable."""
         assert self.blob is not None
         try:
-            data = await self.blob.read(self.blob_path)
+            return await self.blob.read(path)
         except BlobNotFoundError:
             return None
         except BlobError as exc:
@@ -340,10 +341,16 @@ class LongTermMemory:
                     f"({type(exc).__name__})"
                 ) from None
             log.warning(
-                "long-term summary of %s: blob read failed (%s)",
+                "long-term summary of %s: blob %s read failed (%s)",
                 self.workflow_id,
+                path,
                 type(exc).__name__,
             )
+            return None
+
+    async def _read_blob(self, *, strict: bool) -> SummaryRecord | None:
+        data = await self._blob_bytes(self.blob_path, strict=strict)
+        if data is None:
             return None
         try:
             text = data.decode("utf-8")
@@ -360,17 +367,8 @@ class LongTermMemory:
         return SummaryRecord(text=text, **meta.model_dump(exclude={"text_sha256"}))
 
     async def _read_meta(self, text: str, *, strict: bool) -> _Meta | None:
-        assert self.blob is not None
-        try:
-            raw = await self.blob.read(self.meta_path)
-        except BlobNotFoundError:
-            return None
-        except BlobError as exc:
-            if strict:
-                raise BackendUnavailableError(
-                    f"long-term summary of {self.workflow_id}: blob read failed "
-                    f"({type(exc).__name__})"
-                ) from None
+        raw = await self._blob_bytes(self.meta_path, strict=strict)
+        if raw is None:
             return None
         try:
             meta = _Meta.model_validate_json(raw)

@@ -60,6 +60,12 @@ class BackendUnavailableError(JarvisMemError):
     """A configured backend cannot be reached right now."""
 
 
+class BackendRejectedError(JarvisMemError):
+    """The backend answered but refused the operation (wrong key type, script
+    error, malformed record): retrying later would fail the same way, so a
+    queued write that meets it is dead-lettered rather than retried forever."""
+
+
 class CheckpointConflictError(JarvisMemError):
     """A checkpoint save carried a stale revision (someone saved in between)."""
 

@@ -10,16 +10,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jarvismem.errors import BackendUnavailableError, ConfigError
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError, ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.settings import Settings
 
@@ -131,3 +143,67 @@ async def connect_redis(settings: Settings) -> RedisClient:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
     raise AssertionError("unreachable")
+
+
+# --- errors translated at the edge ------------------------------------------------------
+
+# Error replies that mean "not now" rather than "never": the server is loading,
+# busy with a script, short of memory or replicas, read-only during a failover,
+# or the cluster is resharding. A write that meets one is queued and retried.
+_TRANSIENT_REPLIES = (
+    "LOADING",
+    "BUSY",
+    "OOM",
+    "NOREPLICAS",
+    "READONLY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "MOVED",
+    "ASK",
+    "NOSCRIPT",
+)
+
+
+def is_transient_redis_error(exc: BaseException) -> bool:
+    """True when ``exc`` (from redis-py) is an outage worth retrying later."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError):
+        return True
+    if isinstance(
+        exc,
+        OutOfMemoryError | ReadOnlyError | TryAgainError | AskError | ClusterError | NoScriptError,
+    ):
+        return True
+    if isinstance(exc, ResponseError):
+        return str(exc).lstrip("-").split(" ", 1)[0].upper() in _TRANSIENT_REPLIES
+    return isinstance(exc, RedisError) and not isinstance(exc, ResponseError)
+
+
+def translate_redis_error(exc: BaseException, what: str) -> Exception:
+    """jarvismem's own error for a redis-py failure of operation ``what``.
+
+    Transient failures become :class:`BackendUnavailableError`; a refusal that
+    would repeat (WRONGTYPE, a script error) becomes :class:`BackendRejectedError`.
+    The message names the operation and the error class, never a URL or value.
+    """
+    first = str(exc).split("\n", 1)[0][:200]
+    if is_transient_redis_error(exc):
+        return BackendUnavailableError(f"{what}: Redis unavailable ({type(exc).__name__}: {first})")
+    return BackendRejectedError(f"{what}: Redis refused it ({type(exc).__name__}: {first})")
+
+
+@asynccontextmanager
+async def redis_errors(what: str, timeout: float | None = None) -> AsyncIterator[None]:
+    """Run a block of Redis calls under ``timeout`` with errors translated.
+
+    Inside, redis-py and timeout errors become :class:`BackendUnavailableError`
+    or :class:`BackendRejectedError`; jarvismem's own errors pass unchanged.
+    """
+    try:
+        if timeout is None:
+            yield
+        else:
+            async with asyncio.timeout(timeout):
+                yield
+    except (RedisError, TimeoutError, OSError) as exc:
+        raise translate_redis_error(exc, what) from exc

@@ -59,6 +59,8 @@ async def test_reopen_resumes_pending_in_order(tmp_path: Path) -> None:
     await ob.ack((await ob.peek(1))[0][0])
     await ob.close()
     again = Outbox(tmp_path / "o.jsonl")
+    assert len(again) == 0  # construction does no I/O
+    assert await again.load() == 5
     assert len(again) == 5
     assert await _ids(again) == [1, 2, 3, 4, 5]
     await again.close()
@@ -79,6 +81,7 @@ async def test_dropped_count_survives_restart(tmp_path: Path) -> None:
     await ob.put({"i": 1})
     await ob.close()
     again = Outbox(tmp_path / "o.jsonl", max_entries=1)
+    await again.load()
     assert again.dropped == 1
     await again.close()
 
@@ -128,6 +131,7 @@ async def test_torn_last_line_is_skipped_with_warning(
     _append_raw(path, b'{"seq":2,"rec":{"i":')  # a writer killed mid-line
     with caplog.at_level("WARNING", logger="jarvismem.backends.outbox"):
         again = Outbox(path)
+        await again.load()
     assert any("torn" in r.getMessage() for r in caplog.records)
     await again.put({"i": 1})
     assert await _ids(again) == [0, 1]

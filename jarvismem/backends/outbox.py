@@ -7,12 +7,21 @@ Files for an outbox at ``path``:
 
 * ``path`` — one line per record, ``{"seq": N, "rec": {...}}\\n``, seq strictly
   increasing across the outbox's whole life (compaction never reuses one);
-* ``path.cursor`` — ``{"acked": N, "dropped": D, "gen": G}``, replaced
-  atomically: every record with ``seq <= acked`` was delivered; ``dropped``
-  counts refused records (survives restarts); ``gen`` changes on every
-  compaction so other processes know to re-read the data file;
+* ``path.cursor`` — ``{"acked": N, "dropped": D, "dead": X, "gen": G}``,
+  replaced atomically: every record with ``seq <= acked`` was delivered or
+  dead-lettered; ``dropped`` counts records refused for lack of room,
+  ``dead`` records moved to the dead-letter file (both survive restarts);
+  ``gen`` changes on every compaction so other processes re-read the data file;
+* ``path.dead`` — records the backend refused for good (one JSON line each,
+  with the reason), kept for an operator instead of wedging the queue;
 * ``path.lock`` — held with ``fcntl.flock`` during every operation, so several
-  processes can share one outbox without interleaving or losing lines.
+  processes can share one outbox without interleaving or losing lines. Its
+  descriptor is open only while records are pending: an idle outbox holds no
+  file descriptor.
+
+A record line may carry ``"dst"``, the destination the outbox was opened for
+(a digest of the backend's address); a line stamped for another destination
+is never delivered (it is counted as ``foreign`` and warned about).
 
 Crash safety: a record is one ``write()`` of a whole line, done before
 :meth:`Outbox.put` returns. A torn last line (a writer killed mid-write, or a
@@ -21,9 +30,15 @@ never returned. A corrupt line elsewhere is skipped with a warning. Reopening
 the path resumes the pending records in order.
 
 Delivery is at-least-once: a crash between a successful send and its ``ack``
-replays that record. One deliverer at a time per path, across processes:
-:meth:`Outbox.try_claim_delivery` (used by :class:`OutboxDrainer` and the
-durable writers) makes the others wait for their turn.
+replays that record. One deliverer at a time per path on the machine:
+:meth:`Outbox.try_claim_delivery` is not re-entrant (a second claim in the
+same process, by the same object or another, is refused like one from another
+process), so a flush can never become a second deliverer beside the drain loop.
+
+Nothing here blocks the event loop: construction does no I/O, the first use
+(:meth:`Outbox.load`) and every locked operation run in a worker thread, and
+the only calls made from the loop never wait (a non-blocking ``flock``, one
+``stat``, a small append when both locks are free).
 """
 
 from __future__ import annotations
@@ -34,6 +49,7 @@ import json
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -71,6 +87,12 @@ class _Shared:
     last_seq: int = 0
     # Pending records as (seq, start offset, end offset) in the data file.
     index: deque[tuple[int, int, int]] = field(default_factory=deque)
+    dead: int = 0
+    foreign: int = 0
+    pending_bytes: int = 0
+    loaded: bool = False
+    # The delivery claim of this path in this process (None = not held here).
+    claim_fd: int | None = None
     in_burst: bool = False
     burst_drops: int = 0
     # Puts handed to a worker thread and not finished: while any is in flight,
@@ -113,6 +135,9 @@ def _release_shared(shared: _Shared) -> None:
         if shared.lock_fd is not None:
             os.close(shared.lock_fd)
             shared.lock_fd = None
+        if shared.claim_fd is not None:
+            os.close(shared.claim_fd)
+            shared.claim_fd = None
 
 
 class _Locked:
@@ -139,6 +164,11 @@ class _Locked:
         try:
             if s.lock_fd is not None:
                 fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
+                if not s.index:
+                    # Idle: give the descriptor back (a process serving thousands
+                    # of workflows must not hold one per workflow it ever touched).
+                    os.close(s.lock_fd)
+                    s.lock_fd = None
         finally:
             s.mutex.release()
 
@@ -146,40 +176,85 @@ class _Locked:
 class Outbox:
     """A durable FIFO of JSON records on the local disk.
 
-    Construction reads the files once (synchronously) to learn the pending
-    count; every other operation runs in a worker thread.
+    Construction does no I/O. :meth:`load` (awaited once before the pending
+    count means anything; :meth:`put`, :meth:`peek` and :meth:`refresh` load
+    too) reads the files in a worker thread.
 
     Args:
         path: the data file (its folder is created on first use).
         max_entries: pending records allowed; :meth:`put` refuses more.
+        max_bytes: pending bytes allowed (the data lines); :meth:`put` refuses
+            a record that would pass it. ``None``: no byte bound.
         fsync: fsync every append and cursor update (survives power loss, slower).
             Without it a record survives a process crash but not an OS crash.
+        destination: a short digest of where the records go; stamped on each
+            record and checked when the file is read (None: no stamp, no check).
     """
 
-    def __init__(self, path: Path, *, max_entries: int = 100_000, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_entries: int = 100_000,
+        max_bytes: int | None = None,
+        fsync: bool = False,
+        destination: str | None = None,
+    ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError("max_bytes must be >= 1 or None")
         self.path = Path(path)
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.fsync = fsync
+        self.destination = destination
+        self._dst = "" if destination is None else f'"dst":{json.dumps(destination)},'
         self._shared = _acquire_shared(self.path)
         self._deliver_lock = self._shared.path.with_name(self._shared.path.name + ".deliver.lock")
-        self._deliver_fd: int | None = None
+        self._dead_path = self._shared.path.with_name(self._shared.path.name + ".dead")
+        self._claimed = False
         self._closed = False
         # Release the registry entry even if close() is never awaited.
         self._finalizer = weakref.finalize(self, _release_shared, self._shared)
-        # Load the pending index once, so len() is right from the start (a leftover
-        # outbox must look non-empty to whoever decides to replay it). This is the
-        # only blocking read; create outboxes at start-up.
-        self._refresh_sync()
 
     # --- public API ------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        """True once this process has read the files (the pending count is known)."""
+        return self._shared.loaded
+
+    async def load(self) -> int:
+        """Read the files once (in a worker thread); returns the pending count."""
+        if not self._shared.loaded:
+            return await self.refresh()
+        return len(self._shared.index)
+
+    def stale(self) -> bool:
+        """True when the data file changed behind this process's view (one ``stat``).
+
+        Another process appended records (a leftover of a crashed peer, or a
+        peer's outage) or delivered some; :meth:`refresh` re-reads. Cheap
+        enough to call on every write: a metadata syscall, no read, no lock.
+        """
+        s = self._shared
+        if not s.loaded:
+            return True
+        try:
+            size = os.stat(s.path).st_size
+        except FileNotFoundError:
+            size = 0
+        except OSError:
+            return False
+        return size != s.known_size
 
     async def put(self, record: dict[str, Any]) -> bool:
         """Append ``record`` durably. False when the outbox is full (the drop is counted).
 
         Raises :class:`InvalidPayloadError` (nothing written) if ``record`` is not
-        a JSON-serialisable dict.
+        a JSON-serialisable dict, and ``OSError`` when the local disk refuses
+        the write (the caller decides whether that is a drop).
         """
         self._check_open()
         if not isinstance(record, dict):
@@ -189,7 +264,12 @@ class Outbox:
         except (TypeError, ValueError) as exc:
             raise InvalidPayloadError(f"outbox record is not JSON-serialisable: {exc}") from None
         shared = self._shared
-        if shared.thread_puts == 0 and not self.fsync and len(encoded) <= _INLINE_PUT_MAX:
+        if (
+            shared.loaded
+            and shared.thread_puts == 0
+            and not self.fsync
+            and len(encoded) <= _INLINE_PUT_MAX
+        ):
             done = self._try_put_inline(encoded)
             if done is not None:
                 return done
@@ -216,6 +296,21 @@ class Outbox:
         return len(self._shared.index)
 
     @property
+    def pending_bytes(self) -> int:
+        """Bytes of pending record lines, as last seen by this process."""
+        return self._shared.pending_bytes
+
+    @property
+    def dead(self) -> int:
+        """Records moved to the dead-letter file ``<path>.dead`` (persisted)."""
+        return self._shared.dead
+
+    @property
+    def foreign(self) -> int:
+        """Lines stamped for another destination, seen and skipped by this process."""
+        return self._shared.foreign
+
+    @property
     def dropped(self) -> int:
         """Records refused because the outbox was full (persisted with the cursor)."""
         return self._shared.dropped
@@ -233,30 +328,82 @@ class Outbox:
         return await asyncio.to_thread(self._refresh_sync)
 
     def try_claim_delivery(self) -> bool:
-        """Become the only deliverer of this path, across processes, until released.
+        """Become the only deliverer of this path on the machine, until released.
 
-        Non-blocking (``flock`` with ``LOCK_NB`` on ``<path>.deliver.lock``):
-        False when another deliverer (this process or another) holds it. Two
-        deliverers replaying one file at once would send records twice and
-        could apply an older checkpoint after a newer one.
+        Not re-entrant: False when any deliverer holds the claim, including
+        this very object or another :class:`Outbox` of the same path in this
+        process. Non-blocking (``flock`` with ``LOCK_NB`` on
+        ``<path>.deliver.lock``; the loop never waits for another process).
+        Two deliverers replaying one file at once would send records twice
+        and could apply an older write after a newer one.
         """
-        if self._deliver_fd is not None:
+        s = self._shared
+        with s.mutex:
+            if s.claim_fd is not None:
+                return False
+            try:
+                fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                s.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            s.claim_fd = fd
+            self._claimed = True
             return True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._deliver_fd = fd
-        return True
+
+    @property
+    def claimed(self) -> bool:
+        """True while this object holds the delivery claim."""
+        return self._claimed
 
     def release_delivery(self) -> None:
-        """Give up the claim taken by :meth:`try_claim_delivery` (idempotent)."""
-        fd, self._deliver_fd = self._deliver_fd, None
+        """Give up the claim taken by this object (idempotent; never another's claim)."""
+        if not self._claimed:
+            return
+        s = self._shared
+        with s.mutex:
+            fd, s.claim_fd = s.claim_fd, None
+            self._claimed = False
         if fd is not None:
             os.close(fd)  # closing the descriptor drops its flock
+
+    async def dead_letter(self, seq: int | None, record: dict[str, Any], reason: str) -> None:
+        """Keep ``record`` in ``<path>.dead``; with ``seq``, also ack that pending record.
+
+        For a record the backend refuses for good: it is kept for an operator,
+        counted in :attr:`dead`, and no longer blocks the records behind it.
+        With a ``seq``, only the holder of the delivery claim may call this
+        (``seq`` is the head of the queue); ``seq=None`` records a live write
+        that was refused before it was ever queued.
+        """
+        self._check_open()
+        line = json.dumps(
+            {"seq": seq, "reason": reason[:500], "at": time.time(), "rec": record},
+            separators=(",", ":"),
+            default=str,
+        )
+        await asyncio.to_thread(self._dead_letter_sync, seq, line)
+
+    def _dead_letter_sync(self, seq: int | None, line: str) -> None:
+        with _Locked(self._shared) as s:
+            self._sync(s)
+            fd = os.open(self._dead_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                _write_all(fd, (line + "\n").encode())
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            s.dead += 1
+            if seq is not None:
+                self._ack_locked(s, seq)
+            else:
+                s.dropped_dirty = True  # persist the count with the next cursor write
+                self._write_cursor(s)
 
     async def close(self) -> None:
         """Persist pending counters and release the file lock. Idempotent."""
@@ -264,7 +411,22 @@ class Outbox:
         if self._closed:
             return
         self._closed = True
-        await asyncio.to_thread(self._close_sync)
+        try:
+            await asyncio.to_thread(self._close_sync)
+        except OSError as exc:
+            # The counters stay unpersisted; the records on disk are untouched.
+            log.warning("outbox %s: could not persist its counters on close (%s)", self.path, exc)
+            self._finalizer()
+
+    def close_nowait(self) -> None:
+        """Release this object's claim and registry entry without awaiting (eviction).
+
+        Counters not yet persisted stay in memory until the next locked write
+        of this path; records on disk are untouched.
+        """
+        self.release_delivery()
+        self._closed = True
+        self._finalizer()
 
     # --- implementation (runs in a worker thread) ---------------------------------------
 
@@ -316,15 +478,20 @@ class Outbox:
     def _put_locked(self, s: _Shared, encoded: str) -> bool:
         """Append one record; the caller holds the mutex and the flock."""
         self._sync(s)
-        if len(s.index) >= self.max_entries:
+        seq = max(s.last_seq, s.acked) + 1
+        line = (f'{{"seq":{seq},{self._dst}"rec":{encoded}}}\n').encode()
+        if len(s.index) >= self.max_entries or (
+            self.max_bytes is not None and s.pending_bytes + len(line) > self.max_bytes
+        ):
             s.dropped += 1
             s.burst_drops += 1
             if not s.in_burst:
                 s.in_burst = True
                 log.warning(
-                    "outbox %s is full (%d pending); dropping new records until it drains",
+                    "outbox %s is full (%d pending, %d bytes); dropping new records until it drains",  # noqa: E501
                     s.path.name,
                     len(s.index),
+                    s.pending_bytes,
                 )
             self._write_cursor(s)
             return False
@@ -332,8 +499,6 @@ class Outbox:
             log.warning("outbox %s accepts records again; %d dropped", s.path.name, s.burst_drops)
             s.in_burst = False
             s.burst_drops = 0
-        seq = max(s.last_seq, s.acked) + 1
-        line = (f'{{"seq":{seq},"rec":{encoded}}}\n').encode()
         fd = os.open(s.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             start = os.fstat(fd).st_size
@@ -343,6 +508,7 @@ class Outbox:
         finally:
             os.close(fd)
         s.index.append((seq, start, start + len(line)))
+        s.pending_bytes += len(line)
         s.last_seq = seq
         s.known_size = start + len(line)
         return True
@@ -366,13 +532,15 @@ class Outbox:
     def _ack_sync(self, upto_seq: int) -> None:
         with _Locked(self._shared) as s:
             self._sync(s)
-            if upto_seq <= s.acked and not s.dropped_dirty:
-                return
-            s.acked = max(s.acked, upto_seq)
-            while s.index and s.index[0][0] <= s.acked:
-                s.index.popleft()
-            self._maybe_compact(s)
-            s.in_burst = s.in_burst and len(s.index) >= self.max_entries
+            self._ack_locked(s, upto_seq)
+
+    def _ack_locked(self, s: _Shared, upto_seq: int) -> None:
+        if upto_seq <= s.acked and not s.dropped_dirty:
+            return
+        s.acked = max(s.acked, upto_seq)
+        _pop_acked(s)
+        self._maybe_compact(s)
+        s.in_burst = s.in_burst and len(s.index) >= self.max_entries
 
     def _maybe_compact(self, s: _Shared) -> None:
         """Persist the cursor; rewrite the data file when drained or mostly delivered."""
@@ -403,7 +571,7 @@ class Outbox:
 
     def _write_cursor(self, s: _Shared) -> None:
         tmp = s.cursor_path.with_name(s.cursor_path.name + ".tmp")
-        payload = json.dumps({"acked": s.acked, "dropped": s.dropped, "gen": s.gen})
+        payload = json.dumps({"acked": s.acked, "dropped": s.dropped, "dead": s.dead, "gen": s.gen})
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(payload)
             if self.fsync:
@@ -412,23 +580,30 @@ class Outbox:
         os.replace(tmp, s.cursor_path)
         s.dropped_dirty = False
 
-    def _read_cursor(self, s: _Shared) -> tuple[int, int, int]:
+    def _read_cursor(self, s: _Shared) -> tuple[int, int, int, int]:
         try:
             raw = s.cursor_path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return 0, 0, 0
+            return 0, 0, 0, 0
         try:
             data = json.loads(raw)
-            return int(data["acked"]), int(data["dropped"]), int(data.get("gen", 0))
+            return (
+                int(data["acked"]),
+                int(data["dropped"]),
+                int(data.get("gen", 0)),
+                int(data.get("dead", 0)),
+            )
         except (ValueError, KeyError, TypeError):
             log.warning(
                 "outbox cursor %s is unreadable; replaying from the start", s.cursor_path.name
             )
-            return 0, s.dropped, s.gen + 1
+            return 0, s.dropped, s.gen + 1, s.dead
 
     def _sync(self, s: _Shared) -> None:
         """Bring the cached view up to date with the files (we hold the lock)."""
-        acked, dropped, gen = self._read_cursor(s)
+        acked, dropped, gen, dead = self._read_cursor(s)
+        s.loaded = True
+        s.dead = max(s.dead, dead)
         if not s.dropped_dirty:
             s.dropped = dropped
         else:
@@ -441,13 +616,13 @@ class Outbox:
             # First use, or another process compacted: read the whole file again.
             s.gen, s.acked = gen, acked
             s.index.clear()
+            s.pending_bytes = 0
             s.known_size = 0
             s.last_seq = acked
             self._scan(s, 0, size)
         else:
             s.acked = max(s.acked, acked)
-            while s.index and s.index[0][0] <= s.acked:
-                s.index.popleft()
+            _pop_acked(s)
             if size > s.known_size:
                 self._scan(s, s.known_size, size)
 
@@ -475,26 +650,48 @@ class Outbox:
             line = blob[pos:nl]
             offset = start + pos
             pos = nl + 1
-            seq = _line_seq(line)
+            seq, dst = _line_seq(line)
             if seq is None:
                 log.warning("outbox %s: skipping a corrupt record at byte %d", s.path.name, offset)
                 continue
             if seq <= s.last_seq or seq <= s.acked:
                 continue
-            s.index.append((seq, offset, start + pos))
             s.last_seq = seq
+            if self.destination is not None and dst is not None and dst != self.destination:
+                # Written for another backend (a copied or misplaced file): never
+                # deliver it here. It stays in the file, counted and warned about.
+                s.foreign += 1
+                log.warning(
+                    "outbox %s: record %d is for another destination (%s); not delivered here",
+                    s.path.name,
+                    seq,
+                    dst,
+                )
+                continue
+            s.index.append((seq, offset, start + pos))
+            s.pending_bytes += start + pos - offset
         s.known_size = size
 
 
-def _line_seq(line: bytes) -> int | None:
+def _line_seq(line: bytes) -> tuple[int | None, str | None]:
+    """The seq and destination stamp of one data line ((None, None) when corrupt)."""
     try:
         entry = json.loads(line)
     except ValueError:
-        return None
+        return None, None
     if not isinstance(entry, dict) or not isinstance(entry.get("rec"), dict):
-        return None
+        return None, None
     seq = entry.get("seq")
-    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+    dst = entry.get("dst")
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return None, None
+    return seq, dst if isinstance(dst, str) else None
+
+
+def _pop_acked(s: _Shared) -> None:
+    while s.index and s.index[0][0] <= s.acked:
+        _seq, start, end = s.index.popleft()
+        s.pending_bytes -= end - start
 
 
 def _write_all(fd: int, data: bytes) -> None:

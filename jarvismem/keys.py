@@ -15,6 +15,7 @@ Redis Cluster slot, which lets Lua scripts and MULTI touch several of them.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -109,6 +110,14 @@ class KeySpace:
     def checkpoint(self, workflow_id: str, step_id: str) -> str:
         """Hash {state, rev, ts} of a step's checkpoint."""
         return f"{self._wf(workflow_id)}:ckpt:{validate_id(step_id, 'step_id')}"
+
+    def checkpoint_ops(self, workflow_id: str, step_id: str) -> str:
+        """Sorted set of the operation ids of a step's recent checkpoint saves.
+
+        A save whose reply was lost and that is sent again (by the client's
+        retry or an outbox replay) finds its id here and is not applied twice.
+        """
+        return f"{self._wf(workflow_id)}:ckops:{validate_id(step_id, 'step_id')}"
 
     def ltm_summary(self, workflow_id: str) -> str:
         """Hash {text, from_id, to_id, turns, updated_at} of the long-term summary."""
@@ -209,13 +218,26 @@ class KeySpace:
 
     # --- local outbox files ---------------------------------------------------------------
 
-    def outbox_file(self, kind: str, workflow_id: str) -> str:
+    def outbox_file(self, kind: str, workflow_id: str, destination: str | None = None) -> str:
         """File (relative to OUTBOX_PATH) of a workflow's outbox of one kind.
 
         Outboxes live on the local disk, not in blob storage: they must stay
-        writable when every remote backend is down.
+        writable when every remote backend is down. ``destination`` is a
+        digest of the backend the records are for (see :func:`destination_digest`):
+        two runtimes pointed at different servers never share a file, so a
+        replay can only ever reach the server the write was made for.
         """
-        return (
-            f"{self.namespace}/{validate_id(kind, 'outbox kind')}/"
-            f"{validate_id(workflow_id, 'workflow_id')}.jsonl"
-        )
+        kind = validate_id(kind, "outbox kind")
+        if destination is not None:
+            kind = f"{kind}-{validate_id(destination, 'outbox destination')}"
+        return f"{self.namespace}/{kind}/{validate_id(workflow_id, 'workflow_id')}.jsonl"
+
+
+def destination_digest(*parts: str) -> str:
+    """A short, stable, secret-free digest naming a backend (URL, database, root).
+
+    Callers pass the parts that identify where records go, with any password
+    already removed; 16 hex characters keep paths short and collisions
+    negligible for the handful of backends one machine talks to.
+    """
+    return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:16]

@@ -6,29 +6,99 @@ monotonically increasing ``rev``. A save may name the revision it was based on
 :class:`~jarvismem.errors.CheckpointConflictError` instead of silently
 overwriting their state. Without ``expected_rev`` the save is last-writer-wins,
 as in the reference API.
+
+Every save also carries an operation id and a stamp, both checked inside the
+save script:
+
+* the **operation id** (kept for the step's last 32 saves) makes a save
+  idempotent: sent again after its reply was lost (by redis-py's retry or an
+  outbox replay), it finds its id, returns the revision it made, and writes
+  nothing; a conditional save never reports a conflict with itself;
+* the **stamp** (microseconds from a per-process hybrid clock, see
+  :class:`StampClock`) orders saves in real time. A live save always lands
+  (its stamp is raised above the stored one if a clock lags); a save replayed
+  from the outbox lands only if it is newer than what is stored, so a queued
+  old checkpoint can never replace a newer acknowledged one.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import CheckpointConflictError, InvalidPayloadError, PayloadTooLargeError
 from jarvismem.keys import KeySpace
 
-# KEYS: checkpoint hash. ARGV: state, expected rev ("" = unconditional), ts, ttl.
-# Returns {1, new_rev} on success, {0, current_rev} on a stale expected rev.
+OPS_KEPT = 32
+"""Operation ids remembered per step: a retry or replay of one of them is a no-op."""
+
+# KEYS: checkpoint hash, op-id sorted set. ARGV: state, expected rev ("" =
+# unconditional), ts, ttl, stamp (integer microseconds), op id, "live"|"replay".
+# Returns {1, rev, stamp} when applied now or earlier (same op id), {0, rev, 0}
+# on a stale expected rev, {2, rev, stored stamp} for a replay older than the
+# stored save (superseded: nothing written). Stamps stay below 2^53, exact in
+# Lua's doubles.
 _SAVE_LUA = """
-local rev = tonumber(redis.call('HGET', KEYS[1], 'rev') or '0')
+local seen = redis.call('ZSCORE', KEYS[2], ARGV[6])
+if seen then return {1, tonumber(seen), 0} end
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'stamp')
+local rev = tonumber(cur[1] or '0')
+local stored = tonumber(cur[2] or '0')
+local stamp = tonumber(ARGV[5])
 if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= rev then
-  return {0, rev}
+  return {0, rev, 0}
+end
+if stamp <= stored then
+  if ARGV[7] == 'replay' then return {2, rev, stored} end
+  stamp = stored + 1
 end
 rev = rev + 1
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'rev', rev, 'ts', ARGV[3])
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'rev', rev, 'ts', ARGV[3],
+  'stamp', string.format('%d', stamp))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
-return {1, rev}
+redis.call('ZADD', KEYS[2], rev, ARGV[6])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(tonumber(ARGV[8]) + 1))
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return {1, rev, stamp}
 """
+
+
+class StampClock:
+    """Strictly increasing microsecond stamps: wall time, never below one seen.
+
+    A hybrid logical clock for one process: every stamp it issues is above
+    every stamp it issued or observed (from a loaded checkpoint), so a save
+    made after reading a state always orders after that state, even when
+    another machine's clock runs ahead. Processes on one machine share the
+    wall clock, so their stamps order their saves in real time.
+    """
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(time.time_ns() // 1000, self._last + 1)
+            return self._last
+
+    def observe(self, stamp: int) -> None:
+        with self._lock:
+            if stamp > self._last:
+                self._last = stamp
+
+
+CLOCK = StampClock()
+"""The process's stamp clock (shared by every runtime: saves of one process are ordered)."""
+
+
+def new_op_id() -> str:
+    """A unique operation id for one save."""
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +108,9 @@ class Checkpoint:
     state: str
     rev: int
     ts: float
+    stamp: int = 0
+    queued: bool = False
+    """True for a save still waiting in the local outbox (its ``rev`` is not assigned yet: 0)."""
 
 
 def validate_checkpoint(state: object, max_bytes: int) -> str:
@@ -73,6 +146,7 @@ class CheckpointStore:
     ) -> None:
         self.redis = redis
         self.key = keyspace.checkpoint(workflow_id, step_id)
+        self.ops_key = keyspace.checkpoint_ops(workflow_id, step_id)
         self.ttl_seconds = ttl_seconds
         self.max_bytes = max_bytes
         self._script = redis.register_script(_SAVE_LUA)
@@ -83,25 +157,47 @@ class CheckpointStore:
         """Store ``state``; returns the new revision.
 
         Raises :class:`CheckpointConflictError` when ``expected_rev`` is given and
-        is not the stored revision (nothing is written then).
+        is not the stored revision (nothing is written then), and
+        :class:`~jarvismem.errors.BackendUnavailableError` when Redis cannot be
+        reached (the save may or may not have landed; saving again with the
+        same outcome is safe).
         """
         validate_checkpoint(state, self.max_bytes)
         return await self.save_validated(state, expected_rev=expected_rev, ts=ts)
 
     async def save_validated(
-        self, state: str, *, expected_rev: int | None = None, ts: float | None = None
+        self,
+        state: str,
+        *,
+        expected_rev: int | None = None,
+        ts: float | None = None,
+        stamp: int | None = None,
+        op_id: str | None = None,
+        replay: bool = False,
     ) -> int:
-        """:meth:`save` for a state already validated (outbox replay)."""
-        reply = await self._script(
-            keys=[self.key],
-            args=[
-                state,
-                "" if expected_rev is None else str(expected_rev),
-                repr(time.time() if ts is None else ts),
-                self.ttl_seconds,
-            ],
-        )
+        """:meth:`save` for a state already validated (live saves and outbox replay).
+
+        ``stamp``/``op_id`` default to fresh ones. With ``replay=True`` a save
+        older than the stored one is skipped (the stored revision is returned).
+        """
+        stamp = CLOCK.next() if stamp is None else stamp
+        async with redis_errors("checkpoint save"):
+            reply = await self._script(
+                keys=[self.key, self.ops_key],
+                args=[
+                    state,
+                    "" if expected_rev is None else str(expected_rev),
+                    repr(time.time() if ts is None else ts),
+                    self.ttl_seconds,
+                    stamp,
+                    op_id or new_op_id(),
+                    "replay" if replay else "live",
+                    OPS_KEPT,
+                ],
+            )
         ok, rev = int(reply[0]), int(reply[1])
+        if int(reply[2]):
+            CLOCK.observe(int(reply[2]))
         if not ok:
             raise CheckpointConflictError(
                 f"stale checkpoint revision: expected {expected_rev}, stored {rev}",
@@ -112,12 +208,17 @@ class CheckpointStore:
 
     async def load(self) -> Checkpoint | None:
         """The stored checkpoint, or None."""
-        raw = await self.redis.hmget(self.key, ["state", "rev", "ts"])
-        state, rev, ts = raw
+        async with redis_errors("checkpoint load"):
+            raw = await self.redis.hmget(self.key, ["state", "rev", "ts", "stamp"])
+        state, rev, ts, stamp = raw
         if state is None:
             return None
-        return Checkpoint(
+        checkpoint = Checkpoint(
             state=state.decode("utf-8") if isinstance(state, bytes) else str(state),
             rev=int(rev or 0),
             ts=float(ts or 0.0),
+            stamp=int(stamp or 0),
         )
+        # A save made after this read must order after it, whatever our clock says.
+        CLOCK.observe(checkpoint.stamp)
+        return checkpoint

@@ -11,6 +11,14 @@ import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from jarvismem.tiers.pending import (
+    merge_recent,
+    newer_checkpoint,
+    outstanding_records,
+    queued_checkpoint,
+    queued_turns,
+)
+
 if TYPE_CHECKING:
     from jarvismem.memory import UnifiedMemory
 
@@ -55,15 +63,19 @@ async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
     degraded: dict[str, str] = {}
     jobs: dict[str, Awaitable[Any]] = {}
 
-    # Turns queued during an outage belong in the bundle: replay them first
-    # (bounded by the tier timeout; if Redis is still down they stay queued).
-    for writer in (wf.redis_writer, wf.blob_writer):
-        if writer is not None and writer.degraded:
-            await writer.flush(timeout=min(writer.timeout, 1.0))
-            if writer.degraded:
-                degraded[writer.name.split("[")[0] + "_outbox"] = (
-                    f"{len(writer.outbox)} write(s) still queued locally"
-                )
+    rt.ensure_background()
+    # Writes queued during an outage (by this process or a crashed one on this
+    # machine) belong in the bundle: give the deliverer a moment to replay
+    # them, then merge what is still queued with what the backends return.
+    queued: list[dict[str, Any]] = []
+    for writer in wf.writers:
+        records = await outstanding_records(writer, writer.timeout)
+        if records:
+            degraded[writer.name.split("[")[0] + "_outbox"] = (
+                f"{len(records)} write(s) still queued locally"
+            )
+            if writer is wf.redis_writer:
+                queued = records
 
     if mem.ltm is not None:
         jobs["ltm_summary"] = _guarded("ltm", mem.ltm.load_summary(), s.tier_timeout_ltm, degraded)
@@ -94,10 +106,13 @@ async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
     bundle = empty_bundle()
     bundle["spaces"] = None
     for name, value in zip(names, values, strict=True):
+        if name == "checkpoint":
+            value = newer_checkpoint(value, queued_checkpoint(queued, mem.step_id))
+            value = None if value is None else value.state
+        elif name == "recent_turns":
+            value = merge_recent(value or [], queued_turns(queued), ledger_tail)
         if value is None:
             continue
-        if name == "checkpoint":
-            value = value.state
         bundle[name] = value
     bundle["degraded"] = degraded
     return bundle

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import read_bundle
-from jarvismem.errors import BackendUnavailableError
+from jarvismem.errors import BackendUnavailableError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
-from jarvismem.tiers.checkpoints import Checkpoint, validate_checkpoint
+from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import WorkingScratchpad
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class UnifiedMemory:
         turn = validate_turn_id(turn_id)
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError("tokens must be a non-negative int")
+        self.runtime.ensure_background()
         thought = self._clean(thought, "thought")
         action = self._clean(action, "action")
         result = self._clean(result, "result")
@@ -200,30 +202,43 @@ class UnifiedMemory:
         Redis outage the save is queued durably and ``None`` is returned.
         """
         state = validate_checkpoint(state_json, self.runtime.settings.max_checkpoint_bytes)
+        if isinstance(expected_rev, bool) or not (
+            expected_rev is None or isinstance(expected_rev, int)
+        ):
+            raise InvalidPayloadError("expected_rev must be an int or None")
         wf = self._wf
-        if wf.redis_writer is None:
+        writer = wf.redis_writer
+        if writer is None:
             return None
+        self.runtime.ensure_background()
         store = wf.checkpoints(self.step_id)
         if expected_rev is not None:
-            if wf.redis_writer.degraded:
+            if await writer.notice():
                 raise BackendUnavailableError(
                     "Redis is unavailable: a conditional checkpoint save cannot be checked now"
                 )
-            return await store.save_validated(state, expected_rev=expected_rev)
-        record = {"op": "checkpoint", "step": self.step_id, "state": state, "ts": time.time()}
-        if wf.redis_writer.degraded:
-            await wf.redis_writer.submit(record)
-            return None
-        try:
-            async with asyncio.timeout(wf.redis_writer.timeout):
-                return await store.save_validated(state)
-        except Exception as exc:
-            from jarvismem.tiers.durable import is_backend_failure
-
-            if not is_backend_failure(exc):
-                raise
-            await wf.redis_writer.submit(record)
-            return None
+            # Translated errors (BackendUnavailableError, CheckpointConflictError)
+            # and a bounded wait: a stalled Redis cannot hang the caller.
+            try:
+                async with asyncio.timeout(writer.timeout):
+                    return await store.save_validated(state, expected_rev=expected_rev)
+            except TimeoutError:
+                raise BackendUnavailableError(
+                    f"checkpoint save: Redis did not answer within {writer.timeout:g}s "
+                    "(the save may or may not have landed; it is safe to retry)"
+                ) from None
+        # The stamp is taken now, when the save is made: queued or not, it
+        # orders against every other save by when it was acknowledged.
+        record = {
+            "op": "checkpoint",
+            "step": self.step_id,
+            "state": state,
+            "ts": time.time(),
+            "stamp": CLOCK.next(),
+            "opid": new_op_id(),
+        }
+        result = await writer.submit(record)
+        return None if result is None else int(result)
 
     async def load_checkpoint(self) -> str | None:
         """This step's last saved state, or None."""
@@ -233,16 +248,19 @@ class UnifiedMemory:
     async def load_checkpoint_record(self) -> Checkpoint | None:
         """State with its revision and time; None when absent or Redis is down."""
         wf = self._wf
-        if wf.redis_writer is None:
+        writer = wf.redis_writer
+        if writer is None:
             return None
-        if wf.redis_writer.degraded:
-            await wf.redis_writer.flush(timeout=wf.redis_writer.timeout)
+        self.runtime.ensure_background()
+        timeout = self.runtime.settings.tier_timeout_checkpoint
+        queued = queued_checkpoint(await outstanding_records(writer, timeout), self.step_id)
         try:
-            async with asyncio.timeout(self.runtime.settings.tier_timeout_checkpoint):
-                return await wf.checkpoints(self.step_id).load()
+            async with asyncio.timeout(timeout):
+                stored = await wf.checkpoints(self.step_id).load()
         except Exception as exc:
             log.warning("checkpoint unavailable: %s", type(exc).__name__)
-            return None
+            stored = None
+        return newer_checkpoint(stored, queued)
 
     # --- cognitive spaces ---------------------------------------------------------------------
 

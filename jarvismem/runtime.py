@@ -24,8 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import connect_redis, is_embedded
-from jarvismem.keys import MAX_ID_LENGTH, KeySpace, validate_id
+from jarvismem.backends.redis import (
+    connect_redis,
+    create_redis,
+    is_embedded,
+    redis_destination,
+)
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError
+from jarvismem.keys import MAX_ID_LENGTH, KeySpace, destination_digest, validate_id
 from jarvismem.redaction import Redactor, default_redactor, no_redaction
 from jarvismem.settings import Settings, load_settings
 from jarvismem.tiers.checkpoints import CheckpointStore
@@ -80,6 +86,66 @@ def shared_summarizer(settings: Settings) -> Summarizer:
     return cached[1]
 
 
+class _RedisApplier:
+    """Applies the Redis outbox records of one workflow (turns and checkpoints).
+
+    Kept apart from :class:`WorkflowState` on purpose: the writer holds this
+    object, not the state, so a state nobody uses is freed at once (no
+    reference cycle through a bound method keeping its outboxes open).
+    """
+
+    def __init__(self, runtime: MemoryRuntime, workflow_id: str, ledger: EpisodicLedger) -> None:
+        self.redis = runtime.redis
+        self.keyspace = runtime.keyspace
+        self.settings = runtime.settings
+        self.workflow_id = workflow_id
+        self.ledger = ledger
+        self.checkpoints: dict[str, CheckpointStore] = {}
+
+    def checkpoint_store(self, step_id: str) -> CheckpointStore:
+        store = self.checkpoints.get(step_id)
+        if store is None:
+            store = CheckpointStore(
+                self.redis,
+                self.keyspace,
+                self.workflow_id,
+                step_id,
+                ttl_seconds=self.settings.ttl_seconds,
+                max_bytes=self.settings.max_checkpoint_bytes,
+            )
+            self.checkpoints[step_id] = store
+        return store
+
+    async def __call__(self, record: dict[str, Any]) -> Any:
+        op = record.get("op")
+        if op == "turn":
+            return await self.ledger.append_encoded(record["args"], record["field"])
+        if op == "checkpoint":
+            # Replayed and live-queued saves alike: idempotent by op id, and
+            # skipped when a newer save is stored (monotonic).
+            return await self.checkpoint_store(record["step"]).save_validated(
+                record["state"],
+                ts=record["ts"],
+                stamp=record.get("stamp") or int(float(record["ts"]) * 1_000_000),
+                op_id=record.get("opid") or f"legacy-{record['ts']!r}",
+                replay=True,
+            )
+        raise BackendRejectedError(f"unknown outbox record op {op!r}")
+
+
+class _BlobApplier:
+    """Applies the blob outbox records of one workflow (scratchpad appends)."""
+
+    def __init__(self, blob: BlobStorage) -> None:
+        self.blob = blob
+
+    async def __call__(self, record: dict[str, Any]) -> bool:
+        if record.get("op") != "append":
+            raise BackendRejectedError(f"unknown outbox record op {record.get('op')!r}")
+        await self.blob.append(record["path"], record["data"].encode("utf-8"))
+        return True
+
+
 class WorkflowState:
     """What every view of one workflow shares inside a process."""
 
@@ -92,7 +158,7 @@ class WorkflowState:
         self.blob_writer: DurableWriter | None = None
         self.ltm: LongTermMemory | None = None
         self.compactor: Compactor | None = None
-        self._checkpoints: dict[str, CheckpointStore] = {}
+        self._redis_applier: _RedisApplier | None = None
         s = rt.settings
         if rt.redis is not None:
             self.ledger = EpisodicLedger(
@@ -102,21 +168,20 @@ class WorkflowState:
                 ttl_seconds=s.ttl_seconds,
                 max_len=s.ledger_max_len,
             )
+            self._redis_applier = _RedisApplier(rt, workflow_id, self.ledger)
             self.redis_writer = DurableWriter(
                 f"redis[{workflow_id}]",
                 rt.outbox("redis", workflow_id),
-                self._apply_redis,
+                self._redis_applier,
                 timeout=s.tier_timeout_episodic,
             )
-            self.redis_writer.start()
         if rt.blob is not None:
             self.blob_writer = DurableWriter(
                 f"blob[{workflow_id}]",
                 rt.outbox("blob", workflow_id),
-                self._apply_blob,
+                _BlobApplier(rt.blob),
                 timeout=s.tier_timeout_working,
             )
-            self.blob_writer.start()
         if rt.redis is not None and rt.blob is not None:
             from jarvismem.tiers.compaction import CompactionPolicy, Compactor
             from jarvismem.tiers.longterm import LongTermMemory
@@ -140,46 +205,24 @@ class WorkflowState:
                 CompactionPolicy.from_settings(s),
             )
 
-    def checkpoints(self, step_id: str) -> CheckpointStore:
-        store = self._checkpoints.get(step_id)
-        if store is None:
-            rt = self.runtime
-            store = CheckpointStore(
-                rt.redis,
-                rt.keyspace,
-                self.workflow_id,
-                step_id,
-                ttl_seconds=rt.settings.ttl_seconds,
-                max_bytes=rt.settings.max_checkpoint_bytes,
-            )
-            self._checkpoints[step_id] = store
-        return store
+    @property
+    def writers(self) -> tuple[DurableWriter, ...]:
+        """The workflow's durable writers (Redis, blob), those that exist."""
+        return tuple(w for w in (self.redis_writer, self.blob_writer) if w is not None)
 
-    async def _apply_redis(self, record: dict[str, Any]) -> None:
-        op = record["op"]
-        if op == "turn":
-            assert self.ledger is not None
-            await self.ledger.append_encoded(record["args"], record["field"])
-        elif op == "checkpoint":
-            await self.checkpoints(record["step"]).save_validated(record["state"], ts=record["ts"])
-        else:
-            raise ValueError(f"unknown outbox op {op!r}")
+    def checkpoints(self, step_id: str) -> CheckpointStore:
+        assert self._redis_applier is not None
+        return self._redis_applier.checkpoint_store(step_id)
 
     async def durable_append(self, path: str, data: bytes) -> bool:
         """Append to a blob now, or queue it in order in the blob outbox."""
         assert self.blob_writer is not None
-        return await self.blob_writer.submit(
-            {"op": "append", "path": path, "data": data.decode("utf-8")}
-        )
-
-    async def _apply_blob(self, record: dict[str, Any]) -> None:
-        assert self.runtime.blob is not None
-        await self.runtime.blob.append(record["path"], record["data"].encode("utf-8"))
+        record = {"op": "append", "path": path, "data": data.decode("utf-8")}
+        return (await self.blob_writer.submit(record)) is not None
 
     async def close(self) -> None:
-        for writer in (self.redis_writer, self.blob_writer):
-            if writer is not None:
-                await writer.close()
+        for writer in self.writers:
+            await writer.close()
         if self.compactor is not None:
             await self.compactor.aclose()
 
@@ -239,16 +282,39 @@ class MemoryRuntime:
         )
         self._athena_outboxes: dict[str, Outbox] = {}
         self._athena_memories: dict[str, asyncio.Task[AthenaMemory]] = {}
+        self._poller: asyncio.Task[None] | None = None
         self._closed = False
 
     # --- construction ---------------------------------------------------------------------
 
     @classmethod
-    async def from_env(cls, settings: Settings | None = None, **overrides: Any) -> MemoryRuntime:
-        """Build and connect every configured backend from settings/environment."""
+    async def from_env(
+        cls, settings: Settings | None = None, *, require_redis: bool = False, **overrides: Any
+    ) -> MemoryRuntime:
+        """Build and connect every configured backend from settings/environment.
+
+        A configured Redis that does not answer at start-up does not stop the
+        runtime: it starts degraded (one WARNING), writes queue in the local
+        outbox, reads serve what the outbox holds, and everything replays once
+        Redis answers (the client reconnects on its own). ``require_redis=True``
+        instead waits ``REDIS_CONNECT_RETRIES`` attempts and raises
+        :class:`~jarvismem.errors.BackendUnavailableError` (tools that can do
+        nothing without Redis).
+        """
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
-        redis = await connect_redis(settings)  # logs once when it is the embedded stand-in
+        try:
+            # Logs once when it is the embedded stand-in.
+            redis = await connect_redis(settings, retries=None if require_redis else 0)
+        except BackendUnavailableError as exc:
+            if require_redis:
+                raise
+            log.warning(
+                "%s; starting degraded: writes queue in the local outbox and replay "
+                "when Redis answers",
+                exc,
+            )
+            redis = create_redis(settings)
         from jarvismem.backends.blob import create_blob_storage
 
         blob = create_blob_storage(settings)
@@ -285,12 +351,34 @@ class MemoryRuntime:
             self._recent.popitem(last=False)
         return state
 
+    def destination(self, kind: str) -> str | None:
+        """Digest of the backend a kind of outbox delivers to (names its files)."""
+        if kind == "redis" and self.redis is not None:
+            return destination_digest("redis", redis_destination(self.redis))
+        if kind == "blob" and self.blob is not None:
+            where = getattr(self.blob, "destination", None) or self.blob.name
+            return destination_digest("blob", str(where))
+        return None
+
     def outbox(self, kind: str, workflow_id: str) -> Outbox:
+        """The process's outbox object for ``kind`` records of a workflow (no I/O).
+
+        Redis and blob outboxes are keyed by the digest of their backend's
+        address, so records queued for one server can only replay into it.
+        """
         key = (kind, workflow_id)
         box = self._outboxes.get(key)
         if box is None:
-            path = Path(self.settings.outbox_path) / self.keyspace.outbox_file(kind, workflow_id)
-            box = Outbox(path, max_entries=self.settings.outbox_max_entries)
+            s = self.settings
+            dst = self.destination(kind)
+            path = Path(s.outbox_path) / self.keyspace.outbox_file(kind, workflow_id, dst)
+            box = Outbox(
+                path,
+                max_entries=s.outbox_max_entries,
+                max_bytes=s.outbox_max_bytes,
+                fsync=s.outbox_fsync_effective,
+                destination=dst,
+            )
             self._outboxes[key] = box
             if kind == "athena":
                 # Per agent, and used before its AthenaMemory exists: keep it.
@@ -344,6 +432,22 @@ class MemoryRuntime:
             self._spawn(self.athena_memory(agent_id))
         return None
 
+    def ensure_background(self) -> None:
+        """Start the outbox poller on the running loop (first awaited call; cheap after).
+
+        The runtime's constructor cannot start it (it may run outside a loop,
+        as the drop-in ``UnifiedMemory(...)`` constructor does).
+        """
+        if self._poller is None and not self._closed:
+            self._poller = asyncio.get_running_loop().create_task(
+                _poll_outboxes(weakref.ref(self), self.settings.outbox_poll_seconds),
+                name="jarvismem-outbox-poll",
+            )
+
+    def open_writers(self) -> list[DurableWriter]:
+        """The durable writers of every workflow state alive in this process."""
+        return [w for state in list(self._workflows.values()) for w in state.writers]
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         task.add_done_callback(_log_task_failure)
@@ -361,10 +465,12 @@ class MemoryRuntime:
         if self._closed:
             return
         self._closed = True
+        if self._poller is not None:
+            self._poller.cancel()
         states = list(self._workflows.values())
         for state in states:
-            for writer in (state.redis_writer, state.blob_writer):
-                if writer is not None and writer.degraded:
+            for writer in state.writers:
+                if writer.degraded:
                     await writer.flush(timeout=2.0)
         for task in self._athena_memories.values():
             if task.done() and task.exception() is None:
@@ -392,6 +498,36 @@ class MemoryRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _stale_flags(writers: list[DurableWriter]) -> list[bool]:
+    return [writer.outbox.stale() for writer in writers]
+
+
+async def _poll_outboxes(ref: weakref.ref[MemoryRuntime], interval: float) -> None:
+    """Every ``interval`` s, notice records other processes left in our open outboxes.
+
+    Holds the runtime only weakly between rounds, so a runtime nobody closes
+    (a drop-in view's private one) is still freed. The ``stat`` calls run in
+    one worker-thread hop per round, whatever the number of outboxes.
+    """
+    while True:
+        await asyncio.sleep(interval)
+        rt = ref()
+        if rt is None or rt._closed:
+            return
+        writers = rt.open_writers()
+        del rt
+        if not writers:
+            continue
+        stale = await asyncio.to_thread(_stale_flags, writers)
+        for writer, changed in zip(writers, stale, strict=True):
+            if changed or writer.degraded:
+                try:
+                    await writer.notice()
+                except Exception as exc:  # a disk error here must not end the poller
+                    log.warning("outbox poll of %s failed: %s", writer.name, exc)
+        del writers
 
 
 def _log_task_failure(task: asyncio.Future[Any]) -> None:

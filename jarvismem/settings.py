@@ -140,6 +140,28 @@ class Settings(BaseSettings):
     outbox_max_entries: int = Field(
         100_000, ge=1, description="Bound per outbox; entries past it are dropped and counted."
     )
+    outbox_max_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Byte budget per outbox (pending records); past it, new records are "
+        "dropped and counted.",
+    )
+    outbox_fsync: bool | None = Field(
+        None,
+        description="fsync every outbox append and cursor update (survives power loss); "
+        "unset = follow STORAGE_FSYNC_APPENDS.",
+    )
+    outbox_poll_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="How often a runtime checks its open outboxes for records another "
+        "process left (and starts their replay).",
+    )
+
+    @property
+    def outbox_fsync_effective(self) -> bool:
+        """OUTBOX_FSYNC, or STORAGE_FSYNC_APPENDS when it is unset."""
+        return self.storage_fsync_appends if self.outbox_fsync is None else self.outbox_fsync
 
     # --- security & logs ------------------------------------------------------------------
     redaction_enabled: bool = Field(True, description="Redact API keys/tokens before storing.")

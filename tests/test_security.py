@@ -273,7 +273,7 @@ async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
     secrets = (SECRET_KEY, SECRET_JWT, azure_key, "redis-pass")
     seen: list[str] = [repr(s), str(s), json.dumps(s.public_dict())]
     with pytest.raises(BackendUnavailableError) as info:
-        await MemoryRuntime.from_env(s)
+        await MemoryRuntime.from_env(s, require_redis=True)
     seen.append(str(info.value))
 
     # The same settings with Redis left out (so the runtime can start) and every

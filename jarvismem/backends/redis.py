@@ -53,6 +53,24 @@ def is_embedded(client: Any) -> bool:
     return type(client).__module__.startswith("fakeredis")
 
 
+def redis_destination(client: Any) -> str:
+    """A secret-free description of the server(s) ``client`` talks to.
+
+    Names the client's outboxes, so records queued for one server are never
+    replayed into another. No password: host, port, database, or socket path.
+    """
+    if is_embedded(client):
+        return "embedded"
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kw = pool.connection_kwargs
+        where = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
+        return f"redis:{where}/{kw.get('db', 0)}"
+    nodes = getattr(client, "startup_nodes", None) or []
+    names = sorted(f"{n.host}:{n.port}" for n in nodes if hasattr(n, "host"))
+    return "cluster:" + ",".join(names) if names else type(client).__name__
+
+
 def _client_kwargs(settings: Settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         # Commands retry on connection blips with exponential backoff; the
@@ -111,16 +129,17 @@ def embedded_redis() -> aioredis.Redis:
     return client
 
 
-async def connect_redis(settings: Settings) -> RedisClient:
+async def connect_redis(settings: Settings, *, retries: int | None = None) -> RedisClient:
     """Create the client and wait until it answers PING, retrying with backoff.
 
     Logs a countdown; raises :class:`BackendUnavailableError` (with the URL's
-    password masked) after ``REDIS_CONNECT_RETRIES`` failed attempts.
+    password masked) after ``retries`` (default ``REDIS_CONNECT_RETRIES``)
+    failed attempts after the first.
     """
     client = create_redis(settings)
     if is_embedded(client):
         return client
-    attempts = settings.redis_connect_retries + 1
+    attempts = (settings.redis_connect_retries if retries is None else max(0, retries)) + 1
     delay = 0.1
     for attempt in range(1, attempts + 1):
         try:

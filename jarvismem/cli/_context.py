@@ -41,7 +41,7 @@ class CliContext:
     @contextlib.asynccontextmanager
     async def runtime(self, settings: Settings | None = None) -> AsyncIterator[MemoryRuntime]:
         """A connected runtime (Redis retried with backoff), closed on exit."""
-        rt = await MemoryRuntime.from_env(settings or self.settings())
+        rt = await MemoryRuntime.from_env(settings or self.settings(), require_redis=True)
         try:
             yield rt
         finally:

@@ -194,7 +194,7 @@ class AthenaMemory:
         self._task = asyncio.get_running_loop().create_task(
             self._deliver_loop(), name=f"jarvismem-athena-{self._agent}"
         )
-        if len(self._outbox):
+        if await self._outbox.load():
             self._wake.set()  # a previous run left writes behind
         return self
 

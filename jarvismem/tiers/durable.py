@@ -2,14 +2,32 @@
 
 A :class:`DurableWriter` sits in front of one backend for one workflow. While
 the backend answers and nothing is pending, a write goes straight through. When
-a write fails for a backend reason (connection refused, timeout, service
-error), it is appended to the outbox on local disk instead, and every later
-write joins the queue behind it, so the backend receives them **in order**. A
-background task replays the outbox with backoff until it is empty.
+a write fails for a *transient* reason (connection refused, timeout, a server
+that is loading, out of memory or short of replicas), it is appended to the
+outbox on local disk instead, and every later write joins the queue behind it,
+so the backend receives them **in order**. One background task per writer
+replays the outbox with capped backoff until it is empty.
 
-Replays must be idempotent or order-safe: turns are deduplicated by the
-ledger's exactly-once index, checkpoints and blob appends are applied in the
-order they were made.
+The rules that keep this safe when processes crash, stall or race:
+
+* **One deliverer per outbox on the machine.** The drain task takes the
+  outbox's non-re-entrant delivery claim; :meth:`DurableWriter.flush` never
+  delivers itself, it wakes the drain task and waits for the outbox to empty
+  (whoever delivers it: this process or another).
+* **Replay starts whenever the outbox is non-empty, whoever notices**: on the
+  first use in this process, on a write that finds the file changed behind
+  this process's back (one ``stat``), on a read, and on the runtime's
+  periodic poll.
+* **Replays are idempotent and monotonic**: the records carry their own
+  operation ids and stamps, checked server-side (the ledger's exactly-once
+  index; the checkpoint script's op ids and stamps), so a record delivered
+  twice, or after a newer live write, changes nothing.
+* **Only outages are retried.** A record the backend refuses for good (a
+  wrong key type, a malformed or unknown record) is moved to the outbox's
+  dead-letter file, counted and logged; it never wedges the records behind it.
+* **The caller is never failed by the fallback**: a full outbox or a local
+  disk error drops the record with a count and a warning (``health()``
+  shows it), instead of raising into ``log_turn``.
 """
 
 from __future__ import annotations
@@ -21,29 +39,45 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.errors import BackendUnavailableError, BlobError, JarvisMemError
 
 log = logging.getLogger(__name__)
 
-Apply = Callable[[dict[str, Any]], Awaitable[None]]
+Apply = Callable[[dict[str, Any]], Awaitable[Any]]
+
+CLAIM_POLL_SECONDS = 0.2
+"""How often a writer whose outbox another deliverer holds re-reads the file."""
 
 
 def is_backend_failure(exc: BaseException) -> bool:
-    """True for failures of a backend (to be retried later), False for caller bugs.
+    """True for a transient failure of a backend: the write is queued and retried.
 
-    jarvismem's own input errors (InvalidIdError, PayloadTooLarge, …) are
-    caller bugs and must surface; everything else raised by a client library
-    (connection errors, timeouts, service errors, OS errors) is an outage.
+    False for everything else: jarvismem's own input errors (caller bugs, raised
+    before anything is written) and refusals that would repeat (a wrong key
+    type, a script error: :class:`~jarvismem.errors.BackendRejectedError`).
     """
     if isinstance(exc, JarvisMemError):
         return isinstance(exc, BackendUnavailableError | BlobError) and not isinstance(
             exc, ValueError
         )
-    return isinstance(exc, Exception) and not isinstance(exc, TypeError | AssertionError)
+    return is_transient_redis_error(exc)
+
+
+def is_caller_error(exc: BaseException) -> bool:
+    """True for a bad value passed by the caller (surfaces on a live write)."""
+    return isinstance(exc, JarvisMemError) and isinstance(exc, ValueError | TypeError)
 
 
 class DurableWriter:
-    """Write-through with a durable, ordered, bounded fallback queue."""
+    """Write-through with a durable, ordered, bounded fallback queue.
+
+    ``apply(record)`` performs one write against the backend and returns its
+    result; it must be idempotent for a record applied twice (a lost reply is
+    retried by replay). Construction does no I/O and starts no task: the first
+    awaited call loads the outbox (in a worker thread) and starts the replay
+    of anything a previous process left behind.
+    """
 
     def __init__(
         self,
@@ -52,17 +86,23 @@ class DurableWriter:
         apply: Apply,
         *,
         timeout: float,
-        max_backoff: float = 5.0,
+        max_backoff: float = 2.0,
+        batch: int = 200,
     ) -> None:
         self.name = name
         self.outbox = outbox
         self._apply = apply
         self.timeout = timeout
         self.max_backoff = max_backoff
+        self.batch = max(1, batch)
         self._drainer: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._started = False
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.replayed = 0
+        self.dead_lettered = 0
+        self.disk_errors = 0
         self._closed = False
 
     @property
@@ -70,25 +110,78 @@ class DurableWriter:
         """True while writes are queued locally instead of reaching the backend."""
         return len(self.outbox) > 0
 
-    async def submit(self, record: dict[str, Any]) -> bool:
-        """Apply ``record`` now, or queue it durably. Returns True if applied now.
+    async def ensure_started(self) -> None:
+        """Load the outbox once and replay a leftover (idempotent, cheap after the first)."""
+        if not self._started:
+            await self.outbox.load()
+            self._started = True
+        if self.degraded:
+            self._ensure_drainer()
 
-        Never raises for a backend failure; a full outbox drops the record,
-        which the outbox counts and reports (``dropped``).
+    async def notice(self) -> bool:
+        """Re-read the outbox if another process changed it; start replay if non-empty.
+
+        One ``stat`` when nothing changed. Returns :attr:`degraded`.
         """
+        if not self._started:
+            await self.ensure_started()
+        elif self.outbox.stale():
+            await self.outbox.refresh()
+        if self.degraded:
+            self._ensure_drainer()
+        return self.degraded
+
+    async def submit(self, record: dict[str, Any]) -> Any:
+        """Apply ``record`` now and return the backend's result, or queue it and return None.
+
+        Never raises for a backend failure: an outage queues the record, a
+        refusal dead-letters it, a full outbox or a disk error drops it (each
+        counted and logged). Raises only for a caller error found by ``apply``.
+        """
+        if not self._started or self.outbox.stale():
+            await self.notice()
         if not self.degraded:
             try:
                 # asyncio.timeout, not wait_for: no extra task on the hot path.
                 async with asyncio.timeout(self.timeout):
-                    await self._apply(record)
-                return True
+                    return await self._apply(record)
             except Exception as exc:
-                if not is_backend_failure(exc):
+                if is_caller_error(exc):
                     raise
+                if not is_backend_failure(exc):
+                    await self._dead_letter_live(record, exc)
+                    return None
                 self._note_failure(exc)
-        await self.outbox.put(record)
+        await self._queue(record)
+        return None
+
+    async def _queue(self, record: dict[str, Any]) -> None:
+        try:
+            await self.outbox.put(record)
+        except OSError as exc:
+            # The local disk refused the fallback too (full, read-only): the
+            # write is lost. Count it and say so, but never fail the caller.
+            self.disk_errors += 1
+            self.outbox.dropped += 1
+            log.error(
+                "%s: could not queue a write in the local outbox (%s, errno %s); dropped",
+                self.name,
+                type(exc).__name__,
+                exc.errno,
+            )
+            return
         self._ensure_drainer()
-        return False
+
+    async def _dead_letter_live(self, record: dict[str, Any], exc: BaseException) -> None:
+        """A live write refused for good: keep it in the dead-letter file, count it."""
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        log.error("%s: the backend refused a write for good; dead-lettered (%s)", self.name, reason)
+        try:
+            await self.outbox.dead_letter(None, record, reason)
+            self.dead_lettered += 1
+        except OSError:
+            self.disk_errors += 1
+            self.outbox.dropped += 1
 
     def _note_failure(self, exc: BaseException) -> None:
         first = self.last_error is None
@@ -108,83 +201,136 @@ class DurableWriter:
             self._drain_loop(), name=f"jarvismem-drain-{self.name}"
         )
 
-    def start(self) -> None:
-        """Replay anything a previous process left in the outbox."""
-        if self.degraded:
-            self._ensure_drainer()
+    def _event(self) -> asyncio.Event:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        return self._wake
 
-    async def drain_once(self, batch: int = 200) -> int:
-        """Replay up to ``batch`` queued records in order; stop at the first failure.
-
-        Returns how many were delivered. Raises the backend error that stopped it.
-        """
-        if not self.outbox.try_claim_delivery():
-            # Another process (or runtime) is replaying this outbox: wait for it
-            # rather than send its records a second time, possibly out of order.
-            await self.outbox.refresh()
-            raise BackendUnavailableError(f"{self.name}: another process is replaying the outbox")
-        delivered = 0
-        last_seq: int | None = None
+    async def _pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; a flush (or a new write) cuts it short."""
+        wake = self._event()
         try:
-            pending = await self.outbox.peek(batch)
-            for seq, record in pending:
-                async with asyncio.timeout(self.timeout):
-                    await self._apply(record)
-                last_seq = seq
-                delivered += 1
-        finally:
-            if last_seq is not None:
-                await self.outbox.ack(last_seq)
-                self.replayed += delivered
-            self.outbox.release_delivery()
-        return delivered
+            async with asyncio.timeout(seconds):
+                await wake.wait()
+        except TimeoutError:
+            pass
+        wake.clear()
 
     async def _drain_loop(self) -> None:
         delay = 0.05
-        while not self._closed and self.degraded:
+        while not self._closed:
+            if not self.degraded:
+                break
+            if not self.outbox.try_claim_delivery():
+                # Another deliverer (another process, or another writer of this
+                # path here) is replaying the file: never become a second one.
+                await self._pause(CLAIM_POLL_SECONDS)
+                await self.outbox.refresh()
+                continue
             try:
-                await self.drain_once()
+                await self._deliver_claimed()
                 delay = 0.05
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not is_backend_failure(exc):
-                    # A record the backend can never accept: drop it rather than
-                    # wedge the queue behind it, and say so.
-                    log.error("%s: dropping an unreplayable outbox record: %s", self.name, exc)
-                    head = await self.outbox.peek(1)
-                    if head:
-                        await self.outbox.ack(head[0][0])
-                        self.outbox.dropped += 1
-                    continue
                 self._note_failure(exc)
-                await asyncio.sleep(delay)
+                self.outbox.release_delivery()
+                await self._pause(delay)
                 delay = min(delay * 2, self.max_backoff)
+            finally:
+                self.outbox.release_delivery()
         if not self.degraded and self.last_error is not None:
             log.warning(
                 "%s recovered; outbox replayed (%d records so far)", self.name, self.replayed
             )
             self.last_error = None
 
-    async def flush(self, timeout: float) -> bool:
-        """Try to empty the outbox within ``timeout`` seconds; True if empty."""
-        deadline = time.monotonic() + timeout
-        while self.degraded and time.monotonic() < deadline:
+    async def _deliver_claimed(self) -> None:
+        """Replay the outbox in order while holding the claim; raise the outage that stops it."""
+        await self.outbox.refresh()  # under the claim, the file is ours to replay
+        while not self._closed:
+            pending = await self.outbox.peek(self.batch)
+            if not pending:
+                return
+            last: int | None = None
             try:
-                await asyncio.wait_for(self.drain_once(), max(0.01, deadline - time.monotonic()))
-            except Exception:
+                for seq, record in pending:
+                    try:
+                        async with asyncio.timeout(self.timeout):
+                            await self._apply(record)
+                    except Exception as exc:
+                        if is_backend_failure(exc):
+                            raise
+                        # Refused for good: out of the queue, into the dead letters.
+                        if last is not None:
+                            await self.outbox.ack(last)
+                            last = None
+                        reason = f"{type(exc).__name__}: {exc}"
+                        await self.outbox.dead_letter(seq, record, reason)
+                        self.dead_lettered += 1
+                        log.error(
+                            "%s: record %d refused for good; moved to %s.dead (%s)",
+                            self.name,
+                            seq,
+                            self.outbox.path.name,
+                            reason[:200],
+                        )
+                        continue
+                    last = seq
+                    self.replayed += 1
+            finally:
+                if last is not None:
+                    await self.outbox.ack(last)
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the outbox to empty; True if it did.
+
+        Never a second deliverer: it wakes this writer's drain task (cutting
+        its backoff short) and waits for it; when another process holds the
+        claim, it waits for that process's replay.
+        """
+        deadline = time.monotonic() + timeout
+        await self.notice()
+        while self.degraded and not self._closed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._ensure_drainer()
+            self._event().set()
+            drainer = self._drainer
+            if drainer is None:
+                break
+            await asyncio.wait({drainer}, timeout=remaining)
+            if drainer.done() and self.degraded:
+                # It stopped on an outage or a peer's claim and left records behind.
                 await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
         return not self.degraded
 
+    async def pending_records(self) -> list[dict[str, Any]]:
+        """Every record still queued, oldest first (reads during an outage)."""
+        if not self.degraded:
+            return []
+        return [record for _seq, record in await self.outbox.peek(max(1, len(self.outbox)))]
+
     def health(self) -> dict[str, Any]:
-        """Pending, dropped and replayed counts and the last error (no secrets)."""
+        """Pending, dropped, dead-lettered and replayed counts and the last error (no secrets)."""
         return {
             "pending": len(self.outbox),
+            "pending_bytes": self.outbox.pending_bytes,
             "dropped": self.outbox.dropped,
+            "dead_lettered": self.outbox.dead,
+            "foreign": self.outbox.foreign,
             "replayed": self.replayed,
             "degraded": self.degraded,
             "last_error": self.last_error,
         }
+
+    def close_nowait(self) -> None:
+        """Stop replay and release the outbox without awaiting (eviction of an idle writer)."""
+        self._closed = True
+        if self._drainer is not None and not self._drainer.done():
+            self._drainer.cancel()
+        self.outbox.close_nowait()
 
     async def close(self) -> None:
         self._closed = True

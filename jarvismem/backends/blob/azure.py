@@ -170,6 +170,11 @@ class AzureBlobStorage:
         """Backend name for logs and status."""
         return "azure"
 
+    @property
+    def destination(self) -> str:
+        """Where writes land (names this store's outboxes): account URL and container."""
+        return f"azure:{self._service.url}/{self._container_name}"
+
     # --- helpers ----------------------------------------------------------------------
 
     def _errors(self, action: str, path: str) -> AbstractAsyncContextManager[None]:

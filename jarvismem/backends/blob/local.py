@@ -169,6 +169,11 @@ class LocalBlobStorage:
         return "local"
 
     @property
+    def destination(self) -> str:
+        """Where writes land (names this store's outboxes): the absolute root."""
+        return f"local:{self._root.absolute()}"
+
+    @property
     def root(self) -> Path:
         """The configured root folder (as given, not resolved)."""
         return self._root

@@ -101,6 +101,22 @@ def checkpoint_record(step: str, state: str, *, stamp: int | None = None) -> dic
     }
 
 
+# A peer process opens the workflow's Redis outbox the way its runtime would
+# (same settings), without connecting to Redis.
+PEER_BOX = """
+from pathlib import Path
+from jarvismem.backends.redis import create_redis
+from jarvismem.keys import KeySpace
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import load_settings
+from jarvismem.tiers.episodic import encode_fields
+def peer_outbox(tmp, namespace, workflow_id, url):
+    s = load_settings(_env_file=None, jarvismem_namespace=namespace,
+                      redis_url=url, outbox_path=Path(tmp) / "outbox")
+    return MemoryRuntime(s, redis=create_redis(s)).outbox("redis", workflow_id)
+""".replace("\n", "\n        ")
+
+
 def run_peer(code: str, env: dict[str, str] | None = None) -> None:
     """Run ``code`` in a separate Python process (a peer on this machine)."""
     subprocess.run(
@@ -150,9 +166,9 @@ async def test_flush_never_delivers_beside_the_drain_task(tmp_path: Path) -> Non
     for n in range(5):
         await box.put({"n": n})
     writer = DurableWriter("redis[wf]", box, apply, timeout=30.0)
-    await writer.ensure_started()  # the leftover starts replaying
+    flushes = [asyncio.ensure_future(writer.flush(timeout=10.0))]  # the replay starts
     await asyncio.sleep(0.05)
-    flushes = [asyncio.ensure_future(writer.flush(timeout=10.0)) for _ in range(3)]
+    flushes += [asyncio.ensure_future(writer.flush(timeout=10.0)) for _ in range(2)]
     await asyncio.sleep(0.1)
     gate.set()
     assert all(await asyncio.gather(*flushes))
@@ -203,20 +219,17 @@ async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflo
     b = rt.memory(workflow_id, "s1", "b")
     await b.log_turn(1, "b thinks", "act", "ok")  # B has the workflow open, nothing queued
     assert await b.save_checkpoint('{"who": "B", "n": 1}') == 1
-    path = rt.outbox("redis", workflow_id).path
-    dst = rt.outbox("redis", workflow_id).destination
     # Another process (A) acknowledged turn 5 and an older checkpoint into the
     # same outbox and died before replaying them.
     stamp = CLOCK.next() - 10_000_000  # A's save was made 10 s before B's
     run_peer(
         f"""
         import asyncio, json, time
-        from pathlib import Path
-        from jarvismem.backends.outbox import Outbox
-        from jarvismem.keys import KeySpace
-        from jarvismem.tiers.episodic import encode_fields
+        {PEER_BOX}
         async def main():
-            box = Outbox(Path({str(path)!r}), destination={dst!r})
+            box = peer_outbox(
+                {str(tmp_path)!r}, {keyspace.namespace!r}, {workflow_id!r}, {real_url!r}
+            )
             entry = {{"turn_id": "5", "step_id": "s1", "agent_id": "a", "ts": time.time(),
                       "thought": "a thinks", "action": "x", "result": "y", "tokens": 0}}
             await box.put({{"op": "turn", "args": encode_fields(entry),
@@ -245,16 +258,14 @@ async def test_the_runtime_poll_replays_a_leftover_without_any_call(
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
-    box = rt.outbox("redis", workflow_id)
     run_peer(
         f"""
         import asyncio, time
-        from pathlib import Path
-        from jarvismem.backends.outbox import Outbox
-        from jarvismem.keys import KeySpace
-        from jarvismem.tiers.episodic import encode_fields
+        {PEER_BOX}
         async def main():
-            box = Outbox(Path({str(box.path)!r}), destination={box.destination!r})
+            box = peer_outbox(
+                {str(tmp_path)!r}, {keyspace.namespace!r}, {workflow_id!r}, {real_url!r}
+            )
             entry = {{"turn_id": "2", "step_id": "s1", "agent_id": "a", "ts": time.time(),
                       "thought": "t", "action": "a", "result": "r", "tokens": 0}}
             await box.put({{"op": "turn", "args": encode_fields(entry),

@@ -464,6 +464,48 @@ async def test_a_refusing_redis_gives_backend_unavailable_and_changes_nothing(
     assert await state_of(store) == before
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("name", "call"), OPERATIONS[:1] + WRITES, ids=["load"] + [n for n, _ in WRITES]
+)
+async def test_a_redis_busy_with_a_script_gives_backend_unavailable(
+    private_redis: RedisServerProcess,
+    private_client: Any,
+    keyspace: KeySpace,
+    workflow_id: str,
+    name: str,
+    call: Callable[[SpacesStore], Awaitable[Any]],
+) -> None:
+    import redis.asyncio as aioredis
+    from redis.exceptions import ResponseError
+
+    store = await seeded(private_client, keyspace, workflow_id)
+    before = await state_of(store)
+    await private_client.config_set("busy-reply-threshold", "50")
+    runner = aioredis.Redis.from_url(private_redis.url)
+    killer = aioredis.Redis.from_url(private_redis.url)
+    # A read-only script that never ends: Redis answers BUSY to everyone else.
+    spin = asyncio.create_task(runner.eval("while true do end", 0))
+    try:
+        for _ in range(600):  # until Redis says BUSY (the script has started)
+            try:
+                await killer.ping()
+            except ResponseError:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the spinning script never made Redis busy")
+        with pytest.raises(BackendUnavailableError, match=f"spaces {name}"):
+            await asyncio.wait_for(call(store), timeout=30)
+    finally:
+        await killer.script_kill()
+        with pytest.raises(ResponseError):
+            await spin  # killed by SCRIPT KILL
+        await runner.aclose()
+        await killer.aclose()
+    assert await state_of(store) == before
+
+
 async def test_a_corrupt_space_field_is_a_rejection_not_a_raw_error(
     redis_client: Any, keyspace: KeySpace, workflow_id: str
 ) -> None:

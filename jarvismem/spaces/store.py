@@ -9,7 +9,8 @@ Layout, per (workflow, agent), both keys in the workflow's hash slot:
   * ``__container__``: ``{"rev":N,"updated_at":T,"id":"mem_...","created_at":...,"metadata":...}``.
 
 * ``KeySpace.spaces_ops(wf, agent)``, a sorted set: the ids of the writes
-  applied recently, scored by their deadline (server clock, ms).
+  applied recently, scored by their deadline (Redis' clock, ms) and kept until
+  it has passed (a re-sent write arriving later is refused by its deadline).
 
 Both JSON documents are written with ``rev`` (and, for the container,
 ``updated_at``) first, so the Lua script reads and rewrites those numbers with a
@@ -27,10 +28,12 @@ Guarantees:
 * **A revision is never reused.** Deleting a space leaves a tombstone one
   revision above it (invisible to every read); re-creating the space continues
   from there. A writer holding any revision of the deleted space is refused.
+  Tombstones live as long as the hash (one small field per deleted name).
 * **A write is applied at most once.** Every mutation carries an operation id,
   recorded by the script with the write. When Redis applied a write but the
   reply was lost and the client re-sends it, the script sees the id and answers
-  "applied" without applying it again.
+  "applied" without applying it again. (A call the caller repeats after an
+  error is a new operation.)
 * **Bounded time, jarvismem errors.** Every method finishes within ``timeout``
   seconds or raises :class:`BackendUnavailableError` (outage, stall, OOM, no
   replicas) or :class:`BackendRejectedError` (a refusal that would repeat, e.g. a

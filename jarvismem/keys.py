@@ -135,6 +135,14 @@ class KeySpace:
         """Hash of an agent's cognitive spaces: one field per space plus ``__container__``."""
         return f"{self._wf(workflow_id)}:spaces:{validate_id(agent_id, 'agent_id')}"
 
+    def spaces_ops(self, workflow_id: str, agent_id: str) -> str:
+        """Sorted set of an agent's recently applied spaces writes (op id -> deadline ms).
+
+        Lets a write that Redis applied but whose reply was lost be retried
+        without applying it twice. Not ``spaces:...``: exports read those as agents.
+        """
+        return f"{self._wf(workflow_id)}:spaceops:{validate_id(agent_id, 'agent_id')}"
+
     def workflow_pattern(self, workflow_id: str) -> str:
         """SCAN pattern for every key of a workflow (ids hold no glob characters)."""
         return f"{self._wf(workflow_id)}:*"

@@ -59,6 +59,7 @@ def redis_keys(ids: Ids) -> dict[str, str]:
         f"ltm_state{(ks.namespace, wf)}": ks.ltm_state(wf),
         f"ltm_lock{(ks.namespace, wf)}": ks.ltm_lock(wf),
         f"spaces{(ks.namespace, wf, ids.agent)}": ks.spaces(wf, ids.agent),
+        f"spaces_ops{(ks.namespace, wf, ids.agent)}": ks.spaces_ops(wf, ids.agent),
         f"workflow_pattern{(ks.namespace, wf)}": ks.workflow_pattern(wf),
         f"workflow_index{(ks.namespace,)}": ks.workflow_index(),
         f"athena_session{(ks.namespace, ids.tenant, ids.user, ids.agent)}": ks.athena_session(
@@ -232,6 +233,8 @@ def test_all_keys_of_a_workflow_share_one_hash_slot(ids: Ids, step2: str, agent2
         ks.ltm_lock(wf),
         ks.spaces(wf, ids.agent),
         ks.spaces(wf, agent2),
+        ks.spaces_ops(wf, ids.agent),
+        ks.spaces_ops(wf, agent2),
     ]
     assert len({key_slot(k.encode()) for k in keys}) == 1
     # The tag is the workflow id itself, so the slot does not depend on the namespace.
@@ -309,6 +312,7 @@ def test_hostile_namespace_is_refused(value: object, _message: str) -> None:
         (lambda ks: ks.ledger("../x"), "workflow_id"),
         (lambda ks: ks.checkpoint("wf", "a:b"), "step_id"),
         (lambda ks: ks.spaces("wf", "{a}"), "agent_id"),
+        (lambda ks: ks.spaces_ops("wf", "a}"), "agent_id"),
         (lambda ks: ks.scratchpad("wf", "s", "../../etc/passwd"), "agent_id"),
         (lambda ks: ks.goals("wf", "a/b", "x"), "step_id"),
         (lambda ks: ks.athena_session("t*", "u", "a"), "tenant_id"),

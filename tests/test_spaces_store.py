@@ -172,8 +172,8 @@ async def test_strict_mode_raises_on_stale_revision(store: SpacesStore) -> None:
 
     original_read = store._read
 
-    async def read_then_race(name: str) -> Space | None:
-        space = await original_read(name)
+    async def read_then_race(name: str, what: str) -> Any:
+        space = await original_read(name, what)
         await race()
         return space
 
@@ -188,9 +188,9 @@ async def test_non_strict_retries_after_a_lost_race(store: SpacesStore) -> None:
     raced = False
     original_read = store._read
 
-    async def read_then_race(name: str) -> Space | None:
+    async def read_then_race(name: str, what: str) -> Any:
         nonlocal raced
-        space = await original_read(name)
+        space = await original_read(name, what)
         if not raced:
             raced = True
             await store.tasks_add("sneaked in")

@@ -1,21 +1,51 @@
 """Cognitive spaces persisted in Redis, with compare-and-set per space.
 
-Layout: one hash per (workflow, agent) at ``KeySpace.spaces(wf, agent)``:
+Layout, per (workflow, agent), both keys in the workflow's hash slot:
 
-* one field per space, ``{"rev":N,"data":...,"metadata":...,"created_at":...,"updated_at":...}``;
-* ``__container__``: ``{"rev":N,"updated_at":T,"id":"mem_...","created_at":...,"metadata":...}``.
+* ``KeySpace.spaces(wf, agent)``, a hash:
+
+  * one field per space, ``{"rev":N,"data":...,"metadata":...,"created_at":...,"updated_at":...}``;
+  * one field per deleted custom space, a *tombstone* ``{"rev":N,"deleted":true}``;
+  * ``__container__``: ``{"rev":N,"updated_at":T,"id":"mem_...","created_at":...,"metadata":...}``.
+
+* ``KeySpace.spaces_ops(wf, agent)``, a sorted set: the ids of the writes
+  applied recently, scored by their deadline (Redis' clock, ms) and kept until
+  it has passed (a re-sent write arriving later is refused by its deadline).
 
 Both JSON documents are written with ``rev`` (and, for the container,
 ``updated_at``) first, so the Lua script reads and rewrites those numbers with a
 string pattern instead of decoding and re-encoding JSON (Redis' cjson would
 reformat user data and round large numbers).
 
-Concurrency: a write carries the revision it was computed from; the script
-stores the space only if that is still the stored revision and, in the same
-atomic step, bumps the container revision. Writers to different spaces never
-conflict; a writer that lost a race re-reads and re-applies its (pure) change,
-so no update is lost. Nothing is written until the first mutation, and a store
-that is never used costs no round trip.
+Guarantees:
+
+* **Compare-and-set.** A write carries the revision it was computed from; the
+  script stores the space only if that is still the stored revision and, in the
+  same atomic step, bumps the container revision. Writers to different spaces
+  never conflict; a writer that lost a race re-reads and re-applies its (pure)
+  change (``strict=True``: raises :class:`SpaceConflictError`), so no update is
+  lost.
+* **A revision is never reused.** Deleting a space leaves a tombstone one
+  revision above it (invisible to every read); re-creating the space continues
+  from there. A writer holding any revision of the deleted space is refused.
+  Tombstones live as long as the hash (one small field per deleted name).
+* **A write is applied at most once.** Every mutation carries an operation id,
+  recorded by the script with the write. When Redis applied a write but the
+  reply was lost and the client re-sends it, the script sees the id and answers
+  "applied" without applying it again. (A call the caller repeats after an
+  error is a new operation.)
+* **Bounded time, jarvismem errors.** Every method finishes within ``timeout``
+  seconds or raises :class:`BackendUnavailableError` (outage, stall, OOM, no
+  replicas) or :class:`BackendRejectedError` (a refusal that would repeat, e.g. a
+  corrupt field); raw redis-py errors never escape. A write carries a deadline
+  on Redis' own clock, taken from the read it starts with and ending no later
+  than the caller's timeout: a write that reaches Redis after that (a stalled
+  server resumed) is refused, so a write that timed out is not applied later.
+  One that timed out while Redis ran it may have been applied.
+
+Nothing is written until the first mutation, and a store that is never used
+costs no round trip. :meth:`SpacesStore.restore` (import) replaces the hash and
+its revisions with the snapshot's; it is not meant to race live writers.
 """
 
 from __future__ import annotations
@@ -23,11 +53,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import Callable, Iterable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
-from jarvismem.backends.redis import RedisClient
+from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
     InvalidPayloadError,
     ReservedSpaceError,
     SpaceConflictError,
@@ -53,42 +87,81 @@ from jarvismem.spaces.models import (
 
 CONTAINER_FIELD = "__container__"
 
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a spaces operation may take before :class:`BackendUnavailableError`."""
+
 T = TypeVar("T")
 
-# KEYS[1] = spaces hash
-# ARGV[1] = "set" | "del"; ARGV[2] = space field; ARGV[3] = expected space rev
-# ARGV[4] = new space JSON (set only); ARGV[5] = container JSON tail used when the
-# container does not exist yet (everything after its "updated_at" member);
-# ARGV[6] = now (ms); ARGV[7] = TTL in ms ("0" = none)
-# Returns {1, new container rev} on success, {0, stored rev} on a stale rev,
-# {0, -1} when "del" finds no such space.
+# One field and Redis' clock, read in one step on the node that owns the key
+# (a plain TIME could go to another cluster node, with another clock).
+_READ_SCRIPT = """
+local t = redis.call('TIME')
+return {redis.call('HGET', KEYS[1], ARGV[1]), t[1], t[2]}
+"""
+
+# KEYS[1] = spaces hash; KEYS[2] = applied-ops sorted set
+# ARGV[1] = "set" | "del"; ARGV[2] = space field; ARGV[3] = expected space rev (set)
+# ARGV[4] = op id; ARGV[5] = deadline (Redis clock, ms); ARGV[6] = new space JSON (set)
+# ARGV[7] = container JSON tail used when the container does not exist yet
+# (everything after its "updated_at" member); ARGV[8] = now (ms, for updated_at)
+# ARGV[9] = TTL in ms ("0" = none)
+# Returns {1, new container rev} on success, {2, 0} when this op id was already
+# applied, {0, stored rev} on a stale rev, {0, -1} when "del" finds no such
+# space, {0, -2} when the deadline has passed (nothing written).
+# Every check comes before the first write, so a refusal writes nothing.
 _CAS_SCRIPT = """
-local key, op, field = KEYS[1], ARGV[1], ARGV[2]
+local key, ops, op, field = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+if redis.call('ZSCORE', ops, ARGV[4]) then return {2, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local deadline = tonumber(ARGV[5])
+if now > deadline then return {0, -2} end
 local current = redis.call('HGET', key, field)
-if op == 'del' then
-  if not current then return {0, -1} end
-  redis.call('HDEL', key, field)
-else
-  local stored = 0
-  if current then
-    stored = tonumber(string.match(current, '^{"rev":(%d+),'))
-    if not stored then return redis.error_reply('corrupt space field ' .. field) end
-  end
-  if stored ~= tonumber(ARGV[3]) then return {0, stored} end
-  redis.call('HSET', key, field, ARGV[4])
+local stored = 0
+if current then
+  stored = tonumber(string.match(current, '^{"rev":(%d+),'))
+  if not stored then return redis.error_reply('corrupt space field ' .. field) end
 end
-local crev, tail = 0, ARGV[5]
+local crev, tail = 0, ARGV[7]
 local container = redis.call('HGET', key, '__container__')
 if container then
   local r, rest = string.match(container, '^{"rev":(%d+),"updated_at":%d+,(.*)$')
   if not r then return redis.error_reply('corrupt container field') end
   crev, tail = tonumber(r), rest
 end
+local value
+if op == 'del' then
+  if not current or string.find(current, '^{"rev":%d+,"deleted":true}$') then
+    return {0, -1}
+  end
+  value = '{"rev":' .. string.format('%d', stored + 1) .. ',"deleted":true}'
+else
+  if stored ~= tonumber(ARGV[3]) then return {0, stored} end
+  value = ARGV[6]
+end
 crev = crev + 1
-redis.call('HSET', key, '__container__',
-  '{"rev":' .. string.format('%d', crev) .. ',"updated_at":' .. ARGV[6] .. ',' .. tail)
-if ARGV[7] ~= '0' then redis.call('PEXPIRE', key, ARGV[7]) end
+redis.call('HSET', key, field, value, '__container__',
+  '{"rev":' .. string.format('%d', crev) .. ',"updated_at":' .. ARGV[8] .. ',' .. tail)
+if ARGV[9] ~= '0' then redis.call('PEXPIRE', key, ARGV[9]) end
+-- An op past its deadline is refused above, so its record is no longer needed.
+redis.call('ZREMRANGEBYSCORE', ops, '-inf', now)
+redis.call('ZADD', ops, deadline, ARGV[4])
+local keep = deadline - now + 1000
+if redis.call('PTTL', ops) < keep then redis.call('PEXPIRE', ops, keep) end
 return {1, crev}
+"""
+
+# KEYS[1] = spaces hash; ARGV[1] = deadline (Redis clock, ms); ARGV[2] = TTL ms
+# ARGV[3..] = field, value pairs. Returns 1, or 0 past the deadline (nothing written).
+_RESTORE_SCRIPT = """
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if ARGV[2] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
 """
 
 
@@ -126,6 +199,35 @@ def encode_container(container: MemoryContainer) -> str:
     return f'{{"rev":{int(container.rev)},"updated_at":{int(container.updated_at)},{tail}'
 
 
+def _decode_field(what: str, name: str, value: str) -> Space | int:
+    """A stored field: its :class:`Space`, or the revision of a tombstone.
+
+    A field that is neither is reported as :class:`BackendRejectedError`
+    (someone wrote it behind the store's back; reading again will not help).
+    """
+    try:
+        raw = json.loads(value)
+        if isinstance(raw, dict) and raw.get("deleted") is True:
+            rev = raw.get("rev")
+            if isinstance(rev, int) and not isinstance(rev, bool) and rev >= 0:
+                return rev
+            raise InvalidPayloadError("tombstone without a revision")
+        return Space.from_dict(raw, name)
+    except (ValueError, InvalidPayloadError) as exc:
+        raise BackendRejectedError(f"{what}: corrupt space field {name!r} ({exc})") from None
+
+
+class _Seen:
+    """One read made before a write: the visible space, the stored rev, Redis' clock."""
+
+    __slots__ = ("redis_ms", "rev", "space")
+
+    def __init__(self, space: Space | None, rev: int, redis_ms: int) -> None:
+        self.space = space
+        self.rev = rev  # of the space or of its tombstone; 0 when never stored
+        self.redis_ms = redis_ms
+
+
 class _Outcome(Generic[T]):
     """What one attempt of a mutation decided: the space to write (or none) and the result."""
 
@@ -143,6 +245,8 @@ class SpacesStore:
     ``keyspace``: the tenant's key maker. ``ttl_seconds``: expiry refreshed on
     every write (``None`` = keep forever). ``max_retries``: how many times a
     mutation that lost a race is re-applied before :class:`SpaceConflictError`.
+    ``timeout``: seconds each method may take (retries included) before it
+    raises :class:`BackendUnavailableError`.
 
     ``retries`` counts the re-applications this store has made (observability
     and tests).
@@ -157,18 +261,25 @@ class SpacesStore:
         *,
         ttl_seconds: int | None,
         max_retries: int = 16,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise InvalidPayloadError("ttl_seconds must be positive or None")
         if max_retries < 0:
             raise InvalidPayloadError("max_retries must be >= 0")
+        if not timeout > 0:
+            raise InvalidPayloadError("timeout must be a positive number of seconds")
         self._redis = redis
         self._key = keyspace.spaces(workflow_id, agent_id)
+        self._ops_key = keyspace.spaces_ops(workflow_id, agent_id)
         self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
         self._max_retries = max_retries
+        self._timeout = float(timeout)
         # Used only if this store is the first to write the container.
         self._container_id = new_container_id()
+        self._read_script = redis.register_script(_READ_SCRIPT)
         self._script = redis.register_script(_CAS_SCRIPT)
+        self._restore_script = redis.register_script(_RESTORE_SCRIPT)
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.agent_id = validate_id(agent_id, "agent_id")
         self.retries = 0
@@ -178,6 +289,17 @@ class SpacesStore:
         """The Redis hash holding this agent's spaces."""
         return self._key
 
+    @asynccontextmanager
+    async def _guard(self, op: str) -> AsyncIterator[float]:
+        """Run one public operation under the timeout, Redis errors translated.
+
+        Yields the loop-clock deadline, from which writes derive the deadline
+        they carry to Redis.
+        """
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        async with redis_errors(f"spaces {op}", self._timeout):
+            yield deadline
+
     # --- reading -------------------------------------------------------------------------
 
     async def load(self) -> MemoryContainer:
@@ -186,105 +308,167 @@ class SpacesStore:
         Before the first mutation this is a fresh container whose reserved
         spaces are empty at rev 0.
         """
+        async with self._guard("load"):
+            return await self._load("spaces load")
+
+    async def _load(self, what: str) -> MemoryContainer:
         raw = await self._redis.hgetall(self._key)
         fields = {_text(k): _text(v) for k, v in raw.items()}
         head = fields.pop(CONTAINER_FIELD, None)
-        if head is None:
-            container = MemoryContainer(id=self._container_id)
-            for name, value in fields.items():  # spaces written by a restore without head
-                container.spaces[name] = self._decode(name, value)
-            return container
-        meta = json.loads(head)
-        spaces = {name: self._decode(name, value) for name, value in fields.items()}
-        return MemoryContainer(
-            id=meta["id"],
-            rev=int(meta["rev"]),
-            spaces=spaces,
-            created_at=int(meta["created_at"]),
-            updated_at=int(meta["updated_at"]),
-            metadata=meta.get("metadata") or {},
-        )
+        spaces = {}
+        for name, value in fields.items():
+            decoded = _decode_field(what, name, value)
+            if isinstance(decoded, Space):  # tombstones stay hidden
+                spaces[name] = decoded
+        if head is None:  # nothing written yet, or spaces written by a restore without head
+            return MemoryContainer(id=self._container_id, spaces=spaces)
+        try:
+            meta = json.loads(head)
+            return MemoryContainer(
+                id=meta["id"],
+                rev=int(meta["rev"]),
+                spaces=spaces,
+                created_at=int(meta["created_at"]),
+                updated_at=int(meta["updated_at"]),
+                metadata=meta.get("metadata") or {},
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BackendRejectedError(f"{what}: corrupt container field ({exc})") from None
 
     @staticmethod
-    def _decode(name: str, value: str) -> Space:
-        return Space.from_dict(json.loads(value), name)
-
-    async def _read(self, name: str) -> Space | None:
-        """A fresh copy of one space; reserved spaces default to empty at rev 0."""
-        raw = await self._redis.hget(self._key, name)
-        if raw is not None:
-            return self._decode(name, _text(raw))
+    def _default(name: str) -> Space | None:
+        """What a never-written space reads as: reserved ones exist empty at rev 0."""
         kind = RESERVED_SPACES.get(name)
         if kind is None:
             return None
         return Space({} if kind == "map" else [])
 
-    async def get_space(self, name: str) -> Space:
-        """A copy of one space (one HGET). :class:`SpaceNotFoundError` if absent."""
-        space = await self._read(validate_space_name(name))
+    async def _get(self, what: str, name: str) -> Space | None:
+        """A fresh copy of one visible space (one HGET); ``None`` if absent or deleted."""
+        raw = await self._redis.hget(self._key, name)
+        if raw is None:
+            return self._default(name)
+        decoded = _decode_field(what, name, _text(raw))
+        return decoded if isinstance(decoded, Space) else None
+
+    async def _read_raw(self, field: str) -> tuple[Any, int]:
+        """One field of the hash (raw) and Redis' clock in ms, in one round trip."""
+        raw, secs, micros = await self._read_script(keys=[self._key], args=[field])
+        return raw, int(secs) * 1000 + int(micros) // 1000
+
+    async def _read(self, name: str, what: str) -> _Seen:
+        """The read a write starts from: the space, its stored rev and Redis' clock."""
+        raw, redis_ms = await self._read_raw(name)
+        if raw is None:
+            return _Seen(self._default(name), 0, redis_ms)
+        decoded = _decode_field(f"spaces {what}", name, _text(raw))
+        if isinstance(decoded, Space):
+            return _Seen(decoded, decoded.rev, redis_ms)
+        return _Seen(None, decoded, redis_ms)
+
+    async def _existing_space(self, what: str, name: str) -> Space:
+        space = await self._get(f"spaces {what}", validate_space_name(name))
         if space is None:
             raise SpaceNotFoundError(f"no space named {name!r}")
         return space
 
+    async def get_space(self, name: str) -> Space:
+        """A copy of one space (one HGET). :class:`SpaceNotFoundError` if absent."""
+        async with self._guard("get_space"):
+            return await self._existing_space("get_space", name)
+
     async def has_space(self, name: str) -> bool:
         """Whether the space exists (reserved ones always do)."""
-        return await self._read(validate_space_name(name)) is not None
+        async with self._guard("has_space"):
+            return await self._get("spaces has_space", validate_space_name(name)) is not None
 
     async def snapshot(self) -> dict[str, Any]:
         """JSON-able dict of the whole container (rehydrate bundle, export)."""
-        return (await self.load()).to_dict()
+        async with self._guard("snapshot"):
+            return (await self._load("spaces snapshot")).to_dict()
 
     # --- the one write path ----------------------------------------------------------
 
+    @staticmethod
+    def _redis_deadline(redis_ms: int, deadline: float) -> int:
+        """The caller's deadline on Redis' clock, never later than the caller's own.
+
+        ``redis_ms`` was read before its reply arrived, so adding the time the
+        caller has left from now on lands at or before its deadline.
+        """
+        left = deadline - asyncio.get_running_loop().time()
+        return redis_ms + max(0, int(left * 1000))
+
+    def _expired(self, what: str) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"spaces {what}: Redis ran the write after its deadline; nothing was written"
+        )
+
     async def _transact(
-        self, name: str, step: Callable[[Space | None], _Outcome[T]], *, strict: bool
+        self, what: str, name: str, step: Callable[[Space | None], _Outcome[T]], *, strict: bool
     ) -> T:
         """Read the space, let ``step`` decide, compare-and-set; retry on a lost race."""
         validate_space_name(name)
+        # One id for every attempt: a re-sent attempt that had landed is not applied twice.
+        op_id = uuid.uuid4().hex
         attempt = 0
-        while True:
-            current = await self._read(name)
-            expected = current.rev if current is not None else 0
-            outcome = step(current)
-            new = outcome.space
-            if new is None:
-                return outcome.result
-            check_space_data(name, new.data)
-            check_json(new.metadata, "space metadata")
-            now = now_ms()
-            new.rev = expected + 1
-            new.updated_at = now
-            if current is None or not new.created_at:
-                new.created_at = now
-            tail = _container_tail(self._container_id, now, {})
-            ok, _stored = await self._script(
-                keys=[self._key],
-                args=["set", name, expected, encode_space(new), tail, now, self._ttl_ms],
-            )
-            if int(ok) == 1:
-                return outcome.result
-            if strict:
-                raise SpaceConflictError(
-                    f"space {name!r} changed since it was read (expected rev {expected})"
+        async with self._guard(what) as deadline:
+            while True:
+                seen = await self._read(name, what)
+                current, expected = seen.space, seen.rev
+                outcome = step(current)
+                new = outcome.space
+                if new is None:
+                    return outcome.result
+                check_space_data(name, new.data)
+                check_json(new.metadata, "space metadata")
+                now = now_ms()
+                new.rev = expected + 1
+                new.updated_at = now
+                if current is None or not new.created_at:
+                    new.created_at = now
+                tail = _container_tail(self._container_id, now, {})
+                ok, stored = await self._script(
+                    keys=[self._key, self._ops_key],
+                    args=[
+                        "set",
+                        name,
+                        expected,
+                        op_id,
+                        self._redis_deadline(seen.redis_ms, deadline),
+                        encode_space(new),
+                        tail,
+                        now,
+                        self._ttl_ms,
+                    ],
                 )
-            if attempt >= self._max_retries:
-                raise SpaceConflictError(
-                    f"space {name!r}: gave up after {self._max_retries} retries under contention"
-                )
-            attempt += 1
-            self.retries += 1
-            # Full jitter on an exponential window spreads racing writers apart.
-            await asyncio.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
+                if int(ok) in (1, 2):
+                    return outcome.result
+                if int(stored) == -2:
+                    raise self._expired(what)
+                if strict:
+                    raise SpaceConflictError(
+                        f"space {name!r} changed since it was read (expected rev {expected})"
+                    )
+                if attempt >= self._max_retries:
+                    raise SpaceConflictError(
+                        f"space {name!r}: gave up after {self._max_retries} retries "
+                        "under contention"
+                    )
+                attempt += 1
+                self.retries += 1
+                # Full jitter on an exponential window spreads racing writers apart.
+                await asyncio.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
 
-    def _existing(
-        self, name: str, fn: Callable[[Space], T]
-    ) -> Callable[[Space | None], _Outcome[T]]:
+    async def _mutate(
+        self, what: str, space_name: str, fn: Callable[[Space], T], *, strict: bool = False
+    ) -> T:
         def step(current: Space | None) -> _Outcome[T]:
             if current is None:
-                raise SpaceNotFoundError(f"no space named {name!r}")
+                raise SpaceNotFoundError(f"no space named {space_name!r}")
             return _Outcome(fn(current), current)
 
-        return step
+        return await self._transact(what, space_name, step, strict=strict)
 
     async def mutate(self, space_name: str, fn: Callable[[Space], T], *, strict: bool = False) -> T:
         """Apply ``fn`` to a fresh copy of a space and store the result; returns ``fn``'s result.
@@ -294,7 +478,7 @@ class SpacesStore:
         ``strict=True`` a lost race raises :class:`SpaceConflictError` instead of
         retrying. A missing custom space raises :class:`SpaceNotFoundError`.
         """
-        return await self._transact(space_name, self._existing(space_name, fn), strict=strict)
+        return await self._mutate("mutate", space_name, fn, strict=strict)
 
     # --- whole spaces ----------------------------------------------------------------------
 
@@ -311,7 +495,7 @@ class SpacesStore:
             space = Space(json.loads(json.dumps({} if initial is None else initial)))
             return _Outcome(space, space)
 
-        return await self._transact(name, step, strict=False)
+        return await self._transact("ensure_space", name, step, strict=False)
 
     async def put_space(
         self, name: str, data: SpaceData, metadata: Mapping[str, Any] | None = None
@@ -328,7 +512,7 @@ class SpacesStore:
                 space.metadata = json.loads(json.dumps(dict(metadata)))
             return _Outcome(space, space)
 
-        return await self._transact(name, step, strict=False)
+        return await self._transact("put_space", name, step, strict=False)
 
     async def update_space(
         self, name: str, fn: Callable[[SpaceData], SpaceData | None], *, strict: bool = False
@@ -341,137 +525,163 @@ class SpacesStore:
                 space.data = result
             return space
 
-        return await self.mutate(name, apply, strict=strict)
+        return await self._mutate("update_space", name, apply, strict=strict)
 
     async def delete_space(self, name: str) -> None:
-        """Delete a custom space (container rev +1); reserved: :class:`ReservedSpaceError`."""
+        """Delete a custom space (container rev +1); reserved: :class:`ReservedSpaceError`.
+
+        The space leaves a tombstone, so a later space of the same name goes on
+        from its revisions instead of reusing them.
+        """
         if validate_space_name(name) in RESERVED_SPACES:
             raise ReservedSpaceError(f"space {name!r} is reserved and cannot be deleted")
-        now = now_ms()
-        ok, _ = await self._script(
-            keys=[self._key],
-            args=[
-                "del",
-                name,
-                -1,
-                "",
-                _container_tail(self._container_id, now, {}),
-                now,
-                self._ttl_ms,
-            ],
-        )
-        if int(ok) != 1:
+        op_id = uuid.uuid4().hex
+        async with self._guard("delete_space") as deadline:
+            seen = await self._read(name, "delete_space")
+            now = now_ms()
+            ok, found = await self._script(
+                keys=[self._key, self._ops_key],
+                args=[
+                    "del",
+                    name,
+                    -1,
+                    op_id,
+                    self._redis_deadline(seen.redis_ms, deadline),
+                    "",
+                    _container_tail(self._container_id, now, {}),
+                    now,
+                    self._ttl_ms,
+                ],
+            )
+            if int(ok) in (1, 2):
+                return
+            if int(found) == -2:
+                raise self._expired("delete_space")
             raise SpaceNotFoundError(f"no space named {name!r}")
 
     async def restore(self, snapshot: Mapping[str, Any]) -> None:
-        """Replace everything with a :meth:`snapshot` (import). Validated before writing."""
+        """Replace everything with a :meth:`snapshot` (import). Validated before writing.
+
+        Tombstones go too: revisions restart from the snapshot's.
+        """
         container = MemoryContainer.from_dict(snapshot)
-        mapping: dict[Any, Any] = {
-            name: encode_space(space) for name, space in container.spaces.items()
-        }
-        mapping[CONTAINER_FIELD] = encode_container(container)
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.delete(self._key)
-        pipe.hset(self._key, mapping=mapping)
-        if self._ttl_ms != "0":
-            pipe.pexpire(self._key, int(self._ttl_ms))
-        await pipe.execute()
+        args: list[Any] = [CONTAINER_FIELD, encode_container(container)]
+        for name, space in container.spaces.items():
+            args += [name, encode_space(space)]
+        async with self._guard("restore") as deadline:
+            _head, redis_ms = await self._read_raw(CONTAINER_FIELD)
+            done = await self._restore_script(
+                keys=[self._key],
+                args=[self._redis_deadline(redis_ms, deadline), self._ttl_ms, *args],
+            )
+            if int(done) != 1:
+                raise self._expired("restore")
 
     # --- map spaces --------------------------------------------------------------------
 
     async def get_key(self, space: str, key: str, default: Any = None) -> Any:
         """A value of a map space (``default`` when absent)."""
-        return (await self.get_space(space)).get_key(key, default)
+        async with self._guard("get_key"):
+            return (await self._existing_space("get_key", space)).get_key(key, default)
 
     async def put_key(self, space: str, key: str, value: Any) -> None:
         """Set ``key`` in a map space."""
         check_json(value, f"value of key {key!r}")
-        await self.mutate(space, lambda s: s.put_key(key, value))
+        await self._mutate("put_key", space, lambda s: s.put_key(key, value))
 
-    async def delete_key(self, space: str, key: str) -> bool:
-        """Remove ``key``; returns whether it existed (no write when it did not)."""
-
+    async def _delete_key(self, what: str, space: str, key: str) -> bool:
         def step(current: Space | None) -> _Outcome[bool]:
             if current is None:
                 raise SpaceNotFoundError(f"no space named {space!r}")
             removed = current.delete_key(key)
             return _Outcome(removed, current if removed else None)
 
-        return await self._transact(space, step, strict=False)
+        return await self._transact(what, space, step, strict=False)
+
+    async def delete_key(self, space: str, key: str) -> bool:
+        """Remove ``key``; returns whether it existed (no write when it did not)."""
+        return await self._delete_key("delete_key", space, key)
 
     # --- list spaces ---------------------------------------------------------------------
 
     async def append(self, space: str, item: Any) -> None:
         """Append to a list space."""
         check_json(item, "item")
-        await self.mutate(space, lambda s: s.append(item))
+        await self._mutate("append", space, lambda s: s.append(item))
 
     async def prepend(self, space: str, item: Any) -> None:
         """Put an item first in a list space."""
         check_json(item, "item")
-        await self.mutate(space, lambda s: s.prepend(item))
+        await self._mutate("prepend", space, lambda s: s.prepend(item))
 
     async def insert(self, space: str, index: int, item: Any) -> None:
         """Insert before ``index`` in a list space."""
         check_json(item, "item")
-        await self.mutate(space, lambda s: s.insert(index, item))
+        await self._mutate("insert", space, lambda s: s.insert(index, item))
 
     async def remove(self, space: str, index: int) -> Any:
         """Remove and return the item at ``index``."""
-        return await self.mutate(space, lambda s: s.remove(index))
+        return await self._mutate("remove", space, lambda s: s.remove(index))
 
     async def update_item(self, space: str, index: int, item: Any) -> Any:
         """Replace the item at ``index``; returns the previous one."""
         check_json(item, "item")
-        return await self.mutate(space, lambda s: s.update_item(index, item))
+        return await self._mutate("update_item", space, lambda s: s.update_item(index, item))
 
     # --- world ------------------------------------------------------------------------------
 
     async def world_get(self, key: str, default: Any = None) -> Any:
         """A belief from ``world``."""
-        return await self.get_key(WORLD, key, default)
+        async with self._guard("world_get"):
+            return (await self._existing_space("world_get", WORLD)).get_key(key, default)
 
     async def world_put(self, key: str, value: Any) -> None:
         """Set a belief in ``world``."""
-        await self.put_key(WORLD, key, value)
+        check_json(value, f"value of key {key!r}")
+        await self._mutate("world_put", WORLD, lambda s: s.put_key(key, value))
 
     async def world_delete(self, key: str) -> bool:
         """Forget a belief; returns whether it existed."""
-        return await self.delete_key(WORLD, key)
+        return await self._delete_key("world_delete", WORLD, key)
 
     async def world_items(self) -> dict[str, Any]:
         """Every belief."""
-        return (await self.get_space(WORLD)).items()
+        async with self._guard("world_items"):
+            return (await self._existing_space("world_items", WORLD)).items()
 
     # --- tasks ---------------------------------------------------------------------------------
 
     async def tasks_add(self, text: str) -> dict[str, Any]:
         """Append an open task; returns it (its id is fixed across retries)."""
         task_id = new_task_id()
-        return await self.mutate(TASKS, lambda s: s.tasks_add(text, task_id=task_id))
+        return await self._mutate("tasks_add", TASKS, lambda s: s.tasks_add(text, task_id=task_id))
 
     async def tasks_insert(self, index: int, text: str) -> dict[str, Any]:
         """Insert an open task at priority position ``index``; returns it."""
         task_id = new_task_id()
-        return await self.mutate(TASKS, lambda s: s.tasks_insert(index, text, task_id=task_id))
+        return await self._mutate(
+            "tasks_insert", TASKS, lambda s: s.tasks_insert(index, text, task_id=task_id)
+        )
 
     async def tasks_complete(self, task_id: str) -> dict[str, Any]:
         """Mark a task done; returns it."""
-        return await self.mutate(TASKS, lambda s: s.tasks_complete(task_id))
+        return await self._mutate("tasks_complete", TASKS, lambda s: s.tasks_complete(task_id))
 
     async def tasks_remove(self, task_id: str) -> dict[str, Any]:
         """Remove a task; returns it."""
-        return await self.mutate(TASKS, lambda s: s.tasks_remove(task_id))
+        return await self._mutate("tasks_remove", TASKS, lambda s: s.tasks_remove(task_id))
 
     async def tasks_reorder(self, task_ids: Iterable[str]) -> None:
         """Reorder the agenda to a permutation of the existing ids."""
         ids = list(task_ids)
-        await self.mutate(TASKS, lambda s: s.tasks_reorder(ids))
+        await self._mutate("tasks_reorder", TASKS, lambda s: s.tasks_reorder(ids))
 
     async def tasks_next(self) -> dict[str, Any] | None:
         """The first open task, or ``None``."""
-        return (await self.get_space(TASKS)).tasks_next()
+        async with self._guard("tasks_next"):
+            return (await self._existing_space("tasks_next", TASKS)).tasks_next()
 
     async def tasks_open(self) -> list[dict[str, Any]]:
         """Open tasks in priority order."""
-        return (await self.get_space(TASKS)).tasks_open()
+        async with self._guard("tasks_open"):
+            return (await self._existing_space("tasks_open", TASKS)).tasks_open()

@@ -39,7 +39,13 @@ from redis.exceptions import RedisError
 
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import redis_errors
-from jarvismem.errors import ConfigError, LLMError, LockNotAcquiredError
+from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
+    ConfigError,
+    LLMError,
+    LockNotAcquiredError,
+)
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.settings import Settings
 from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS, LongTermMemory
@@ -577,7 +583,7 @@ class Compactor:
         if self._pending_turns:
             try:
                 await self.flush_counters()
-            except (RedisError, OSError) as exc:
+            except (BackendUnavailableError, BackendRejectedError) as exc:
                 log.warning(
                     "compaction of %s: could not save counters on close (%s)",
                     self.workflow_id,

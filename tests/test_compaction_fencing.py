@@ -24,6 +24,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from jarvismem.backends.blob.base import BlobVersion
 from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
 from jarvismem.tiers.compaction import CompactionPolicy, CompactionResult, Compactor
 from jarvismem.tiers.episodic import EpisodicLedger
@@ -130,7 +131,7 @@ class Workflow:
         """What the lock's TTL does to a holder that stalled and could not renew."""
         await self.redis.delete(self.keyspace.ltm_lock(self.wf))
 
-    async def assert_summary_everywhere(self, text: str, to_id: str) -> None:
+    async def assert_summary_everywhere(self, text: str, to_id: str | None) -> None:
         """Redis, the blob pair, and a load after Redis lost its copy all hold ``text``."""
         record = await self.ltm().load_summary_record()
         assert record is not None
@@ -226,6 +227,58 @@ async def test_compaction_after_a_fenced_run_builds_on_the_newest_summary(
     assert result.compacted and result.to_id == ids[-1]
     text = await flow.ltm().load_summary()
     assert text is not None and text.startswith("user summary")
+
+
+# --- user saves: last writer wins, in the same order in both copies --------------------
+
+
+async def test_concurrent_user_saves_leave_both_copies_on_the_same_winner(
+    flow: Workflow,
+) -> None:
+    texts = [f"summary {i}" for i in range(6)]
+    await asyncio.gather(*(flow.ltm().save_summary(t) for t in texts))
+    in_redis = await flow.redis.hget(flow.keyspace.ltm_summary(flow.wf), "text")
+    in_blob = await flow.blob.read(flow.keyspace.ltm_blob(flow.wf))
+    assert in_redis == in_blob and in_blob.decode() in texts
+    meta = json.loads(await flow.blob.read(flow.keyspace.ltm_meta_blob(flow.wf)))
+    assert meta["gen"] == len(texts)  # each save got its own generation
+
+
+async def test_a_user_save_lands_when_the_blob_copy_went_back_in_time(flow: Workflow) -> None:
+    ltm = flow.ltm()
+    await ltm.save_summary("one")
+    old_text = await flow.blob.read(flow.keyspace.ltm_blob(flow.wf))
+    old_meta = await flow.blob.read(flow.keyspace.ltm_meta_blob(flow.wf))
+    await ltm.save_summary("two")
+    await ltm.save_summary("three")
+    # The blob storage is restored from a backup taken after "one".
+    await flow.blob.write(flow.keyspace.ltm_blob(flow.wf), old_text)
+    await flow.blob.write(flow.keyspace.ltm_meta_blob(flow.wf), old_meta)
+    await ltm.save_summary("four")
+    await flow.assert_summary_everywhere("four", None)
+
+
+async def test_a_user_save_lands_when_the_blob_copy_was_lost(flow: Workflow) -> None:
+    ltm = flow.ltm()
+    for text in ("one", "two", "three"):
+        await ltm.save_summary(text)
+    await flow.blob.delete(flow.keyspace.ltm_blob(flow.wf))
+    await flow.blob.delete(flow.keyspace.ltm_meta_blob(flow.wf))
+    await ltm.save_summary("four")
+    await flow.assert_summary_everywhere("four", None)
+
+
+async def test_redis_refusing_the_summary_is_a_jarvismem_error(
+    redis_client: Any, local_blob_storage: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = Workflow(redis_client, local_blob_storage, keyspace, workflow_id).ltm()
+    await redis_client.set(keyspace.ltm_summary(workflow_id), "not a hash")
+    with pytest.raises(BackendRejectedError):
+        await ltm.save_summary("text")
+    with pytest.raises(BackendRejectedError):
+        await ltm.load_summary_record(strict=True)
+    # Not strict: read past Redis to the blob copy the save wrote first.
+    assert await ltm.load_summary() == "text"
 
 
 # --- the Redis write alone --------------------------------------------------------------

@@ -35,9 +35,11 @@ lost finds its own ``op`` and reports success.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import random
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -315,10 +317,23 @@ class LongTermMemory:
         gen: int | None = None
         if self.blob is not None:
             gen = await self._write_blob_latest(record, op)
-        if self.redis is not None:
-            # 'stale' here means a save that came after this one in the blob's
-            # order already reached Redis: last writer wins, nothing to do.
-            await self._write_redis(record, op, gen=gen)
+        if self.redis is None:
+            return
+        status = await self._write_redis(record, op, gen=gen)
+        if status == "stale" and await self._blob_is_ours(op):
+            # Redis is ahead of a blob copy that went back in time (restored or
+            # replaced storage): this save is still the newest, so it goes on top.
+            await self._write_redis(record, op, gen=None)
+        # Otherwise 'stale' means a save after this one in the blob's order
+        # already reached Redis: last writer wins, nothing to do.
+
+    async def _blob_is_ours(self, op: str) -> bool:
+        """Whether the blob pair still holds the save of ``op`` (nothing newer)."""
+        if self.blob is None:
+            return False
+        raw = await self._blob_bytes(self.meta_path, strict=True)
+        meta = self._parse_meta(raw) if raw is not None else None
+        return meta is not None and meta.op == op
 
     async def save_fenced(
         self,
@@ -360,10 +375,19 @@ class LongTermMemory:
         Conditional on the versions just read, so concurrent saves get distinct,
         ordered generations; a lost race re-reads and tries again.
         """
-        redis_gen = await self._redis_gen()
-        for _ in range(SAVE_ATTEMPTS):
+        redis_gen: int | None = None
+        for attempt in range(SAVE_ATTEMPTS):
+            if attempt:
+                # Jittered backoff: saves that keep invalidating each other's
+                # conditions spread out instead of colliding again.
+                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
             _, text_v, meta_v, meta = await self._blob_versions()
-            gen = max(redis_gen, meta.gen if meta is not None else 0) + 1
+            blob_gen = meta.gen if meta is not None else 0
+            if blob_gen == 0 and redis_gen is None:
+                # A blob without a generation (new, damaged or older data): take
+                # Redis's so this save orders after what Redis holds.
+                redis_gen = await self._redis_gen()
+            gen = max(redis_gen or 0, blob_gen) + 1
             try:
                 await self._write_blob_pair(record, op, gen, text_v, meta_v)
             except BlobPreconditionFailedError:

@@ -229,6 +229,37 @@ async def test_compaction_after_a_fenced_run_builds_on_the_newest_summary(
     assert text is not None and text.startswith("user summary")
 
 
+class ReplayingBlob(StalledBlob):
+    """A blob storage whose every write is sent twice, as a client does when the
+    reply of a write that landed was lost: the second, conditional on the old
+    version, fails its condition against the first."""
+
+    async def write(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        if_version: BlobVersion | None = None,
+        if_absent: bool = False,
+    ) -> BlobVersion:
+        await self.inner.write(path, data, if_version=if_version, if_absent=if_absent)
+        version: BlobVersion = await self.inner.write(
+            path, data, if_version=if_version, if_absent=if_absent
+        )
+        return version
+
+
+async def test_a_compaction_whose_blob_writes_are_replayed_still_saves(flow: Workflow) -> None:
+    ids = await flow.log(1, 3)
+    ltm = flow.ltm(blob=ReplayingBlob(flow.blob))
+    await ltm.save_summary("before", provenance={"to_id": "1-0"})
+    result = await flow.compactor(ltm, Summarizer()).compact()
+    assert result.compacted and not result.fenced
+    text = await flow.ltm().load_summary()
+    assert text is not None and text.startswith("before")
+    await flow.assert_summary_everywhere(text, ids[-1])
+
+
 # --- user saves: last writer wins, in the same order in both copies --------------------
 
 

@@ -184,8 +184,8 @@ class CompactionResult:
     ``compacted``: a new summary was saved; ``entries``: ledger entries folded in
     by this run; ``from_id``/``to_id``: ledger ids the saved summary covers (the
     whole rolling range); ``chars``: summary length; ``reason``: why nothing was
-    saved, or what happened; ``failed``: the summarizer (or the lock) failed and
-    the old summary was kept; ``fenced``: another save came first (a compactor
+    saved, or what happened; ``failed``: the summarizer failed and the old
+    summary was kept; ``fenced``: another save came first (a compactor
     that took the lock after this one's expired, or a user's ``save_summary``) and
     this run's older summary was not written over it (``reason`` starts with
     ``fenced:``).
@@ -507,7 +507,7 @@ class Compactor:
         )
         if not outcome.saved:
             log.warning("compaction of %s: %s", self.workflow_id, outcome.reason)
-            # The counters stay: the newer summary's writer settles its own.
+            # Counters untouched: this run's turns are in no summary it saved.
             return CompactionResult(compacted=False, reason=outcome.reason, fenced=True)
         await self._settle_counters(count, covered_tokens)
         return CompactionResult(

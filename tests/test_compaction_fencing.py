@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
+import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ from jarvismem.tiers.longterm import LongTermMemory
 from .conftest import REAL_REDIS_URL
 
 TTL = 3600
+REPO = Path(__file__).resolve().parent.parent
 
 
 class Summarizer:
@@ -258,6 +263,96 @@ async def test_a_compaction_whose_blob_writes_are_replayed_still_saves(flow: Wor
     text = await flow.ltm().load_summary()
     assert text is not None and text.startswith("before")
     await flow.assert_summary_everywhere(text, ids[-1])
+
+
+# A compactor in its own process that SIGSTOPs itself at its first blob write:
+# after its last lock check, before anything is written. Its keep-alive stops
+# with it, so its lock really expires by its TTL.
+_STOPPING_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, os, signal, sys
+
+    import redis.asyncio as aioredis
+
+    from jarvismem.backends.blob.local import LocalBlobStorage
+    from jarvismem.keys import KeySpace
+    from jarvismem.tiers.compaction import CompactionPolicy, Compactor
+    from jarvismem.tiers.episodic import EpisodicLedger
+    from jarvismem.tiers.longterm import LongTermMemory
+
+
+    class StopAtFirstWrite(LocalBlobStorage):
+        stopped = False
+
+        async def write(self, path, data, **kw):
+            if not self.stopped:
+                self.stopped = True
+                print("stalled", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return await super().write(path, data, **kw)
+
+
+    class Echo:
+        name = "echo"
+
+        async def summarize(self, text, *, previous_summary=None, max_chars=4000):
+            return "\\n".join(p for p in (previous_summary, text) if p)[:max_chars]
+
+
+    async def main(url, namespace, wf, root):
+        r = aioredis.Redis.from_url(url)
+        ks = KeySpace(namespace)
+        ltm = LongTermMemory(r, StopAtFirstWrite(root), ks, wf, ttl_seconds=3600)
+        ledger = EpisodicLedger(r, ks, wf, ttl_seconds=3600)
+        policy = CompactionPolicy(lock_ttl=1.0, page_size=100)
+        result = await Compactor(r, ltm, ledger, Echo(), ks, wf, policy).compact()
+        print(json.dumps(result.as_dict()), flush=True)
+        await r.aclose()
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_a_sigstopped_compactor_process_is_fenced_after_its_lock_expires(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "blobs"
+    flow = Workflow(real_redis, LocalBlobStorage(root), keyspace, workflow_id)
+    await flow.log(1, 3)
+    args = [REAL_REDIS_URL, keyspace.namespace, workflow_id, str(root)]
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _STOPPING_CHILD,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        assert (await child.stdout.readline()).strip() == b"stalled"
+        lock = keyspace.ltm_lock(workflow_id)
+        for _ in range(400):  # bounded wait for the TTL to run out
+            if not await real_redis.exists(lock):
+                break
+            await asyncio.sleep(0.05)
+        ids = await flow.log(4, 5)
+        b = await flow.compactor(flow.ltm(), Summarizer()).compact()
+        assert b.compacted and b.to_id == ids[-1]
+        b_text = await flow.ltm().load_summary()
+        assert b_text is not None
+
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = await asyncio.wait_for(child.communicate(), timeout=60)
+        assert child.returncode == 0
+        assert_fenced(CompactionResult(**json.loads(out)))
+        await flow.assert_summary_everywhere(b_text, ids[-1])
+    finally:
+        if child.returncode is None:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            await child.wait()
 
 
 # --- user saves: last writer wins, in the same order in both copies --------------------

@@ -355,6 +355,34 @@ async def test_a_sigstopped_compactor_process_is_fenced_after_its_lock_expires(
             await child.wait()
 
 
+async def test_a_save_that_reached_only_the_blob_is_built_on_not_lost(flow: Workflow) -> None:
+    ltm = flow.ltm()
+    await ltm.save_summary("base")
+    ids = await flow.log(1, 3)
+    # A compactor writes its blob copy, then is fenced at the Redis step (as if
+    # it had died there): the blob is one generation ahead of Redis.
+    lock = flow.keyspace.ltm_lock(flow.wf)
+    await flow.redis.set(lock, "another-compactor")
+    outcome = await ltm.save_fenced(
+        "base + 1..3",
+        provenance={"to_id": ids[-1]},
+        base=await ltm.read_base(),
+        lock_key=lock,
+        token="mine",
+    )
+    assert not outcome.saved
+    assert await ltm.load_summary() == "base"  # Redis: the last copy saved in full
+    await flow.redis.delete(lock)
+
+    more = await flow.log(4, 4)
+    result = await flow.compactor(flow.ltm(), Summarizer()).compact()
+    # Built on the newer blob copy: only entry 4 is new to it.
+    assert result.compacted and result.entries == 1 and result.to_id == more[-1]
+    text = await flow.ltm().load_summary()
+    assert text is not None and text.startswith("base + 1..3") and "result 4" in text
+    await flow.assert_summary_everywhere(text, more[-1])
+
+
 # --- user saves: last writer wins, in the same order in both copies --------------------
 
 

@@ -14,6 +14,13 @@ page, each page folded into the rolling summary, so memory and LLM input stay
 bounded), then saves the new summary with its provenance. If the summarizer fails
 the old summary stays, the error is recorded in the state hash, and the result
 says ``failed``.
+
+The save is fenced (:meth:`~jarvismem.tiers.longterm.LongTermMemory.save_fenced`):
+a lock check before saving cannot stop a compactor that stalls right after it
+(GC pause, SIGSTOP, a stalled loop) and wakes up after its lock expired, so the
+lock token, the summary generation read at the start and a forward-only
+``to_id`` are checked again by the writes themselves. A fenced compaction writes
+nothing over the newer summary and says ``fenced`` in its result.
 """
 
 from __future__ import annotations
@@ -31,12 +38,27 @@ from typing import Any, Protocol
 from redis.exceptions import RedisError
 
 from jarvismem.backends.llm import Summarizer
-from jarvismem.errors import ConfigError, LLMError, LockNotAcquiredError
+from jarvismem.backends.redis import redis_errors
+from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
+    ConfigError,
+    LLMError,
+    LockNotAcquiredError,
+)
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.settings import Settings
 from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS, LongTermMemory
 
 log = logging.getLogger(__name__)
+
+# KEYS: lock. ARGV: token, ttl ms. Take the lock if free; finding our own token
+# counts as taken (a retry after the reply of the first attempt was lost).
+_ACQUIRE_LUA = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+"""
 
 # KEYS: lock. ARGV: token, ttl ms. Extend only our own lock.
 _RENEW_LUA = """
@@ -54,15 +76,21 @@ end
 return 0
 """
 
-# KEYS: state hash. ARGV: turns covered, tokens covered, now, ttl seconds.
+# KEYS: state hash. ARGV: turns covered, tokens covered, now, ttl seconds, op id.
 # Subtract what the new summary covers (turns logged meanwhile keep counting),
-# never below zero; stamp the success and clear the last error.
+# never below zero; stamp the success and clear the last error. The op id makes
+# a retry after a lost reply subtract nothing more.
 _SETTLE_LUA = """
+if redis.call('HGET', KEYS[1], 'settled_op') == ARGV[5] then
+  return {tonumber(redis.call('HGET', KEYS[1], 'turns') or '0'),
+          tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0')}
+end
 local turns = tonumber(redis.call('HGET', KEYS[1], 'turns') or '0') - tonumber(ARGV[1])
 local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0') - tonumber(ARGV[2])
 if turns < 0 then turns = 0 end
 if tokens < 0 then tokens = 0 end
-redis.call('HSET', KEYS[1], 'turns', turns, 'tokens', tokens, 'last_compacted_at', ARGV[3])
+redis.call('HSET', KEYS[1], 'turns', turns, 'tokens', tokens, 'last_compacted_at', ARGV[3],
+           'settled_op', ARGV[5])
 redis.call('HDEL', KEYS[1], 'last_error', 'last_error_at')
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {turns, tokens}
@@ -156,8 +184,11 @@ class CompactionResult:
     ``compacted``: a new summary was saved; ``entries``: ledger entries folded in
     by this run; ``from_id``/``to_id``: ledger ids the saved summary covers (the
     whole rolling range); ``chars``: summary length; ``reason``: why nothing was
-    saved, or what happened; ``failed``: the summarizer (or the lock) failed and
-    the old summary was kept.
+    saved, or what happened; ``failed``: the summarizer failed and the old
+    summary was kept; ``fenced``: another save came first (a compactor
+    that took the lock after this one's expired, or a user's ``save_summary``) and
+    this run's older summary was not written over it (``reason`` starts with
+    ``fenced:``).
     """
 
     compacted: bool
@@ -167,6 +198,7 @@ class CompactionResult:
     chars: int = 0
     reason: str = ""
     failed: bool = False
+    fenced: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict of the fields (for JSON output)."""
@@ -209,6 +241,7 @@ class Compactor:
         self.policy = policy
         self.lock_key = keyspace.ltm_lock(workflow_id)
         self.state_key = keyspace.ltm_state(workflow_id)
+        self._take = redis.register_script(_ACQUIRE_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
         self._release = redis.register_script(_RELEASE_LUA)
         self._settle = redis.register_script(_SETTLE_LUA)
@@ -263,7 +296,10 @@ class Compactor:
         turns, tokens = self._pending_turns, self._pending_tokens
         self._pending_turns = self._pending_tokens = 0
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with (
+                redis_errors(f"compaction counters of {self.workflow_id}"),
+                self.redis.pipeline(transaction=False) as pipe,
+            ):
                 pipe.hincrby(self.state_key, "turns", turns)
                 pipe.hincrby(self.state_key, "tokens", tokens)
                 pipe.expire(self.state_key, self.ltm.ttl_seconds)
@@ -337,7 +373,9 @@ class Compactor:
     async def _acquire(self) -> str:
         token = secrets.token_hex(16)
         ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
-        if not await self.redis.set(self.lock_key, token, nx=True, px=ttl_ms):
+        async with redis_errors(f"compaction lock of {self.workflow_id}"):
+            taken = await self._take(keys=[self.lock_key], args=[token, ttl_ms])
+        if not taken:
             raise LockNotAcquiredError(
                 f"compaction of workflow {self.workflow_id} is already running"
             )
@@ -359,8 +397,13 @@ class Compactor:
                 )
 
     async def _check_lock(self, token: str, lost: asyncio.Event) -> None:
+        # An early exit only: the fenced save checks the token again itself.
         ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
-        if lost.is_set() or not await self._renew(keys=[self.lock_key], args=[token, ttl_ms]):
+        if lost.is_set():
+            raise _LockLost
+        async with redis_errors(f"compaction lock of {self.workflow_id}"):
+            renewed = await self._renew(keys=[self.lock_key], args=[token, ttl_ms])
+        if not renewed:
             raise _LockLost
 
     # --- compaction --------------------------------------------------------------------------
@@ -372,8 +415,11 @@ class Compactor:
 
         ``progress(done, expected)`` is called after each page (``expected`` is the
         shared turn counter, an estimate). Raises ``LockNotAcquiredError`` if another
-        compactor of this workflow is running; backend outages raise. A summarizer
-        failure returns ``failed=True`` with the old summary kept.
+        compactor of this workflow is running; backend outages raise
+        ``BackendUnavailableError`` (refusals ``BackendRejectedError``, blob failures
+        ``BlobError``). A summarizer failure returns ``failed=True`` with the old
+        summary kept. If this run lost its lock, or any newer summary was saved
+        while it worked, it writes nothing over it and returns ``fenced=True``.
         """
         token = await self._acquire()
         lost = asyncio.Event()
@@ -381,9 +427,9 @@ class Compactor:
         try:
             return await self._compact_locked(token, lost, progress)
         except _LockLost:
-            reason = "compactor lock expired before the summary was saved; nothing saved"
+            reason = "fenced: the compactor lock expired before the summary was saved"
             log.warning("compaction of %s: %s", self.workflow_id, reason)
-            return CompactionResult(compacted=False, reason=reason, failed=True)
+            return CompactionResult(compacted=False, reason=reason, fenced=True)
         finally:
             keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -407,7 +453,9 @@ class Compactor:
         policy = self.policy
         if self._pending_turns:
             await self.flush_counters()
-        record = await self.ltm.load_summary_record(strict=True)
+        # The generation and blob versions read here are what the save is fenced on.
+        base = await self.ltm.read_base()
+        record = base.record
         summary = record.text if record else None
         after = record.to_id if record else None
         expected = self.turns_since_summary
@@ -445,7 +493,7 @@ class Compactor:
             return CompactionResult(compacted=False, reason="no new ledger entries")
         from_id = record.from_id if record is not None and record.from_id else first_id
         await self._check_lock(token, lost)
-        await self.ltm.save_summary(
+        outcome = await self.ltm.save_fenced(
             summary,
             provenance={
                 "from_id": from_id,
@@ -453,7 +501,14 @@ class Compactor:
                 "turns": (record.turns if record else 0) + count,
                 "summarizer": self.summarizer.name,
             },
+            base=base,
+            lock_key=self.lock_key,
+            token=token,
         )
+        if not outcome.saved:
+            log.warning("compaction of %s: %s", self.workflow_id, outcome.reason)
+            # Counters untouched: this run's turns are in no summary it saved.
+            return CompactionResult(compacted=False, reason=outcome.reason, fenced=True)
         await self._settle_counters(count, covered_tokens)
         return CompactionResult(
             compacted=True,
@@ -468,10 +523,11 @@ class Compactor:
         if reset:
             # Nothing left to compact: whatever the counters say is stale.
             turns = tokens = 2**53
-        remaining = await self._settle(
-            keys=[self.state_key],
-            args=[turns, tokens, repr(time.time()), self.ltm.ttl_seconds],
-        )
+        async with redis_errors(f"compaction counters of {self.workflow_id}"):
+            remaining = await self._settle(
+                keys=[self.state_key],
+                args=[turns, tokens, repr(time.time()), self.ltm.ttl_seconds, secrets.token_hex(8)],
+            )
         self._known = (_int(remaining[0]), _int(remaining[1]))
 
     async def _record_error(self, reason: str) -> None:
@@ -495,7 +551,9 @@ class Compactor:
         ``last_compacted_at``, ``last_error``, ``last_error_at`` (absent when unset),
         and whether a compactor holds the lock (``running``).
         """
-        raw = await self.redis.hgetall(self.state_key)
+        async with redis_errors(f"compaction state of {self.workflow_id}"):
+            raw = await self.redis.hgetall(self.state_key)
+            running = bool(await self.redis.exists(self.lock_key))
         fields = {
             (k.decode() if isinstance(k, bytes) else str(k)): (
                 v.decode() if isinstance(v, bytes) else str(v)
@@ -505,7 +563,7 @@ class Compactor:
         out: dict[str, Any] = {
             "turns": _int(fields.get("turns")),
             "tokens": _int(fields.get("tokens")),
-            "running": bool(await self.redis.exists(self.lock_key)),
+            "running": running,
         }
         for name in ("last_compacted_at", "last_error_at"):
             if name in fields:
@@ -525,7 +583,7 @@ class Compactor:
         if self._pending_turns:
             try:
                 await self.flush_counters()
-            except (RedisError, OSError) as exc:
+            except (BackendUnavailableError, BackendRejectedError) as exc:
                 log.warning(
                     "compaction of %s: could not save counters on close (%s)",
                     self.workflow_id,

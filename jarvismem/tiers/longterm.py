@@ -21,26 +21,42 @@ rather than skipping entries).
 
 A damaged blob (not UTF-8, meta not the expected JSON) is logged at WARNING and
 treated as absent: reading memory never raises into the agent.
+
+Every save carries a *generation* (``gen``, one more than the newest copy it
+read, kept in both copies) and an operation id (``op``). Blob writes are
+conditional on the versions read, so the blob pair has one linear history and
+the generations follow it; the Redis write is one Lua script that refuses a
+generation not newer than the stored one. :meth:`LongTermMemory.save_fenced`
+(the compactor's save) adds its lock token and a forward-only ``to_id`` to the
+script's conditions, so a compactor that outlived its lock, or whose base was
+replaced by any other save, writes nothing. A script retried after its reply was
+lost finds its own ``op`` and reports success.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import random
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from redis.exceptions import RedisError
 
-from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.blob.base import BlobStorage, BlobVersion
 from jarvismem.backends.llm import Summarizer, truncate
+from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import (
+    BackendRejectedError,
     BackendUnavailableError,
     BlobError,
     BlobNotFoundError,
+    BlobPreconditionFailedError,
     InvalidPayloadError,
     PayloadTooLargeError,
 )
@@ -55,6 +71,57 @@ DEFAULT_SUMMARY_CHARS = 4000
 """Length bound of a summary produced by :meth:`LongTermMemory.compress`."""
 
 MAX_REDUCE_DEPTH = 8
+
+SAVE_ATTEMPTS = 8
+"""How often :meth:`LongTermMemory.save_summary` re-reads and retries when a
+concurrent save changed the blob copy under it (each retry means another save won)."""
+
+# The one Redis write of a summary. KEYS: summary hash, lock key. ARGV: ttl
+# seconds, op id, gen ('' = one more than the stored one), lock token ('' = no
+# lock to check), to_id that must be strictly after the stored one ('' = no
+# check), then field/value pairs. Returns {status, stored gen}: 'applied' (also
+# when the stored op is ours: a retry after a lost reply), 'lock' (the lock is
+# not ours), 'stale' (a save of this or a newer generation is already there),
+# 'to_id' (the stored summary covers as far or further).
+_SAVE_LUA = """
+local stored = redis.call('HMGET', KEYS[1], 'gen', 'op', 'to_id')
+local cur = tonumber(stored[1] or '0') or 0
+if stored[2] == ARGV[2] then return {'applied', tostring(cur)} end
+if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then
+  return {'lock', tostring(cur)}
+end
+local gen = cur + 1
+if ARGV[3] ~= '' then
+  gen = tonumber(ARGV[3])
+  if gen <= cur then return {'stale', tostring(cur)} end
+end
+local function sid(s)
+  local ms, seq = string.match(s or '', '^(%d+)-(%d+)$')
+  if ms == nil then ms = string.match(s or '', '^(%d+)$'); seq = '0' end
+  if ms == nil then return nil end
+  return {tonumber(ms), tonumber(seq)}
+end
+if ARGV[5] ~= '' then
+  local old = sid(stored[3])
+  local new = sid(ARGV[5])
+  if new == nil then return {'to_id', tostring(cur)} end
+  if old ~= nil and (new[1] < old[1] or (new[1] == old[1] and new[2] <= old[2])) then
+    return {'to_id', tostring(cur)}
+  end
+end
+redis.call('HSET', KEYS[1], 'gen', gen, 'op', ARGV[2], unpack(ARGV, 6))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return {'applied', tostring(gen)}
+"""
+
+_FENCED_REASONS = {
+    "lock": "fenced: the compactor lock is no longer ours (it expired or another compactor "
+    "took it); the newer summary was kept",
+    "stale": "fenced: a newer summary was saved since this one was started; it was kept",
+    "to_id": "fenced: the stored summary already covers these ledger entries; it was kept",
+    "blob": "fenced: the durable copy changed since this summary was started (a newer "
+    "summary was saved); it was kept",
+}
 
 # Write the cached copy back only if nobody wrote a (newer) summary meanwhile.
 # KEYS: summary hash. ARGV: ttl seconds, then field/value pairs.
@@ -95,10 +162,58 @@ class _Meta(BaseModel):
     updated_at: float | None = None
     summarizer: str | None = None
     text_sha256: str | None = None
+    gen: int = 0
+    op: str | None = None
+
+
+@dataclass(frozen=True)
+class SummaryBase:
+    """What a fenced save builds on, read by :meth:`LongTermMemory.read_base`.
+
+    ``record``: the newest copy (Redis or blob, by generation), None when there is
+    no summary; ``gen``: the newest generation seen in either copy; ``text_version``/
+    ``meta_version``: blob versions the conditional writes must still find (None:
+    the blob must still be absent).
+    """
+
+    record: SummaryRecord | None
+    gen: int
+    text_version: BlobVersion | None
+    meta_version: BlobVersion | None
+
+
+@dataclass(frozen=True)
+class SaveOutcome:
+    """Result of :meth:`LongTermMemory.save_fenced`.
+
+    ``saved``: the summary is in every configured copy; ``reason``: why not
+    (starts with ``fenced:``); ``gen``: its generation when saved.
+    """
+
+    saved: bool
+    reason: str = ""
+    gen: int = 0
 
 
 def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fields(raw: Mapping[Any, Any]) -> dict[str, str]:
+    """A Redis hash as text (raises ``UnicodeDecodeError`` on non-UTF-8 bytes)."""
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _gen(value: Any) -> int:
+    """A stored generation; 0 when absent or unreadable (older data has none)."""
+    try:
+        return max(0, int(_text(value))) if value is not None else 0
+    except (ValueError, UnicodeDecodeError):
+        return 0
 
 
 def _field_text(value: Any) -> str:
@@ -176,6 +291,7 @@ class LongTermMemory:
         self.ttl_seconds = int(ttl_seconds)
         self.redactor = redactor
         self._repopulate = redis.register_script(_REPOPULATE_LUA) if redis is not None else None
+        self._save = redis.register_script(_SAVE_LUA) if redis is not None else None
 
     @property
     def active(self) -> bool:
@@ -187,31 +303,198 @@ class LongTermMemory:
     async def save_summary(self, text: str, *, provenance: Mapping[str, Any] | None = None) -> None:
         """Store ``text`` as the workflow's summary (blob first, then Redis).
 
-        ``provenance``: optional ``from_id``, ``to_id`` (ledger stream ids),
+        Last writer wins: the save replaces whatever summary is stored, and any
+        compaction that started before it is fenced out (it will not overwrite
+        it). ``provenance``: optional ``from_id``, ``to_id`` (ledger stream ids),
         ``turns`` (entries covered) and ``summarizer`` (name). Raises
         ``InvalidPayloadError``/``PayloadTooLargeError`` before writing anything on
         bad input, ``BlobError`` if the durable write fails (Redis is then left
-        untouched) and ``BackendUnavailableError`` if the Redis write fails.
+        untouched) and ``BackendUnavailableError``/``BackendRejectedError`` if the
+        Redis write fails (the blob copy is then current).
         """
         record = self._build_record(text, provenance)
+        op = secrets.token_hex(16)
+        gen: int | None = None
         if self.blob is not None:
-            meta = _Meta(
-                **record.model_dump(exclude={"text"}),
-                text_sha256=hashlib.sha256(record.text.encode("utf-8")).hexdigest(),
-            )
-            await self.blob.write(self.blob_path, record.text.encode("utf-8"))
-            await self.blob.write(self.meta_path, meta.model_dump_json().encode("utf-8"))
-        if self.redis is not None:
+            gen = await self._write_blob_latest(record, op)
+        if self.redis is None:
+            return
+        status = await self._write_redis(record, op, gen=gen)
+        if status == "stale" and await self._blob_is_ours(op):
+            # Redis is ahead of a blob copy that went back in time (restored or
+            # replaced storage): this save is still the newest, so it goes on top.
+            await self._write_redis(record, op, gen=None)
+        # Otherwise 'stale' means a save after this one in the blob's order
+        # already reached Redis: last writer wins, nothing to do.
+
+    async def _blob_is_ours(self, op: str) -> bool:
+        """Whether the blob pair still holds the save of ``op`` (nothing newer)."""
+        if self.blob is None:
+            return False
+        raw = await self._blob_bytes(self.meta_path, strict=True)
+        meta = self._parse_meta(raw) if raw is not None else None
+        return meta is not None and meta.op == op
+
+    async def save_fenced(
+        self,
+        text: str,
+        *,
+        provenance: Mapping[str, Any],
+        base: SummaryBase,
+        lock_key: str,
+        token: str,
+    ) -> SaveOutcome:
+        """Save a summary built on ``base`` only if nothing newer was saved since.
+
+        The compactor's save: the blob copies are written only if they still have
+        the versions ``base`` read, and the Redis copy only if ``lock_key`` still
+        holds ``token``, no save of a newer generation reached Redis, and
+        ``provenance["to_id"]`` is strictly after the stored one. When a condition
+        fails nothing more is written and the outcome says why (``fenced: ...``).
+        Backend failures raise as for :meth:`save_summary`.
+        """
+        record = self._build_record(text, provenance)
+        op = secrets.token_hex(16)
+        gen = base.gen + 1
+        if self.blob is not None:
             try:
-                async with self.redis.pipeline(transaction=True) as pipe:
-                    pipe.hset(self.key, mapping=self._redis_fields(record))
-                    pipe.expire(self.key, self.ttl_seconds)
-                    await pipe.execute()
-            except (RedisError, OSError) as exc:
-                raise BackendUnavailableError(
-                    f"long-term summary of {self.workflow_id} not cached in Redis "
-                    f"({type(exc).__name__}); the blob copy is current"
-                ) from None
+                await self._write_blob_pair(record, op, gen, base.text_version, base.meta_version)
+            except BlobPreconditionFailedError:
+                return SaveOutcome(saved=False, reason=_FENCED_REASONS["blob"])
+        if self.redis is not None:
+            status = await self._write_redis(
+                record, op, gen=gen, lock_key=lock_key, token=token, to_id=record.to_id or ""
+            )
+            if status != "applied":
+                return SaveOutcome(saved=False, reason=_FENCED_REASONS[status])
+        return SaveOutcome(saved=True, gen=gen)
+
+    async def _write_blob_latest(self, record: SummaryRecord, op: str) -> int:
+        """Write the blob pair on top of whatever is there now; returns its generation.
+
+        Conditional on the versions just read, so concurrent saves get distinct,
+        ordered generations; a lost race re-reads and tries again.
+        """
+        redis_gen: int | None = None
+        for attempt in range(SAVE_ATTEMPTS):
+            if attempt:
+                # Jittered backoff: saves that keep invalidating each other's
+                # conditions spread out instead of colliding again.
+                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+            _, text_v, meta_v, meta = await self._blob_versions()
+            blob_gen = meta.gen if meta is not None else 0
+            if blob_gen == 0 and redis_gen is None:
+                # A blob without a generation (new, damaged or older data): take
+                # Redis's so this save orders after what Redis holds.
+                redis_gen = await self._redis_gen()
+            gen = max(redis_gen or 0, blob_gen) + 1
+            try:
+                await self._write_blob_pair(record, op, gen, text_v, meta_v)
+            except BlobPreconditionFailedError:
+                continue
+            return gen
+        raise BlobPreconditionFailedError(
+            f"long-term summary of {self.workflow_id}: {SAVE_ATTEMPTS} concurrent saves "
+            "won in a row; nothing of this one was kept"
+        )
+
+    async def _redis_gen(self) -> int:
+        """Generation of the Redis copy (0 when absent or Redis fails: the blob decides)."""
+        if self.redis is None:
+            return 0
+        try:
+            async with redis_errors(f"long-term summary of {self.workflow_id}"):
+                raw = await self.redis.hget(self.key, "gen")
+        except (BackendUnavailableError, BackendRejectedError):
+            return 0
+        return _gen(raw)
+
+    async def _blob_versions(
+        self,
+    ) -> tuple[bytes | None, BlobVersion | None, BlobVersion | None, _Meta | None]:
+        """Text bytes, text version, meta version and parsed meta (None: absent)."""
+        assert self.blob is not None
+        data: bytes | None = None
+        text_v: BlobVersion | None = None
+        meta_v: BlobVersion | None = None
+        meta: _Meta | None = None
+        try:
+            data, text_v = await self.blob.read_versioned(self.blob_path)
+        except BlobNotFoundError:
+            pass
+        try:
+            raw, meta_v = await self.blob.read_versioned(self.meta_path)
+        except BlobNotFoundError:
+            pass
+        else:
+            meta = self._parse_meta(raw)
+        return data, text_v, meta_v, meta
+
+    async def _write_blob_pair(
+        self,
+        record: SummaryRecord,
+        op: str,
+        gen: int,
+        text_version: BlobVersion | None,
+        meta_version: BlobVersion | None,
+    ) -> None:
+        """Text, then meta, each only if it still has the version read before.
+
+        Raises ``BlobPreconditionFailedError`` when another save changed either.
+        A condition failing only because this very write landed and its reply was
+        lost (the backend retried it) is recognised and not reported.
+        """
+        assert self.blob is not None
+        data = record.text.encode("utf-8")
+        meta = _Meta(
+            **record.model_dump(exclude={"text"}),
+            text_sha256=_sha256(data),
+            gen=gen,
+            op=op,
+        )
+        try:
+            await self.blob.write(
+                self.blob_path, data, if_version=text_version, if_absent=text_version is None
+            )
+        except BlobPreconditionFailedError:
+            if await self._blob_bytes(self.blob_path, strict=True) != data:
+                raise
+            # The same bytes are there (our retried write, or an identical text):
+            # the meta's condition below decides.
+        try:
+            await self.blob.write(
+                self.meta_path,
+                meta.model_dump_json().encode("utf-8"),
+                if_version=meta_version,
+                if_absent=meta_version is None,
+            )
+        except BlobPreconditionFailedError:
+            raw = await self._blob_bytes(self.meta_path, strict=True)
+            current = self._parse_meta(raw) if raw is not None else None
+            if current is None or current.op != op:
+                raise
+
+    async def _write_redis(
+        self,
+        record: SummaryRecord,
+        op: str,
+        *,
+        gen: int | None,
+        lock_key: str | None = None,
+        token: str = "",
+        to_id: str = "",
+    ) -> str:
+        """Run the save script; returns its status (``applied``, ``lock``, ``stale``, ``to_id``)."""
+        assert self.redis is not None and self._save is not None
+        args: list[Any] = [self.ttl_seconds, op, "" if gen is None else gen, token, to_id]
+        for name, value in self._redis_fields(record).items():
+            args += [name, value]
+        async with redis_errors(
+            f"long-term summary of {self.workflow_id} (Redis copy not saved; the blob copy, "
+            "if configured, is current)"
+        ):
+            reply = await self._save(keys=[self.key, lock_key or self.key], args=args)
+        return _text(reply[0])
 
     def _build_record(self, text: object, provenance: Mapping[str, Any] | None) -> SummaryRecord:
         if not isinstance(text, str):
@@ -262,24 +545,13 @@ class LongTermMemory:
         Redis first; on a miss the blob, which is then written back to Redis (with
         the TTL, and only if no newer summary appeared meanwhile). A damaged blob
         is logged and treated as absent. ``strict``: raise ``BackendUnavailableError``
-        when a configured backend fails instead of reading past it (the compactor
-        uses this so an outage is never mistaken for "no summary yet").
+        (or ``BackendRejectedError``) when a configured backend fails instead of
+        reading past it, so an outage is never mistaken for "no summary yet".
         """
         redis_failed = False
         if self.redis is not None:
-            try:
-                raw = await self.redis.hgetall(self.key)
-            except (RedisError, OSError) as exc:
-                if strict:
-                    raise BackendUnavailableError(
-                        f"long-term summary of {self.workflow_id}: Redis failed "
-                        f"({type(exc).__name__})"
-                    ) from None
-                log.warning(
-                    "long-term summary of %s: Redis read failed (%s); trying the blob copy",
-                    self.workflow_id,
-                    type(exc).__name__,
-                )
+            raw = await self._redis_raw(strict=strict)
+            if raw is None:
                 redis_failed = True
             else:
                 record = self._from_redis(raw)
@@ -287,27 +559,73 @@ class LongTermMemory:
                     return record
         if self.blob is None:
             return None
-        record = await self._read_blob(strict=strict)
-        if record is not None and self._repopulate is not None and not redis_failed:
+        found = await self._read_blob(strict=strict)
+        if found is None:
+            return None
+        record, meta = found
+        if self._repopulate is not None and not redis_failed:
+            fields = self._redis_fields(record)
+            # The generation and op travel with the copy, so fencing still works
+            # against a summary that came back from the blob.
+            fields.update(gen=str(meta.gen if meta else 0), op=(meta.op if meta else None) or "")
+            args: list[Any] = [self.ttl_seconds]
+            for name, value in fields.items():
+                args += [name, value]
             try:
-                fields = self._redis_fields(record)
-                args: list[Any] = [self.ttl_seconds]
-                for name, value in fields.items():
-                    args += [name, value]
-                await self._repopulate(keys=[self.key], args=args)
-            except (RedisError, OSError) as exc:
-                log.warning(
-                    "long-term summary of %s: could not repopulate Redis (%s)",
-                    self.workflow_id,
-                    type(exc).__name__,
-                )
+                async with redis_errors(f"long-term summary of {self.workflow_id}: repopulate"):
+                    await self._repopulate(keys=[self.key], args=args)
+            except (BackendUnavailableError, BackendRejectedError) as exc:
+                log.warning("%s", exc)
         return record
+
+    async def read_base(self) -> SummaryBase:
+        """The newest summary and the versions a :meth:`save_fenced` must still find.
+
+        Reads both copies (strictly: a backend failure raises). The copy of the
+        higher generation is the base; on a tie Redis (the same save, read faster).
+        A blob newer than Redis is a save that reached the blob but not Redis
+        (crashed, or fenced after its blob write): building on it loses nothing.
+        """
+        redis_record: SummaryRecord | None = None
+        redis_gen = 0
+        if self.redis is not None:
+            raw = await self._redis_raw(strict=True)
+            redis_record = self._from_redis(raw or {})
+            if redis_record is not None:
+                redis_gen = _gen(_fields(raw or {}).get("gen"))
+        if self.blob is None:
+            return SummaryBase(redis_record, redis_gen, None, None)
+        try:
+            data, text_v, meta_v, meta = await self._blob_versions()
+        except BlobError as exc:
+            raise BackendUnavailableError(
+                f"long-term summary of {self.workflow_id}: blob read failed ({type(exc).__name__})"
+            ) from None
+        blob_gen = meta.gen if meta is not None else 0
+        record = redis_record
+        if data is not None and (record is None or blob_gen > redis_gen):
+            found = self._record_from_blob(data, meta)
+            record = found[0] if found is not None else record
+        return SummaryBase(record, max(redis_gen, blob_gen), text_v, meta_v)
+
+    async def _redis_raw(self, *, strict: bool) -> Mapping[Any, Any] | None:
+        """The Redis hash (empty when absent); None when Redis failed and not ``strict``."""
+        assert self.redis is not None
+        try:
+            async with redis_errors(f"long-term summary of {self.workflow_id}: read"):
+                raw: Mapping[Any, Any] = await self.redis.hgetall(self.key)
+        except (BackendUnavailableError, BackendRejectedError) as exc:
+            if strict:
+                raise
+            log.warning("%s; trying the blob copy", exc)
+            return None
+        return raw
 
     def _from_redis(self, raw: Mapping[Any, Any]) -> SummaryRecord | None:
         if not raw:
             return None
         try:
-            fields = {_text(k): _text(v) for k, v in raw.items()}
+            fields = _fields(raw)
         except UnicodeDecodeError:
             log.warning("long-term summary of %s: Redis copy is not UTF-8", self.workflow_id)
             return None
@@ -348,10 +666,19 @@ class LongTermMemory:
             )
             return None
 
-    async def _read_blob(self, *, strict: bool) -> SummaryRecord | None:
+    async def _read_blob(self, *, strict: bool) -> tuple[SummaryRecord, _Meta | None] | None:
+        """The blob copy and its meta (None when the meta is absent or damaged)."""
         data = await self._blob_bytes(self.blob_path, strict=strict)
         if data is None:
             return None
+        raw = await self._blob_bytes(self.meta_path, strict=strict)
+        meta = self._parse_meta(raw) if raw is not None else None
+        return self._record_from_blob(data, meta)
+
+    def _record_from_blob(
+        self, data: bytes, meta: _Meta | None
+    ) -> tuple[SummaryRecord, _Meta | None] | None:
+        """The summary in blob ``data`` with provenance from ``meta`` if it matches."""
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
@@ -361,17 +688,22 @@ class LongTermMemory:
                 self.blob_path,
             )
             return None
-        meta = await self._read_meta(text, strict=strict)
         if meta is None:
-            return SummaryRecord(text=text)
-        return SummaryRecord(text=text, **meta.model_dump(exclude={"text_sha256"}))
+            return SummaryRecord(text=text), None
+        if meta.text_sha256 is not None and meta.text_sha256 != _sha256(data):
+            log.warning(
+                "long-term summary of %s: provenance does not match the text "
+                "(interrupted save?); treating it as unknown",
+                self.workflow_id,
+            )
+            # The generation still counts: it orders this copy against Redis.
+            return SummaryRecord(text=text), meta
+        provenance = meta.model_dump(exclude={"text_sha256", "gen", "op"})
+        return SummaryRecord(text=text, **provenance), meta
 
-    async def _read_meta(self, text: str, *, strict: bool) -> _Meta | None:
-        raw = await self._blob_bytes(self.meta_path, strict=strict)
-        if raw is None:
-            return None
+    def _parse_meta(self, raw: bytes) -> _Meta | None:
         try:
-            meta = _Meta.model_validate_json(raw)
+            return _Meta.model_validate_json(raw)
         except ValidationError:
             log.warning(
                 "long-term summary of %s: provenance blob %s is not valid; ignoring it",
@@ -379,15 +711,6 @@ class LongTermMemory:
                 self.meta_path,
             )
             return None
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        if meta.text_sha256 is not None and meta.text_sha256 != digest:
-            log.warning(
-                "long-term summary of %s: provenance does not match the text "
-                "(interrupted save?); treating it as unknown",
-                self.workflow_id,
-            )
-            return None
-        return meta
 
     # --- compression -----------------------------------------------------------------------
 
@@ -443,4 +766,11 @@ class LongTermMemory:
         return truncate("\n".join(lines), chunk_chars)
 
 
-__all__ = ["DEFAULT_SUMMARY_CHARS", "LongTermMemory", "SummaryRecord", "render_entry"]
+__all__ = [
+    "DEFAULT_SUMMARY_CHARS",
+    "LongTermMemory",
+    "SaveOutcome",
+    "SummaryBase",
+    "SummaryRecord",
+    "render_entry",
+]

@@ -276,6 +276,7 @@ class UnifiedMemory:
                 self.workflow_id,
                 self.agent_id,
                 ttl_seconds=self.runtime.settings.ttl_seconds,
+                timeout=self.runtime.settings.tier_timeout_checkpoint,
             )
         return self._spaces
 

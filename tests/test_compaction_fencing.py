@@ -30,6 +30,7 @@ from jarvismem.backends.blob.base import BlobVersion
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
+from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.compaction import CompactionPolicy, CompactionResult, Compactor
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
@@ -496,70 +497,11 @@ async def test_fenced_write_refuses_a_base_older_than_the_stored_summary(
 # --- a retry after a lost reply ---------------------------------------------------------
 
 
-class ReplyDroppingProxy:
-    """Loopback TCP proxy to Redis that loses the reply of one command.
-
-    The first command whose request holds ``target`` (a script's SHA-1, a key)
-    and whose reply is not an error (a ``NOSCRIPT`` is passed on: the script did
-    not run) reaches Redis and runs, but the client connection is closed instead
-    of the reply being passed on: the client sees a connection error and
-    retries on a new connection.
-    """
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.target = b""
-        self.armed = True
-        self.dropped = 0
-        self.server: asyncio.base_events.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port: int = self.server.sockets[0].getsockname()[1]
-        return port
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
-        s_reader, s_writer = await asyncio.open_connection(self.host, self.port)
-        last_request = b""
-
-        async def upstream() -> None:
-            nonlocal last_request
-            while data := await c_reader.read(65536):
-                last_request = data
-                s_writer.write(data)
-                await s_writer.drain()
-            s_writer.close()
-
-        up = asyncio.create_task(upstream())
-        try:
-            while data := await s_reader.read(65536):
-                if (
-                    self.armed
-                    and self.target
-                    and self.target in last_request
-                    and not data.startswith(b"-")
-                ):
-                    self.armed = False
-                    self.dropped += 1
-                    break  # the script ran; its reply is lost
-                c_writer.write(data)
-                await c_writer.drain()
-        finally:
-            up.cancel()
-            c_writer.close()
-            s_writer.close()
-
-
 @pytest.fixture
-async def proxied_redis(real_redis: Any) -> AsyncIterator[tuple[Any, ReplyDroppingProxy]]:
+async def proxied_redis(real_redis: Any) -> AsyncIterator[tuple[Any, LostReplyProxy]]:
     parts = urlsplit(REAL_REDIS_URL)
-    proxy = ReplyDroppingProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    port = await proxy.start()
+    proxy = await LostReplyProxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+    port = proxy.port
     client = aioredis.Redis(
         host="127.0.0.1",
         port=port,
@@ -574,7 +516,7 @@ async def proxied_redis(real_redis: Any) -> AsyncIterator[tuple[Any, ReplyDroppi
 
 async def test_a_retried_fenced_save_sees_its_own_write_as_success(
     real_redis: Any,
-    proxied_redis: tuple[Any, ReplyDroppingProxy],
+    proxied_redis: tuple[Any, LostReplyProxy],
     local_blob_storage: Any,
     keyspace: KeySpace,
     workflow_id: str,
@@ -583,9 +525,9 @@ async def test_a_retried_fenced_save_sees_its_own_write_as_success(
     flow = Workflow(real_redis, local_blob_storage, keyspace, workflow_id)
     ids = await flow.log(1, 3)
     ltm = flow.ltm(redis=client)
-    proxy.target = ltm._save.sha.encode()  # type: ignore[union-attr]
+    proxy.lose_next_reply(ltm._save.sha.encode())  # type: ignore[union-attr]
     result = await flow.compactor(ltm, Summarizer(), redis=client).compact()
-    assert proxy.dropped == 1  # the save script ran, its reply was lost, it was retried
+    assert proxy.lost == 1  # the save script ran, its reply was lost, it was retried
     assert result.compacted and result.to_id == ids[-1]
     raw = await real_redis.hgetall(keyspace.ltm_summary(workflow_id))
     assert raw[b"gen"] == b"1"  # applied once
@@ -594,7 +536,7 @@ async def test_a_retried_fenced_save_sees_its_own_write_as_success(
 
 async def test_a_retried_settle_subtracts_the_covered_turns_once(
     real_redis: Any,
-    proxied_redis: tuple[Any, ReplyDroppingProxy],
+    proxied_redis: tuple[Any, LostReplyProxy],
     local_blob_storage: Any,
     keyspace: KeySpace,
     workflow_id: str,
@@ -606,15 +548,15 @@ async def test_a_retried_settle_subtracts_the_covered_turns_once(
     # Five turns counted, three of them in the ledger: two remain after compaction.
     for _ in range(5):
         compactor.note_turn(1)
-    proxy.target = compactor._settle.sha.encode()
+    proxy.lose_next_reply(compactor._settle.sha.encode())
     result = await compactor.compact()
-    assert proxy.dropped == 1 and result.compacted and result.entries == 3
+    assert proxy.lost == 1 and result.compacted and result.entries == 3
     assert (await compactor.state())["turns"] == 2  # subtracted once, not twice
 
 
 async def test_a_retried_lock_acquire_finds_its_own_lock(
     real_redis: Any,
-    proxied_redis: tuple[Any, ReplyDroppingProxy],
+    proxied_redis: tuple[Any, LostReplyProxy],
     local_blob_storage: Any,
     keyspace: KeySpace,
     workflow_id: str,
@@ -623,9 +565,10 @@ async def test_a_retried_lock_acquire_finds_its_own_lock(
     flow = Workflow(real_redis, local_blob_storage, keyspace, workflow_id)
     await flow.log(1, 2)
     compactor = flow.compactor(flow.ltm(redis=client), Summarizer(), redis=client)
-    proxy.target = keyspace.ltm_lock(workflow_id).encode()  # the first command on it: take
+    # The first command on the lock key: taking it.
+    proxy.lose_next_reply(keyspace.ltm_lock(workflow_id).encode())
     result = await compactor.compact()
-    assert proxy.dropped == 1 and result.compacted
+    assert proxy.lost == 1 and result.compacted
     assert not await real_redis.exists(keyspace.ltm_lock(workflow_id))
 
 

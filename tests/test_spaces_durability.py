@@ -27,6 +27,7 @@ from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings
 from jarvismem.spaces import Space, SpacesStore
 from jarvismem.testing.crash import RedisServerProcess
+from jarvismem.testing.netfaults import LostReplyProxy
 from tests.conftest import REAL_REDIS_URL, require_backend
 
 
@@ -160,71 +161,12 @@ async def test_restore_replaces_live_spaces_and_tombstones(
 # --- 2. a write whose reply was lost is applied once -------------------------------------
 
 
-class DropOneReply:
-    """A loopback TCP proxy to Redis that loses the reply to one request.
-
-    Once armed with a byte string, the next request holding it is forwarded
-    (Redis runs it) and its reply is thrown away with the client connection, as
-    when a connection dies after the request went out. redis-py then retries
-    the command on a new connection.
-    """
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.armed: bytes | None = None
-        self.dropped: list[bytes] = []
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
-        sreader, swriter = await asyncio.open_connection(*self.upstream)
-        lose_next_reply = False
-
-        async def upstream() -> None:
-            nonlocal lose_next_reply
-            while data := await creader.read(65536):
-                if self.armed is not None and self.armed in data:
-                    self.armed = None
-                    lose_next_reply = True
-                swriter.write(data)
-                await swriter.drain()
-
-        async def downstream() -> None:
-            while data := await sreader.read(65536):
-                if lose_next_reply:
-                    self.dropped.append(data)
-                    cwriter.transport.abort()
-                    return
-                cwriter.write(data)
-                await cwriter.drain()
-
-        tasks = [asyncio.create_task(upstream()), asyncio.create_task(downstream())]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            swriter.close()
-            cwriter.close()
-
-
 @pytest.fixture
-async def lossy_client(real_redis: Any) -> AsyncIterator[tuple[Any, DropOneReply]]:
+async def lossy_client(real_redis: Any) -> AsyncIterator[tuple[Any, LostReplyProxy]]:
     from urllib.parse import urlsplit
 
     parts = urlsplit(REAL_REDIS_URL)
-    proxy = DropOneReply((parts.hostname or "127.0.0.1", parts.port or 6379))
-    await proxy.start()
+    proxy = await LostReplyProxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
     client = project_client(f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}")
     yield client, proxy
     await client.aclose()
@@ -238,12 +180,12 @@ def the_write_script(keyspace: KeySpace, workflow_id: str) -> bytes:
 
 @pytest.mark.integration
 async def test_a_task_add_whose_reply_was_lost_is_stored_once(
-    lossy_client: tuple[Any, DropOneReply], keyspace: KeySpace, workflow_id: str
+    lossy_client: tuple[Any, LostReplyProxy], keyspace: KeySpace, workflow_id: str
 ) -> None:
     client, proxy = lossy_client
     store = make_store(client, keyspace, workflow_id)
     await store.world_put("warm", True)  # the script is loaded: the next EVALSHA runs it
-    proxy.armed = the_write_script(keyspace, workflow_id)
+    proxy.lose_next_reply(the_write_script(keyspace, workflow_id))
     task = await store.tasks_add("only once")
     # The lost reply said "applied" (the script had run).
     assert len(proxy.dropped) == 1 and proxy.dropped[0].startswith(b"*2\r\n:1\r\n")
@@ -254,12 +196,12 @@ async def test_a_task_add_whose_reply_was_lost_is_stored_once(
 
 @pytest.mark.integration
 async def test_a_strict_write_whose_reply_was_lost_returns_normally(
-    lossy_client: tuple[Any, DropOneReply], keyspace: KeySpace, workflow_id: str
+    lossy_client: tuple[Any, LostReplyProxy], keyspace: KeySpace, workflow_id: str
 ) -> None:
     client, proxy = lossy_client
     store = make_store(client, keyspace, workflow_id)
     await store.world_put("k", 0)
-    proxy.armed = the_write_script(keyspace, workflow_id)
+    proxy.lose_next_reply(the_write_script(keyspace, workflow_id))
 
     def bump(space: Space) -> int:
         space.put_key("k", space.get_key("k") + 1)
@@ -273,12 +215,12 @@ async def test_a_strict_write_whose_reply_was_lost_returns_normally(
 
 @pytest.mark.integration
 async def test_a_delete_whose_reply_was_lost_returns_normally(
-    lossy_client: tuple[Any, DropOneReply], keyspace: KeySpace, workflow_id: str
+    lossy_client: tuple[Any, LostReplyProxy], keyspace: KeySpace, workflow_id: str
 ) -> None:
     client, proxy = lossy_client
     store = make_store(client, keyspace, workflow_id)
     await store.put_space("scratch", ["x"])
-    proxy.armed = the_write_script(keyspace, workflow_id)
+    proxy.lose_next_reply(the_write_script(keyspace, workflow_id))
     await store.delete_space("scratch")
     assert len(proxy.dropped) == 1
     assert await store.has_space("scratch") is False

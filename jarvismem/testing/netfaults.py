@@ -31,10 +31,16 @@ class LostReplyProxy:
         self.host = host
         self.upstream_port = upstream_port
         self.port = 0
-        self.lost = 0
+        self.dropped: list[bytes] = []
+        """The replies thrown away, as the server sent them."""
         self._marker: bytes | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def lost(self) -> int:
+        """How many replies were lost so far."""
+        return len(self.dropped)
 
     def lose_next_reply(self, marker: bytes) -> None:
         """Lose the reply to the next request whose bytes contain ``marker`` (once)."""
@@ -78,19 +84,28 @@ class LostReplyProxy:
             return
         armed = asyncio.Event()  # set when the request whose reply is lost went upstream
 
+        marker: bytes | None = None
+
         async def client_to_server() -> None:
+            nonlocal marker
             while data := await reader.read(65536):
                 if self._marker is not None and self._marker in data:
-                    self._marker = None
+                    marker, self._marker = self._marker, None
                     armed.set()
                 up_writer.write(data)
                 await up_writer.drain()
 
         async def server_to_client() -> None:
             while data := await up_reader.read(65536):
-                if armed.is_set():
+                if armed.is_set() and data.startswith(b"-"):
+                    # An error reply (NOSCRIPT: the script did not run) is passed
+                    # on; the request sent next with the marker is the target.
+                    armed.clear()
+                    self._marker = marker
+                elif armed.is_set():
                     # The server ran the command; its reply never arrives.
-                    self.lost += 1
+                    self.dropped.append(data)
+                    writer.transport.abort()
                     return
                 writer.write(data)
                 await writer.drain()

@@ -8,6 +8,9 @@ import asyncio
 import logging
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,9 @@ from jarvismem.keys import KeySpace
 from jarvismem.runtime import ATHENA_RECENT_AGENTS, MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from tests.conftest import REAL_REDIS_URL
+
+REPO = Path(__file__).resolve().parents[1]
 
 WAIT_BOUND = 60.0
 
@@ -86,6 +92,76 @@ async def test_a_turn_logged_six_times_reaches_athena_once(
         await rt.close()
         assert athena is not None
         await athena.aclose()
+
+
+_RELOG_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    import redis.asyncio as aioredis
+    from jarvismem.backends.athena import AthenaClient
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.settings import load_settings
+
+    async def main(url, redis_url, ns, outbox):
+        s = load_settings(_env_file=None, jarvismem_namespace=ns, outbox_path=Path(outbox),
+                          compaction_enabled=False, athena_tenant_id="acme")
+        r = aioredis.Redis.from_url(redis_url)
+        c = AthenaClient(url, max_retries=0)
+        rt = MemoryRuntime(s, redis=r, athena=c)
+        for view in (rt.memory("wf-1", "s1", "a1"), rt.memory("wf-1", "s1", "a1")):
+            for _ in range(2):
+                await view.log_turn(7, "plan it", "do it", "done")
+        am = await rt.athena_memory("a1")
+        while am.health()["pending"]:
+            await am.flush()
+            await asyncio.sleep(0.05)
+        await rt.close(); await c.aclose(); await r.aclose()
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_a_turn_relogged_by_two_processes_reaches_athena_once(
+    tmp_path: Path, keyspace: KeySpace, real_redis: Any, server: FakeAthenaServer
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(i: int) -> subprocess.Popen[bytes]:
+        args = [server.url, REAL_REDIS_URL, keyspace.namespace, str(tmp_path / f"p{i}")]
+        return subprocess.Popen([sys.executable, "-c", _RELOG_CHILD, *args], env=env)
+
+    procs = [run(0), run(1)]
+    codes = [await asyncio.to_thread(p.wait, 120) for p in procs]
+    assert codes == [0, 0]
+    assert sorted(_contents(server)) == ["do it", "done", "plan it"]
+
+
+async def test_an_event_whose_send_failed_is_sent_again_once(
+    tmp_path: Path, keyspace: KeySpace, redis_client: Any, server: FakeAthenaServer
+) -> None:
+    from jarvismem.backends.outbox import Outbox
+    from jarvismem.tiers.athena import AthenaMemory
+
+    client = AthenaClient(server.url, max_retries=0)
+    mem = await AthenaMemory.create(
+        "a1",
+        client,
+        redis_client,
+        keyspace=keyspace,
+        outbox=Outbox(tmp_path / "a.jsonl"),
+        retry_base=0.01,
+        retry_cap=0.05,
+    )
+    server.fail_next(1, status=500)  # the thought's send fails after its key was claimed
+    await mem.record_turn(1, "t", "a", "o", workflow_id="wf-1", step_id="s1")
+    await mem.record_turn(1, "t", "a", "o", workflow_id="wf-1", step_id="s1")  # a re-log
+    await _wait_for(lambda: mem.health()["pending"] == 0)
+    assert _contents(server) == ["t", "a", "o"]
+    assert mem.health()["duplicates_skipped"] == 3
+    await mem.close()
+    await client.aclose()
 
 
 # --- item 8: per-destination outboxes ------------------------------------------------------------

@@ -483,6 +483,8 @@ class MemoryRuntime:
                 if not len(memory.outbox):
                     self._athena_unsent.discard(agent_id)
                     progress = True
+                elif memory.health()["consecutive_failures"]:
+                    break  # Athena is failing: back off rather than try every agent
             if self._athena_unsent:
                 await asyncio.sleep(0 if progress else delay)
                 delay = 1.0 if progress else min(30.0, delay * 2)

@@ -258,6 +258,7 @@ class MemoryRuntime:
         self._athena_unsent: set[str] = set()
         self._athena_tasks: set[asyncio.Task[None]] = set()
         self._athena_sweeper: asyncio.Task[None] | None = None
+        self._athena_sweeping = False
         self._athena_open_failing = False
         self._closed = False
 
@@ -472,6 +473,7 @@ class MemoryRuntime:
                 except OSError as exc:
                     log.warning("Athena sweep of agent %s: %s", agent_id, exc)
                     continue
+                self._athena_sweeping = True
                 try:
                     # No timeout: the client's own bounds each request, and a
                     # flush cut by a timeout would cancel a request in flight.
@@ -479,6 +481,7 @@ class MemoryRuntime:
                 except Exception as exc:  # keep sweeping the others
                     log.warning("Athena sweep of agent %s failed: %s", agent_id, exc)
                 finally:
+                    self._athena_sweeping = False
                     await memory.close()
                 if not len(memory.outbox):
                     self._athena_unsent.discard(agent_id)
@@ -511,11 +514,17 @@ class MemoryRuntime:
             for writer in (state.redis_writer, state.blob_writer):
                 if writer is not None and writer.degraded:
                     await writer.flush(timeout=2.0)
-        if self._athena_sweeper is not None:
-            self._athena_sweeper.cancel()
-            await asyncio.gather(self._athena_sweeper, return_exceptions=True)
-        for memory in list(self._athena_live.values()):
-            await memory.close()
+        sweeper = self._athena_sweeper
+        if sweeper is not None:
+            if self._athena_sweeping:
+                # Mid-flush: a request in flight is let finish (never cancelled);
+                # the sweeper stops after it (it checks _closed).
+                from jarvismem.tiers.athena import CLOSE_GRACE_SECONDS
+
+                await asyncio.wait({sweeper}, timeout=CLOSE_GRACE_SECONDS)
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+        await asyncio.gather(*(memory.close() for memory in list(self._athena_live.values())))
         if self._athena_tasks:
             await asyncio.gather(*self._athena_tasks, return_exceptions=True)
         for state in states:

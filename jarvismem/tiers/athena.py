@@ -68,12 +68,15 @@ return 0
 
 # Without Redis: session ids cached per process, and one creation lock per key and loop.
 _local_sessions: dict[str, str] = {}
-_local_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+# Inner maps hold their locks weakly: a lock nobody holds or waits for is
+# dropped, so many agents over a process's life do not grow these maps.
+_LockMap = weakref.WeakValueDictionary[Any, asyncio.Lock]
+_local_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap] = (
     weakref.WeakKeyDictionary()
 )
 # One delivery at a time per outbox path in this process (two memories of one agent
 # share an outbox; both draining it would send records twice).
-_drain_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
+_drain_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -92,10 +95,10 @@ def _write_slot(client: AthenaClient) -> asyncio.Semaphore:
 
 
 def _loop_lock(
-    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Lock]],
+    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap],
     key: Any,
 ) -> asyncio.Lock:
-    locks = registry.setdefault(asyncio.get_running_loop(), {})
+    locks = registry.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
     lock = locks.get(key)
     if lock is None:
         lock = locks[key] = asyncio.Lock()

@@ -348,3 +348,51 @@ async def test_a_broken_athena_outbox_folder_never_breaks_log_turn(
     assert len(disk_warnings) == 1  # once per burst
     await rt.close()
     await client.aclose()
+
+
+async def test_a_claim_left_by_a_dead_deliverer_delays_the_event_but_never_loses_it(
+    tmp_path: Path, keyspace: KeySpace, redis_client: Any, server: FakeAthenaServer
+) -> None:
+    from jarvismem.backends.outbox import Outbox
+    from jarvismem.tiers.athena import AthenaMemory
+
+    client = AthenaClient(server.url, max_retries=0)
+    mem = await AthenaMemory.create(
+        "a1", client, redis_client, keyspace=keyspace, outbox=Outbox(tmp_path / "a.jsonl")
+    )
+    # A deliverer claimed the thought and died before sending it: its lease runs out.
+    key = keyspace.athena_event_key("wf-1", "s1", "a1", "1", "thought")
+    marker = keyspace.athena_sent(mem.destination, key)
+    await redis_client.set(marker, "pending:dead-process", px=300)
+    await mem.record_turn(1, "t", "", "", workflow_id="wf-1", step_id="s1")
+    await _wait_for(lambda: mem.health()["pending"] == 0)
+    assert _contents(server) == ["t"]
+    assert (await redis_client.get(marker)) == b"sent"
+    await mem.close()
+    await client.aclose()
+
+
+async def test_an_athena_outbox_folder_that_cannot_be_made_never_breaks_log_turn(
+    tmp_path: Path,
+    keyspace: KeySpace,
+    redis_client: Any,
+    server: FakeAthenaServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = _settings(tmp_path, keyspace)
+    # Where the Athena outboxes would go is a file: opening one fails (ENOTDIR/EEXIST).
+    blocker = Path(settings.outbox_path) / keyspace.namespace / "athena"
+    await asyncio.to_thread(blocker.parent.mkdir, parents=True)
+    await asyncio.to_thread(blocker.write_text, "not a folder")
+    client = AthenaClient(server.url, max_retries=0)
+    rt = MemoryRuntime(settings, redis=redis_client, athena=client)
+    mem = rt.memory("wf-1", "s1", "a1")
+    caplog.set_level(logging.WARNING)
+    for i in range(3):
+        await mem.log_turn(i, f"turn {i}", "", "")  # never raises
+    bundle = await mem.rehydrate_bundle()
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["0", "1", "2"]
+    opening = [r for r in caplog.records if "cannot be opened" in r.getMessage()]
+    assert len(opening) == 1  # once per burst
+    await rt.close()
+    await client.aclose()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from jarvismem.errors import InvalidIdError
 
@@ -169,6 +170,20 @@ class KeySpace:
             f"{validate_id(agent_id, 'agent_id')}"
         )
 
+    def athena_sent(self, destination: str, idempotency_key: str) -> str:
+        """Marker of one event delivered (or being delivered) to an Athena destination.
+
+        ``destination`` is :meth:`athena_destination`'s value; the marker makes
+        delivery effectively-once although the server itself never deduplicates.
+        """
+        dest = ":".join(
+            validate_id(p, "athena destination") for p in _destination_parts(destination)
+        )
+        return (
+            f"{KEY_PREFIX}:{self.namespace}:athena:sent:{dest}:"
+            f"{validate_id(idempotency_key, 'idempotency_key')}"
+        )
+
     def recall_entries(self, scope_key: str) -> str:
         """Hash id -> entry JSON of one recall scope (namespace/agent/session)."""
         return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:entries"
@@ -239,6 +254,63 @@ class KeySpace:
         if destination is not None:
             kind = f"{kind}-{validate_id(destination, 'outbox destination')}"
         return f"{self.namespace}/{kind}/{validate_id(workflow_id, 'workflow_id')}.jsonl"
+
+
+    def athena_outbox_file(self, destination: str) -> str:
+        """File (relative to OUTBOX_PATH) of the outbox of one Athena destination.
+
+        One file per destination (tenant, user, agent, server): a record queued
+        for one tenant or server can never be replayed into another's session.
+        """
+        tenant, user, agent, server = (
+            validate_id(p, "athena destination") for p in _destination_parts(destination)
+        )
+        return f"{self.namespace}/athena/{tenant}/{user}/{agent}.{server}.jsonl"
+
+    @staticmethod
+    def athena_destination(tenant_id: str, user_id: str, agent_id: str, base_url: str) -> str:
+        """``tenant/user/agent/server``: where an Athena record is bound to go.
+
+        ``server`` is a short hash of the base URL without credentials, so a
+        rotated password keeps the destination and another host does not.
+        """
+        parts = urlsplit(base_url)
+        where = f"{parts.scheme}://{(parts.hostname or '').lower()}:{parts.port or ''}"
+        where += parts.path.rstrip("/")
+        server = hashlib.sha256(where.encode()).hexdigest()[:12]
+        return (
+            f"{validate_id(tenant_id, 'tenant_id')}/{validate_id(user_id, 'user_id')}/"
+            f"{validate_id(agent_id, 'agent_id')}/{server}"
+        )
+
+    def athena_event_key(
+        self,
+        workflow_id: str | None,
+        step_id: str | None,
+        agent_id: str,
+        turn_id: str | int,
+        kind: str,
+    ) -> str:
+        """Idempotency key of one event of one turn: the same turn gives the same key.
+
+        Derived from (namespace, workflow, step, agent, turn, kind); ``_`` stands
+        for an absent workflow or step (ids never start with ``_``, and never hold
+        the ``:`` joining them, so distinct tuples give distinct inputs).
+        """
+        wf = "_" if workflow_id is None else validate_id(workflow_id, "workflow_id")
+        step = "_" if step_id is None else validate_id(step_id, "step_id")
+        raw = (
+            f"{self.namespace}:{wf}:{step}:{validate_id(agent_id, 'agent_id')}:"
+            f"{validate_turn_id(turn_id)}:{validate_id(kind, 'event kind')}"
+        )
+        return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _destination_parts(destination: str) -> tuple[str, str, str, str]:
+    parts = destination.split("/") if isinstance(destination, str) else []
+    if len(parts) != 4:
+        raise InvalidIdError("an Athena destination must be made by KeySpace.athena_destination")
+    return parts[0], parts[1], parts[2], parts[3]
 
 
 def destination_digest(*parts: str) -> str:

@@ -157,21 +157,29 @@ class UnifiedMemory:
             wf.compactor.maybe_schedule()
 
     async def _athena_turn(self, turn: str, thought: Any, action: Any, result: Any) -> None:
-        """Queue the turn for Athena; never waits for the network."""
-        rt = self.runtime
-        athena = rt.athena_memory_nowait(self.agent_id)
-        # The values were redacted by _clean already.
-        if athena is not None:
-            await athena.record_turn(turn, thought, action, result, redacted=True)
-            return
-        # Session still being resolved: queue in the agent's outbox, which the
-        # AthenaMemory drains once it exists (nothing is lost meanwhile).
-        from jarvismem.redaction import no_redaction
-        from jarvismem.tiers.athena import turn_record
+        """Queue the turn for Athena; never waits for the network and never raises.
 
-        record = turn_record(turn, thought, action, result, no_redaction)
-        if record is not None:
-            await rt.outbox("athena", self.agent_id).put(record)
+        Athena is a best-effort tier and the turn is in the ledger already: a
+        failure here (a local disk error, a full outbox) is counted and shown in
+        ``health()`` by the Athena tier, never raised into the kernel. The turn's
+        identity makes its idempotency keys, so a re-logged turn reaches Athena once.
+        """
+        try:
+            athena = await self.runtime.athena_memory_for_write(self.agent_id)
+            if athena is not None:
+                # The values were redacted by _clean already.
+                await athena.record_turn(
+                    turn,
+                    thought,
+                    action,
+                    result,
+                    redacted=True,
+                    workflow_id=self.workflow_id,
+                    step_id=self.step_id,
+                    agent_id=self.agent_id,
+                )
+        except Exception as exc:  # the last guard: log_turn must not fail because of Athena
+            log.warning("Athena copy of turn %s not queued: %s: %s", turn, type(exc).__name__, exc)
 
     def _clean(self, value: Any, name: str) -> Any:
         """Redact strings (nested ones too) and bound their size (documented truncation)."""

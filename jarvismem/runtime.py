@@ -53,6 +53,15 @@ log = logging.getLogger(__name__)
 RECENT_WORKFLOWS = 256
 """Workflow states kept alive after their last view is gone (LRU)."""
 
+ATHENA_RECENT_AGENTS = 256
+"""Agents whose Athena state (an open outbox file and a delivery task) stays live (LRU).
+
+The least recently used agent past this bound has its AthenaMemory closed; the
+records it had not delivered stay in its outbox file and a background sweeper
+delivers them (one agent at a time), or its next use does.
+"""
+
+
 _default_settings: Settings | None = None
 
 
@@ -280,9 +289,19 @@ class MemoryRuntime:
         self._outboxes: weakref.WeakValueDictionary[tuple[str, str], Outbox] = (
             weakref.WeakValueDictionary()
         )
-        self._athena_outboxes: dict[str, Outbox] = {}
-        self._athena_memories: dict[str, asyncio.Task[AthenaMemory]] = {}
+        # Athena state per agent, bounded by ATHENA_RECENT_AGENTS (LRU): the start
+        # task of each live AthenaMemory (done once its session was tried) and
+        # the memory itself, usable before that.
+        self._athena_memories: OrderedDict[str, asyncio.Task[AthenaMemory]] = OrderedDict()
+        self._athena_live: dict[str, AthenaMemory] = {}
         self._poller: asyncio.Task[None] | None = None
+        # Evicted agents that left records behind, for the sweeper; retirements
+        # and the sweeper run as tasks kept here until done.
+        self._athena_unsent: set[str] = set()
+        self._athena_tasks: set[asyncio.Task[None]] = set()
+        self._athena_sweeper: asyncio.Task[None] | None = None
+        self._athena_sweeping = False
+        self._athena_open_failing = False
         self._closed = False
 
     # --- construction ---------------------------------------------------------------------
@@ -380,33 +399,67 @@ class MemoryRuntime:
                 destination=dst,
             )
             self._outboxes[key] = box
-            if kind == "athena":
-                # Per agent, and used before its AthenaMemory exists: keep it.
-                self._athena_outboxes[workflow_id] = box
         return box
 
     async def athena_memory(self, agent_id: str) -> AthenaMemory | None:
-        """The agent's AthenaMemory (one cached session per tenant/user/agent)."""
-        if self.athena is None:
-            return None
-        task = self._athena_memories.get(agent_id)
-        if task is None or (task.done() and task.exception() is not None):
-            from jarvismem.tiers.athena import AthenaMemory
+        """The agent's AthenaMemory (one cached session per tenant/user/agent).
 
-            task = asyncio.ensure_future(
-                AthenaMemory.create(
-                    self.athena_agent_id(agent_id),
-                    self.athena,
-                    self.redis,
-                    keyspace=self.keyspace,
-                    tenant_id=self.settings.athena_tenant_id,
-                    user_id=self.settings.athena_user_id,
-                    outbox=self.outbox("athena", agent_id),
-                    redactor=self.redactor,
-                )
-            )
-            self._athena_memories[agent_id] = task
-        return await asyncio.shield(task)
+        Waits for the first session attempt; Athena errors (even refused
+        credentials) are not raised but kept in its ``health()`` and retried.
+        """
+        memory = self.athena_memory_nowait(agent_id, strict=True)
+        task = self._athena_memories.get(agent_id)
+        if task is not None and not task.done():
+            await asyncio.wait({task})
+        return memory
+
+    def athena_outbox(self, agent_id: str) -> Outbox:
+        """The durable outbox of the agent's Athena destination.
+
+        One file per (tenant, user, Athena agent id, server): records queued for
+        one tenant or server are never replayed into another's session. The live
+        AthenaMemory's outbox when there is one, else a new Outbox (caller owns it).
+        """
+        memory = self._athena_live.get(agent_id)
+        if memory is not None:
+            return memory.outbox
+        if self.athena is None:
+            from jarvismem.errors import ConfigError
+
+            raise ConfigError("Athena is not configured: set ATHENA_URL")
+        s = self.settings
+        destination = KeySpace.athena_destination(
+            s.athena_tenant_id,
+            s.athena_user_id,
+            self.athena_agent_id(agent_id),
+            self.athena.base_url,
+        )
+        path = Path(s.outbox_path) / self.keyspace.athena_outbox_file(destination)
+        # Bounded in bytes too: a turn may carry ~1 MB of text, so a count
+        # alone would let an Athena outage fill the disk.
+        return Outbox(
+            path,
+            max_entries=s.outbox_max_entries,
+            max_bytes=s.outbox_max_bytes,
+            fsync=s.outbox_fsync_effective,
+        )
+
+    def _new_athena(self, agent_id: str) -> AthenaMemory:
+        from jarvismem.tiers.athena import AthenaMemory
+
+        assert self.athena is not None
+        return AthenaMemory(
+            self.athena_agent_id(agent_id),
+            self.athena,
+            self.redis,
+            keyspace=self.keyspace,
+            tenant_id=self.settings.athena_tenant_id,
+            user_id=self.settings.athena_user_id,
+            outbox=self.athena_outbox(agent_id),
+            owns_outbox=True,
+            redactor=self.redactor,
+            dedupe_ttl=self.settings.ttl_seconds,
+        )
 
     def athena_agent_id(self, agent_id: str) -> str:
         """The agent id sent to Athena: namespaced outside the default namespace.
@@ -423,14 +476,111 @@ class MemoryRuntime:
             return combined
         return "ns-" + hashlib.sha256(combined.encode()).hexdigest()[:40]
 
-    def athena_memory_nowait(self, agent_id: str) -> AthenaMemory | None:
-        """The agent's AthenaMemory if already created, else start creating it."""
-        task = self._athena_memories.get(agent_id)
-        if task is not None and task.done() and task.exception() is None:
-            return task.result()
-        if self.athena is not None and (task is None or task.done()):
-            self._spawn(self.athena_memory(agent_id))
-        return None
+    def athena_memory_nowait(self, agent_id: str, *, strict: bool = False) -> AthenaMemory | None:
+        """The agent's AthenaMemory, created (no I/O to Athena) and started if needed.
+
+        None when Athena is not configured, or when its local outbox cannot be
+        opened (a disk error: logged once per burst; with ``strict`` raised).
+        Writes may be queued at once; the session is resolved in the background.
+        """
+        if self.athena is None:
+            return None
+        memory = self._athena_live.get(agent_id)
+        if memory is not None:
+            self._athena_memories.move_to_end(agent_id)
+            return memory
+        validate_id(agent_id, "agent_id")
+        try:
+            memory = self._new_athena(agent_id)
+        except OSError as exc:
+            if strict:
+                raise
+            if not self._athena_open_failing:
+                self._athena_open_failing = True
+                log.warning(
+                    "Athena outbox of agent %s cannot be opened (%s); Athena records are "
+                    "dropped until it can",
+                    agent_id,
+                    exc,
+                )
+            return None
+        if self._athena_open_failing:
+            self._athena_open_failing = False
+            log.warning("Athena outboxes can be opened again")
+        self._athena_live[agent_id] = memory
+        self._athena_memories[agent_id] = memory.start()
+        while len(self._athena_memories) > ATHENA_RECENT_AGENTS:
+            old, _ = self._athena_memories.popitem(last=False)
+            self._athena_task(self._retire_athena(old, self._athena_live.pop(old)))
+        return memory
+
+    async def athena_memory_for_write(self, agent_id: str) -> AthenaMemory | None:
+        """:meth:`athena_memory_nowait` for a write path (``log_turn``).
+
+        While evicted agents are being closed it yields to the event loop once:
+        a tight loop of writes that never waits (small local appends) would
+        otherwise never let them run, and their open files would pile up.
+        """
+        memory = self.athena_memory_nowait(agent_id)
+        if self._athena_tasks:
+            await asyncio.sleep(0)
+        return memory
+
+    def _athena_task(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._athena_tasks.add(task)
+        task.add_done_callback(self._athena_tasks.discard)
+        task.add_done_callback(_log_task_failure)
+
+    async def _retire_athena(self, agent_id: str, memory: AthenaMemory) -> None:
+        """Close an evicted agent's Athena state; leftover records go to the sweeper."""
+        # An evicted memory with a request in flight lets it finish: at most
+        # ATHENA_CONCURRENT_WRITES of them at once, so open files stay bounded.
+        await memory.close()
+        if len(memory.outbox) and not self._closed:
+            self._athena_unsent.add(agent_id)
+            if self._athena_sweeper is None or self._athena_sweeper.done():
+                self._athena_sweeper = asyncio.ensure_future(self._sweep_athena())
+                self._athena_sweeper.add_done_callback(_log_task_failure)
+
+    async def _sweep_athena(self) -> None:
+        """Deliver what evicted agents left behind, one agent at a time (bounded files).
+
+        An agent that is live again is its own memory's business. While Athena
+        fails, passes back off up to 30 s; records stay on disk meanwhile.
+        """
+        delay = 1.0
+        while self._athena_unsent and not self._closed:
+            progress = False
+            for agent_id in list(self._athena_unsent):
+                if self._closed:
+                    return
+                if agent_id in self._athena_live:
+                    self._athena_unsent.discard(agent_id)
+                    continue
+                try:
+                    memory = self._new_athena(agent_id)
+                except OSError as exc:
+                    log.warning("Athena sweep of agent %s: %s", agent_id, exc)
+                    continue
+                self._athena_sweeping = True
+                try:
+                    # No timeout: the client's own bounds each request, and a
+                    # flush cut by a timeout would cancel a request in flight.
+                    await memory.flush()
+                except Exception as exc:  # keep sweeping the others
+                    log.warning("Athena sweep of agent %s failed: %s", agent_id, exc)
+                finally:
+                    self._athena_sweeping = False
+                    await memory.close()
+                if not len(memory.outbox):
+                    self._athena_unsent.discard(agent_id)
+                    progress = True
+                elif memory.health()["consecutive_failures"]:
+                    break  # Athena is failing: back off rather than try every agent
+            if self._athena_unsent:
+                await asyncio.sleep(0 if progress else delay)
+                delay = 1.0 if progress else min(30.0, delay * 2)
 
     def ensure_background(self) -> None:
         """Start the outbox poller on the running loop (first awaited call; cheap after).
@@ -472,11 +622,19 @@ class MemoryRuntime:
             for writer in state.writers:
                 if writer.degraded:
                     await writer.flush(timeout=2.0)
-        for task in self._athena_memories.values():
-            if task.done() and task.exception() is None:
-                await task.result().close()
-            elif not task.done():
-                task.cancel()
+        sweeper = self._athena_sweeper
+        if sweeper is not None:
+            if self._athena_sweeping:
+                # Mid-flush: a request in flight is let finish (never cancelled);
+                # the sweeper stops after it (it checks _closed).
+                from jarvismem.tiers.athena import CLOSE_GRACE_SECONDS
+
+                await asyncio.wait({sweeper}, timeout=CLOSE_GRACE_SECONDS)
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
+        await asyncio.gather(*(memory.close() for memory in list(self._athena_live.values())))
+        if self._athena_tasks:
+            await asyncio.gather(*self._athena_tasks, return_exceptions=True)
         for state in states:
             await state.close()
         for box in list(self._outboxes.values()):

@@ -153,7 +153,7 @@ class FakeAthenaServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = ThreadingHTTPServer((self._host, self._port), _make_handler(self))
+        httpd = _Server((self._host, self._port), _make_handler(self))
         httpd.daemon_threads = True
         httpd.block_on_close = False  # a hanging request must not block stop()
         self._httpd = httpd
@@ -538,6 +538,12 @@ def _ok(payload: dict[str, Any]) -> tuple[int, bytes, str]:
 def _error(status: int, message: str) -> tuple[int, bytes, str]:
     body = {"code": _GRPC.get(status, 2), "message": message, "details": []}
     return status, json.dumps(body).encode(), "application/json"
+
+
+class _Server(ThreadingHTTPServer):
+    # The real server (Go net/http) listens with the OS's full backlog; the
+    # standard library's 5 would reset connections under a burst of clients.
+    request_queue_size = 1024
 
 
 def _make_handler(server: FakeAthenaServer) -> type[BaseHTTPRequestHandler]:

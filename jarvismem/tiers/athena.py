@@ -1,10 +1,20 @@
 """Tier 4: what the agent knows from earlier sessions, kept by the Athena service.
 
 Writes (thoughts, actions, observations, interactions, task and meeting hooks)
-never wait for Athena: each is redacted, tagged with an idempotency key and
-appended to a durable local :class:`Outbox`; one background task per
+never wait for Athena: each is redacted, tagged with an idempotency key,
+stamped with its destination (tenant, user, agent, server) and appended to the
+durable local :class:`Outbox` of that destination; one background task per
 :class:`AthenaMemory` delivers the outbox in order, with exponential backoff
 and a circuit breaker. Reads (context, search) go straight to the server.
+
+Effectively-once delivery: the Athena server does not deduplicate, so before
+sending an event the deliverer claims its idempotency key in Redis (``SET NX``
+with a short lease), marks it sent afterwards (kept for the workflow TTL) and
+releases the claim if the send failed. A turn's keys are derived from
+(namespace, workflow, step, agent, turn, kind), so a re-logged turn, from any
+view or process sharing Redis, is sent once. Without Redis (or while it is
+down) delivery is at-least-once. A crash after a send and before its mark
+sends that event again once the lease expires.
 
 One Athena session per (tenant, user, agent) is reused across runs: its id is
 cached in Redis, and a Redis lock makes sure concurrent first uses (tasks or
@@ -14,27 +24,29 @@ processes) create exactly one session.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import errno
 import json
 import logging
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from redis.exceptions import RedisError
 
 from jarvismem.backends.athena import EVENT_TYPES, AthenaClient
 from jarvismem.backends.outbox import Outbox, OutboxDrainer
-from jarvismem.backends.redis import RedisClient
+from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
     AthenaError,
     AthenaNotFoundError,
     AthenaUnsupportedError,
+    BackendRejectedError,
+    BackendUnavailableError,
     InvalidPayloadError,
     JarvisMemError,
 )
@@ -46,6 +58,7 @@ __all__ = ["AthenaMemory", "CircuitState"]
 log = logging.getLogger(__name__)
 
 CircuitState = Literal["closed", "open", "half_open"]
+_T = TypeVar("_T")
 
 # Release the creation lock only if we still own it (it may have expired and moved on).
 _RELEASE_LOCK = """
@@ -55,21 +68,37 @@ return 0
 
 # Without Redis: session ids cached per process, and one creation lock per key and loop.
 _local_sessions: dict[str, str] = {}
-_local_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+# Inner maps hold their locks weakly: a lock nobody holds or waits for is
+# dropped, so many agents over a process's life do not grow these maps.
+_LockMap = weakref.WeakValueDictionary[Any, asyncio.Lock]
+_local_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap] = (
     weakref.WeakKeyDictionary()
 )
 # One delivery at a time per outbox path in this process (two memories of one agent
 # share an outbox; both draining it would send records twice).
-_drain_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
+_drain_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap] = (
     weakref.WeakKeyDictionary()
 )
 
 
+_write_slots: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[AthenaClient, asyncio.Semaphore]
+] = weakref.WeakKeyDictionary()
+
+
+def _write_slot(client: AthenaClient) -> asyncio.Semaphore:
+    slots = _write_slots.setdefault(asyncio.get_running_loop(), weakref.WeakKeyDictionary())
+    slot = slots.get(client)
+    if slot is None:
+        slot = slots[client] = asyncio.Semaphore(ATHENA_CONCURRENT_WRITES)
+    return slot
+
+
 def _loop_lock(
-    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, asyncio.Lock]],
+    registry: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LockMap],
     key: Any,
 ) -> asyncio.Lock:
-    locks = registry.setdefault(asyncio.get_running_loop(), {})
+    locks = registry.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
     lock = locks.get(key)
     if lock is None:
         lock = locks[key] = asyncio.Lock()
@@ -95,29 +124,27 @@ def _check_meta(metadata: dict[str, Any]) -> dict[str, str]:
 KERNEL_BUSY_GAP = 0.05
 """Seconds after a write during which delivery yields to the kernel (see _yield_to_kernel)."""
 
+CLAIM_LEASE_SECONDS = 60.0
+"""Lease of a delivery claim: longer than one send with its retries; a deliverer
+that died mid-send delays that event's redelivery by at most this long."""
 
-def turn_record(
-    turn_id: str, thought: Any, action: Any, result: Any, redactor: Callable[[str], str]
-) -> dict[str, Any] | None:
-    """The outbox record of one turn (None when the turn has no text).
+MARKER_TIMEOUT = 2.0
+"""Seconds a claim or mark may take before delivery goes on without it (at-least-once)."""
 
-    Module-level so a caller can queue a turn in the agent's outbox before its
-    AthenaMemory exists (the session is resolved at delivery).
-    """
-    events = []
-    for etype, value in (("thought", thought), ("action", action), ("observation", result)):
-        if value in (None, ""):
-            continue
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        events.append(
-            {
-                "type": etype,
-                "content": redactor(text),
-                "metadata": {"turn_id": str(turn_id)},
-                "idempotency_key": uuid.uuid4().hex,
-            }
-        )
-    return {"kind": "events", "events": events} if events else None
+CLOSE_GRACE_SECONDS = 60.0
+"""How long close() lets an Athena request in flight finish. Requests are never
+cancelled mid-flight: that could deliver an event and still replay it, and a
+cancelled request can leave a dead connection in the HTTP pool for good."""
+
+ATHENA_CONCURRENT_WRITES = 32
+"""Session creations and deliveries in flight per client (below the HTTP pool's
+100 connections, so a write never queues inside the pool; waiting for this
+limit can be cancelled safely, waiting inside the pool cannot)."""
+
+DEFAULT_DEDUPE_TTL = 7 * 86_400
+"""How long a sent-marker is kept, s (the runtime passes the workflow TTL)."""
+
+_SENT = "sent"
 
 
 class AthenaMemory:
@@ -128,6 +155,11 @@ class AthenaMemory:
     """
 
     session_id: str
+    _task: asyncio.Task[None] | None
+    _start_task: asyncio.Task[AthenaMemory] | None
+    _last_error: str | None
+    _closed: bool
+    _wake: asyncio.Event
 
     @classmethod
     async def create(
@@ -146,6 +178,8 @@ class AthenaMemory:
         retry_base: float = 0.5,
         retry_cap: float = 30.0,
         session_lock_ttl: float = 30.0,
+        dedupe_ttl: int = DEFAULT_DEDUPE_TTL,
+        strict: bool = True,
     ) -> AthenaMemory:
         """Resolve (or create once) the agent's session and start background delivery.
 
@@ -163,10 +197,14 @@ class AthenaMemory:
             retry_base, retry_cap: exponential backoff between failed deliveries, s.
             session_lock_ttl: expiry of the session-creation lock, s (a crashed
                 creator cannot block others longer than this).
+            dedupe_ttl: how long Redis remembers that an event was sent, s.
+            strict: raise bad credentials or a refused session (4xx). Without
+                it they are kept in ``health()`` and retried with backoff while
+                writes stay queued (what ``log_turn`` needs: a rotated key must
+                not lose writes).
 
         If Athena cannot be reached now, the memory is still returned: writes
         queue in the outbox and the session is resolved on first delivery.
-        Bad credentials or a refused request (4xx) are raised.
         """
         self = cls(
             agent_id,
@@ -182,21 +220,64 @@ class AthenaMemory:
             retry_base=retry_base,
             retry_cap=retry_cap,
             session_lock_ttl=session_lock_ttl,
+            dedupe_ttl=dedupe_ttl,
+            owns_outbox=outbox is None,
         )
         try:
-            self.session_id = await self._ensure_session()
-        except (AthenaAuthError, AthenaBadRequestError):
-            await self._outbox.close()
+            await self._resolve_at_start(strict)
+        except BaseException:
+            if self._owns_outbox:
+                await self._outbox.close()
             raise
+        self._start_delivery()
+        return self
+
+    def start(self) -> asyncio.Task[AthenaMemory]:
+        """Resolve the session and deliver in the background; no I/O before returning.
+
+        The returned task completes (with this memory) once the first session
+        attempt is over; it never fails because of Athena (errors go to
+        :meth:`health` and are retried). Writes may be queued at once.
+        """
+        if self._start_task is None:
+
+            async def opened() -> AthenaMemory:
+                try:
+                    await self._resolve_at_start(strict=False)
+                except Exception as exc:  # a bug or a Redis oddity must not stop delivery
+                    self._last_error = f"{type(exc).__name__}: {exc}"[:300]
+                    log.warning("Athena start of agent %s failed: %s", self._agent, exc)
+                if not self._closed:
+                    self._start_delivery()
+                return self
+
+            self._start_task = asyncio.get_running_loop().create_task(
+                opened(), name=f"jarvismem-athena-start-{self._agent}"
+            )
+        return self._start_task
+
+    async def _resolve_at_start(self, strict: bool) -> None:
+        try:
+            self.session_id = await self._ensure_session()
+        except (AthenaAuthError, AthenaBadRequestError) as exc:
+            if strict:
+                raise
+            self._count_failure(exc)
+            log.warning(
+                "Athena refused the session of agent %s (%s); writes stay queued",
+                self._agent,
+                self._last_error,
+            )
         except AthenaError as exc:
             self._last_error = f"{type(exc).__name__}: {exc}"[:300]
             log.warning("Athena unreachable at start (%s); writes will queue", self._last_error)
+
+    def _start_delivery(self) -> None:
+        if self._task is not None or self._closed:
+            return
         self._task = asyncio.get_running_loop().create_task(
             self._deliver_loop(), name=f"jarvismem-athena-{self._agent}"
         )
-        if await self._outbox.load():
-            self._wake.set()  # a previous run left writes behind
-        return self
 
     def __init__(
         self,
@@ -214,15 +295,27 @@ class AthenaMemory:
         retry_base: float = 0.5,
         retry_cap: float = 30.0,
         session_lock_ttl: float = 30.0,
+        dedupe_ttl: int = DEFAULT_DEDUPE_TTL,
+        owns_outbox: bool = False,
     ) -> None:
-        """Plain construction, no I/O to Athena; use :meth:`create`, which also
-        resolves the session and starts delivery."""
+        """Plain construction, no I/O to Athena; use :meth:`create` (or :meth:`start`),
+        which also resolves the session and starts delivery.
+
+        ``owns_outbox``: a failed :meth:`create` closes the outbox (the default
+        one always; a given one only when the caller hands it over).
+        """
         self._agent = validate_id(agent_id, "agent_id")
         self._tenant = validate_id(tenant_id, "tenant_id")
         self._user = validate_id(user_id, "user_id")
         self._client = client
         self._redis = redis_store
         self._keys = keyspace or KeySpace()
+        # Where every record of this memory is bound to go; records carry it and
+        # one stamped for another destination is never sent here.
+        self._dest = KeySpace.athena_destination(
+            self._tenant, self._user, self._agent, client.base_url
+        )
+        self._dedupe_ttl = max(1, int(dedupe_ttl))
         self._session_key = self._keys.athena_session(self._tenant, self._user, self._agent)
         self._lock_key = self._keys.athena_session_lock(self._tenant, self._user, self._agent)
         self._redactor: Redactor = redactor or no_redaction
@@ -231,6 +324,7 @@ class AthenaMemory:
         self._cooldown = cooldown
         self._retry_base = retry_base
         self._retry_cap = retry_cap
+        self._owns_outbox = owns_outbox or outbox is None
         if outbox is None:
             outbox = self._default_outbox()
         self._outbox = outbox
@@ -241,23 +335,41 @@ class AthenaMemory:
         self._failures = 0
         self._open_until = 0.0
         self._next_attempt = 0.0
-        self._last_error: str | None = None
+        self._last_error = None
         self._rejected = 0
         self._unsupported: set[str] = set()
+        self._misdirected = 0
+        self._duplicates_skipped = 0
+        self._disk_burst = 0
+        self._marker_warned = False
+        self._in_http = 0
         self._closed = False
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task = None
+        self._start_task = None
         self.session_id = ""  # resolved by create() or on first use
 
     def _default_outbox(self) -> Outbox:
         from jarvismem.settings import load_settings
 
         settings = load_settings()
-        name = f"{self._tenant}.{self._user}.{self._agent}"
-        if len(name) > 128:
-            name = hashlib.sha256(name.encode()).hexdigest()
-        rel = self._keys.outbox_file("athena", name)
-        return Outbox(settings.outbox_path / rel, max_entries=settings.outbox_max_entries)
+        rel = self._keys.athena_outbox_file(self._dest)
+        return Outbox(
+            settings.outbox_path / rel,
+            max_entries=settings.outbox_max_entries,
+            max_bytes=settings.outbox_max_bytes,
+            fsync=settings.outbox_fsync_effective,
+        )
+
+    @property
+    def outbox(self) -> Outbox:
+        """The durable outbox of this memory's destination."""
+        return self._outbox
+
+    @property
+    def destination(self) -> str:
+        """``tenant/user/agent/server-hash``: where this memory's records go."""
+        return self._dest
 
     # --- session ----------------------------------------------------------------------
 
@@ -288,8 +400,8 @@ class AthenaMemory:
                     cached = _text(await redis.get(self._session_key))
                     if cached and cached != stale:
                         return cached
-                    session_id = await self._client.create_session(
-                        self._tenant, self._user, self._agent
+                    session_id = await self._http(
+                        lambda: self._client.create_session(self._tenant, self._user, self._agent)
                     )
                     # No TTL: the session is reused for as long as the server knows it.
                     await redis.set(self._session_key, session_id)
@@ -309,9 +421,25 @@ class AthenaMemory:
             cached = _local_sessions.get(self._session_key)
             if cached and cached != stale:
                 return cached
-            session_id = await self._client.create_session(self._tenant, self._user, self._agent)
+            session_id = await self._http(
+                lambda: self._client.create_session(self._tenant, self._user, self._agent)
+            )
             _local_sessions[self._session_key] = session_id
             return session_id
+
+    async def _http(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """One write request (session creation or delivery) under the client's slot limit.
+
+        Counted in ``_in_http`` so :meth:`close` lets it finish instead of cancelling it.
+        """
+        async with _write_slot(self._client):
+            if self._closed:
+                raise asyncio.CancelledError  # closed while waiting for a slot: nothing sent
+            self._in_http += 1
+            try:
+                return await call()
+            finally:
+                self._in_http -= 1
 
     async def _renew_session(self, stale: str) -> str:
         log.warning("Athena forgot session of agent %s; using a new one", self._agent)
@@ -395,18 +523,48 @@ class AthenaMemory:
         )
 
     async def record_turn(
-        self, turn_id: str, thought: Any, action: Any, result: Any, *, redacted: bool = False
-    ) -> None:
+        self,
+        turn_id: str | int,
+        thought: Any,
+        action: Any,
+        result: Any,
+        *,
+        redacted: bool = False,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> bool:
         """Queue one kernel turn as thought, action and observation events.
 
         One outbox record for the three events: a single durable append on the
         ``log_turn`` path instead of three. Non-string values are sent as JSON.
         ``redacted``: the caller already redacted the values (``log_turn`` has).
+        ``workflow_id``, ``step_id``, ``agent_id`` (default: this memory's
+        agent) identify the turn: logging it again gives the same idempotency
+        keys, so Athena gets each event once. Returns False when the record was
+        dropped (outbox full or the local disk failing; counted in ``health()``).
         """
         redactor = no_redaction if redacted else self._redactor
-        record = turn_record(turn_id, thought, action, result, redactor)
-        if record is not None:
-            await self._enqueue(record)
+        turn = str(turn_id)
+        agent = self._agent if agent_id is None else agent_id
+        events = []
+        for etype, value in (("thought", thought), ("action", action), ("observation", result)):
+            if value in (None, ""):
+                continue
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            events.append(
+                {
+                    "type": etype,
+                    "content": redactor(text),
+                    "metadata": {"turn_id": turn},
+                    "idempotency_key": self._keys.athena_event_key(
+                        workflow_id, step_id, agent, turn, etype
+                    ),
+                }
+            )
+        if not events:
+            return True
+        return await self._enqueue({"kind": "events", "events": events})
 
     async def _queue_event(self, etype: str, content: str, metadata: dict[str, Any]) -> None:
         if etype not in EVENT_TYPES:
@@ -436,18 +594,61 @@ class AthenaMemory:
         if time.monotonic() - self._last_activity < KERNEL_BUSY_GAP:
             await asyncio.sleep(KERNEL_BUSY_GAP)
 
-    async def _enqueue(self, record: dict[str, Any]) -> None:
+    async def _enqueue(self, record: dict[str, Any]) -> bool:
         self._last_activity = time.monotonic()
         if self._closed:
             raise JarvisMemError("AthenaMemory is closed")
-        if await self._outbox.put(record):
+        record["dest"] = self._dest
+        try:
+            accepted = await self._outbox.put(record)
+        except OSError as exc:
+            self._disk_failed(exc)
+            return False
+        if self._disk_burst:
+            log.warning(
+                "Athena outbox %s accepts records again; %d dropped",
+                self._outbox.path.name,
+                self._disk_burst,
+            )
+            self._disk_burst = 0
+        if accepted:
             self._wake.set()
+        return accepted
+
+    def _disk_failed(self, exc: OSError) -> None:
+        """A local disk error (ENOSPC, EACCES, EROFS...): count a drop, warn once per burst.
+
+        Athena is best effort: the turn is in the ledger already, so losing its
+        Athena copy must not fail ``log_turn``.
+        """
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self._outbox.dropped += 1
+        self._disk_burst += 1
+        self._last_error = f"OSError({code}): {exc.strerror or exc}"[:300]
+        if self._disk_burst == 1:
+            log.warning(
+                "Athena outbox %s cannot be written (%s, errno %s: %s); dropping Athena "
+                "records until it can",
+                self._outbox.path.name,
+                code,
+                exc.errno,
+                exc.strerror,
+            )
 
     # --- delivery -----------------------------------------------------------------------
 
     async def _send(self, record: dict[str, Any]) -> None:
         """Deliver one outbox record; return normally to ack (or drop) it."""
+        if self._closed:
+            # Stop at a record boundary: the record stays queued for the next run.
+            raise asyncio.CancelledError
+        if record.get("dest") != self._dest:
+            await self._misdirect(record)
+            return
         await self._yield_to_kernel()
+        await self._send_to_session(record)
+
+    async def _send_to_session(self, record: dict[str, Any]) -> None:
         try:
             await self._post(await self._current_session(), record)
         except AthenaNotFoundError:
@@ -463,30 +664,124 @@ class AthenaMemory:
     async def _post(self, session_id: str, record: dict[str, Any]) -> None:
         kind = record.get("kind")
         if kind == "event":
-            await self._client.add_event(
-                session_id,
-                record["type"],
-                record.get("content", ""),
-                metadata=record.get("metadata") or {},
-                idempotency_key=record.get("idempotency_key"),
-            )
+            await self._once(record.get("idempotency_key"), self._event_post(session_id, record))
         elif kind == "events":
-            # A redelivery after a crash mid-batch may repeat events already sent;
-            # each carries its idempotency key in metadata for the server's logs.
+            # Each event is claimed on its own: a redelivery after a failure (or
+            # a crash) mid-record skips the events already sent.
             for event in record.get("events", []):
-                await self._client.add_event(
-                    session_id,
-                    event["type"],
-                    event.get("content", ""),
-                    metadata=event.get("metadata") or {},
-                    idempotency_key=event.get("idempotency_key"),
-                )
+                await self._once(event.get("idempotency_key"), self._event_post(session_id, event))
         elif kind == "interaction":
-            await self._client.add_interaction(
-                session_id, record.get("user_message", ""), record.get("agent_response")
+            await self._once(
+                record.get("idempotency_key"),
+                lambda: self._client.add_interaction(
+                    session_id, record.get("user_message", ""), record.get("agent_response")
+                ),
             )
         else:
             raise InvalidPayloadError(f"unknown outbox record kind {kind!r}")
+
+    def _event_post(self, session_id: str, event: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+        return lambda: self._client.add_event(
+            session_id,
+            event["type"],
+            event.get("content", ""),
+            metadata=event.get("metadata") or {},
+            idempotency_key=event.get("idempotency_key"),
+        )
+
+    async def _once(self, key: Any, post: Callable[[], Awaitable[None]]) -> None:
+        """Send one event unless it was sent already: claim its key, send, mark it sent."""
+        if self._closed:
+            raise asyncio.CancelledError  # stop between events; the record stays queued
+        claim = await self._claim(key if isinstance(key, str) else None)
+        if claim is None:
+            self._duplicates_skipped += 1
+            return
+        try:
+            await self._http(post)
+        except BaseException:
+            # Not sent (or not known to be): let a retry, here or elsewhere, send it.
+            await self._marker_op("release", self._release, key, claim)
+            raise
+        await self._marker_op("mark", self._mark_sent, key, claim)
+
+    async def _claim(self, key: str | None) -> str | None:
+        """A claim token ("" = no Redis: send without one), or None when already sent.
+
+        A claim held by another deliverer (another process delivering its own
+        copy of the turn) is waited for: it ends sent, released, or expired.
+        """
+        if key is None or self._redis is None:
+            return ""
+        redis = self._redis
+        marker = self._keys.athena_sent(self._dest, key)
+        token = "pending:" + uuid.uuid4().hex
+        delay = 0.05
+        while True:
+            try:
+                async with redis_errors("Athena delivery claim", MARKER_TIMEOUT):
+                    if await redis.set(marker, token, nx=True, px=int(CLAIM_LEASE_SECONDS * 1000)):
+                        return token
+                    current = _text(await redis.get(marker))
+            except (BackendUnavailableError, BackendRejectedError) as exc:
+                self._marker_failed(exc)
+                return ""
+            if current == _SENT:
+                return None
+            if current is not None:
+                if self._closed:
+                    raise asyncio.CancelledError
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    async def _mark_sent(self, key: str, claim: str) -> None:
+        if claim:
+            assert self._redis is not None
+            marker = self._keys.athena_sent(self._dest, key)
+            await self._redis.set(marker, _SENT, ex=self._dedupe_ttl)
+
+    async def _release(self, key: str, claim: str) -> None:
+        if claim:
+            assert self._redis is not None
+            marker = self._keys.athena_sent(self._dest, key)
+            await self._redis.eval(_RELEASE_LOCK, 1, marker, claim)
+
+    async def _marker_op(
+        self, what: str, op: Callable[[str, str], Awaitable[None]], key: str, claim: str
+    ) -> None:
+        # Best effort: a lost mark only means the lease expires and a later copy
+        # of the turn may be sent again (at-least-once), never a lost event.
+        try:
+            async with redis_errors(f"Athena delivery {what}", MARKER_TIMEOUT):
+                await op(key, claim)
+        except (BackendUnavailableError, BackendRejectedError) as exc:
+            self._marker_failed(exc)
+
+    def _marker_failed(self, exc: Exception) -> None:
+        if not self._marker_warned:
+            self._marker_warned = True
+            log.warning(
+                "Athena delivery markers unavailable (%s); delivery is at-least-once meanwhile",
+                exc,
+            )
+
+    async def _misdirect(self, record: dict[str, Any]) -> None:
+        """A record stamped for another destination: never sent here; set aside and counted."""
+        self._misdirected += 1
+        dead = self._outbox.path.with_name(self._outbox.path.name + ".misdirected")
+        log.warning(
+            "Athena outbox %s holds a record for another destination; not sent to %s, "
+            "moved to %s (%d so far)",
+            self._outbox.path.name,
+            self._dest,
+            dead.name,
+            self._misdirected,
+        )
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        try:
+            await asyncio.to_thread(_append_line, dead, line)
+        except OSError as exc:
+            log.warning("could not keep the misdirected record: %s", exc)
 
     async def _drain(self, max_records: int | None = None) -> int:
         """One delivery run under the per-outbox lock; updates the circuit breaker."""
@@ -498,6 +793,11 @@ class AthenaMemory:
                 log.warning("Athena delivery recovered; circuit closed")
             self._circuit, self._failures = "closed", 0
             return delivered
+        self._count_failure(error)
+        return delivered
+
+    def _count_failure(self, error: BaseException) -> None:
+        """One more consecutive failure: back off, or open the circuit."""
         self._failures += 1
         self._last_error = f"{type(error).__name__}: {error}"[:300]
         now = time.monotonic()
@@ -521,12 +821,16 @@ class AthenaMemory:
                 len(self._outbox),
                 backoff,
             )
-        return delivered
 
     def _circuit_closed(self) -> bool:
         return self._circuit == "closed"
 
     async def _deliver_loop(self) -> None:
+        try:
+            await self._outbox.load()  # what a previous run left counts as pending
+        except OSError as exc:
+            self._last_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.warning("Athena outbox %s unreadable: %s", self._outbox.path.name, exc)
         while not self._closed:
             wait = self._next_attempt - time.monotonic()
             if wait > 0:
@@ -646,21 +950,42 @@ class AthenaMemory:
             "pending": len(self._outbox),
             "dropped": self._outbox.dropped,
             "rejected": self._rejected,
+            "misdirected": self._misdirected,
+            "duplicates_skipped": self._duplicates_skipped,
             "delivered": self._drainer.delivered,
             "unsupported": sorted(self._unsupported),
             "last_error": self._last_error,
         }
 
-    async def close(self) -> None:
-        """Stop background delivery and close the outbox (pending writes stay on disk)."""
+    async def close(self, *, grace: float = CLOSE_GRACE_SECONDS) -> None:
+        """Stop background delivery and close the outbox (pending writes stay on disk).
+
+        A send in flight may finish first (up to ``grace`` seconds): cancelling
+        it mid-request could deliver it and still replay it later (a duplicate).
+        """
         if self._closed:
             return
         self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._start_task, self._task) if t]
+        for task in tasks:
+            if task.done():
+                continue
+            if self._in_http and grace > 0:
+                # A request in flight ends by itself (the client's timeouts bound
+                # it); the task then stops at the next record or event.
+                await asyncio.wait({task}, timeout=grace)
             task.cancel()
             try:
                 await task
             except asyncio.CancelledError:
                 pass
-        await self._outbox.close()
+        self._task = None
+        try:
+            await self._outbox.close()
+        except OSError as exc:  # a broken disk must not break shutdown
+            log.warning("Athena outbox %s: close failed: %s", self._outbox.path.name, exc)
+
+
+def _append_line(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)

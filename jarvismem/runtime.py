@@ -301,7 +301,6 @@ class MemoryRuntime:
         self._athena_tasks: set[asyncio.Task[None]] = set()
         self._athena_sweeper: asyncio.Task[None] | None = None
         self._athena_sweeping = False
-        self._athena_open_failing = False
         self._closed = False
 
     # --- construction ---------------------------------------------------------------------
@@ -407,7 +406,7 @@ class MemoryRuntime:
         Waits for the first session attempt; Athena errors (even refused
         credentials) are not raised but kept in its ``health()`` and retried.
         """
-        memory = self.athena_memory_nowait(agent_id, strict=True)
+        memory = self.athena_memory_nowait(agent_id)
         task = self._athena_memories.get(agent_id)
         if task is not None and not task.done():
             await asyncio.wait({task})
@@ -476,11 +475,10 @@ class MemoryRuntime:
             return combined
         return "ns-" + hashlib.sha256(combined.encode()).hexdigest()[:40]
 
-    def athena_memory_nowait(self, agent_id: str, *, strict: bool = False) -> AthenaMemory | None:
+    def athena_memory_nowait(self, agent_id: str) -> AthenaMemory | None:
         """The agent's AthenaMemory, created (no I/O to Athena) and started if needed.
 
-        None when Athena is not configured, or when its local outbox cannot be
-        opened (a disk error: logged once per burst; with ``strict`` raised).
+        None when Athena is not configured.
         Writes may be queued at once; the session is resolved in the background.
         """
         if self.athena is None:
@@ -490,23 +488,9 @@ class MemoryRuntime:
             self._athena_memories.move_to_end(agent_id)
             return memory
         validate_id(agent_id, "agent_id")
-        try:
-            memory = self._new_athena(agent_id)
-        except OSError as exc:
-            if strict:
-                raise
-            if not self._athena_open_failing:
-                self._athena_open_failing = True
-                log.warning(
-                    "Athena outbox of agent %s cannot be opened (%s); Athena records are "
-                    "dropped until it can",
-                    agent_id,
-                    exc,
-                )
-            return None
-        if self._athena_open_failing:
-            self._athena_open_failing = False
-            log.warning("Athena outboxes can be opened again")
+        # No I/O here: the outbox is read by the delivery task, and a disk
+        # error on a write is counted by AthenaMemory (never raised).
+        memory = self._new_athena(agent_id)
         self._athena_live[agent_id] = memory
         self._athena_memories[agent_id] = memory.start()
         while len(self._athena_memories) > ATHENA_RECENT_AGENTS:

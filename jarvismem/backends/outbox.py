@@ -151,8 +151,11 @@ class _Locked:
         s.mutex.acquire()
         try:
             if s.lock_fd is None:
-                s.path.parent.mkdir(parents=True, exist_ok=True)
-                s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                except FileNotFoundError:  # first use: make the folder
+                    s.path.parent.mkdir(parents=True, exist_ok=True)
+                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(s.lock_fd, fcntl.LOCK_EX)
         except BaseException:
             s.mutex.release()

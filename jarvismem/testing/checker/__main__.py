@@ -10,6 +10,7 @@ from pathlib import Path
 
 from jarvismem.testing.checker.faults import ALL_FAULTS
 from jarvismem.testing.checker.run import CheckerConfig, format_report, run_checker
+from jarvismem.testing.checker.worker import MUTATIONS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-lag-ms", type=float, default=1000.0)
     parser.add_argument("--redis-port", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None, help="keep files here")
+    parser.add_argument(
+        "--mutate",
+        choices=MUTATIONS,
+        default=None,
+        help="re-introduce a known bug in every worker (the run must then fail)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             max_lag_ms=args.max_lag_ms,
             redis_port=args.redis_port,
             workdir=args.workdir,
+            mutation=args.mutate,
             progress=lambda line: print(line, flush=True),
         )
     )

@@ -47,7 +47,9 @@ class CheckerConfig:
     one every ``fault_gap`` seconds; ``max_lag_ms``: event-loop stall that
     counts as a violation; ``redis_port``: of the private redis-server (a free
     one when None); ``workdir``: kept when given, else a temp dir (removed when
-    the run found nothing); ``progress``: called with each progress line.
+    the run found nothing); ``mutation``: a bug every worker re-introduces on
+    purpose (see ``worker.MUTATIONS``), to show it is caught; ``progress``:
+    called with each progress line.
     """
 
     seed: int = 0
@@ -63,6 +65,7 @@ class CheckerConfig:
     max_lag_ms: float = 1000.0
     redis_port: int | None = None
     workdir: Path | None = None
+    mutation: str | None = None
     progress: Callable[[str], None] | None = None
 
 
@@ -71,6 +74,7 @@ class CheckerReport:
     """Figures and violations of one run; ``ok`` when no invariant was violated."""
 
     seed: int = 0
+    mutation: str | None = None
     seconds: float = 0.0
     operations: int = 0
     acknowledged: int = 0
@@ -185,7 +189,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
     """Run the workload and fault schedule of ``config``, then verify; returns the figures."""
     started = time.monotonic()
     rng = random.Random(config.seed)
-    report = CheckerReport(seed=config.seed)
+    report = CheckerReport(seed=config.seed, mutation=config.mutation)
     owned = config.workdir is None
     root = config.workdir or Path(tempfile.mkdtemp(prefix="jarvismem-checker-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -219,6 +223,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
             "steps": [f"s{i}" for i in range(config.steps)],
             "agents": [f"a{i}" for i in range(config.agents)],
             "athena_url": athena.url if athena is not None else None,
+            "mutation": config.mutation,
         }
         workers = _Workers(config, root, base)
         for slot in range(config.processes):
@@ -397,6 +402,7 @@ def format_report(report: CheckerReport) -> str:
         f"seed {report.seed}   {report.seconds:.1f} s   "
         f"{report.operations} operations, {report.acknowledged} acknowledged, "
         f"{report.unknown_outcome} unknown outcome, {report.worker_incarnations} worker starts",
+        *([f"mutation (re-introduced bug): {report.mutation}"] if report.mutation else []),
         "",
         f"{'operation':16} {'count':>7}",
     ]

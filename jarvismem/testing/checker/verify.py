@@ -11,6 +11,7 @@ writer's op id, ``None`` for a delete); reads carry ``reg``, ``read`` and the
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -189,14 +190,28 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
         if op.get("val") is not None:
             by_val[op["val"]] = op
 
+    # Acked writes of each register sorted by invoke time, with the earliest
+    # completion among those invoked at or after each position: "is there an
+    # acked write invoked after t and acked before b" is then one bisect.
+    acked_inv: dict[str, list[float]] = {}
+    acked_ops: dict[str, list[dict[str, Any]]] = {}
+    min_done_after: dict[str, list[float]] = {}
+    for reg, ws in writes.items():
+        ok = sorted((w for w in ws if w["status"] == OK), key=lambda w: w["inv"])
+        acked_ops[reg] = ok
+        acked_inv[reg] = [w["inv"] for w in ok]
+        suffix = [float("inf")] * (len(ok) + 1)
+        for i in range(len(ok) - 1, -1, -1):
+            suffix[i] = min(suffix[i + 1], ok[i]["done"])
+        min_done_after[reg] = suffix
+
     def superseded(x: dict[str, Any], reg: str, before: float | None) -> dict[str, Any] | None:
         """An acked write of ``reg`` invoked after ``x`` was acked (and acked before ``before``)."""
-        for y in writes[reg]:
-            if y is x or y["status"] != OK or y["inv"] <= x["done"]:
-                continue
-            if before is None or y["done"] < before:
-                return y
-        return None
+        i = bisect.bisect_right(acked_inv.get(reg, []), x["done"])
+        limit = float("inf") if before is None else before
+        if i >= len(acked_inv.get(reg, [])) or min_done_after[reg][i] >= limit:
+            return None
+        return next(y for y in acked_ops[reg][i:] if y["done"] < limit)
 
     def check_value(reg: str, val: str | None, what: str, before: float | None) -> None:
         if val is None:
@@ -213,7 +228,15 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
         y = superseded(x, reg, before)
         if y is not None:
             inv = "stale_read" if before is not None else "stale_final"
-            v.add(inv, f"{reg}: {what} {val} although {y['kind']} {y['id']} was acked after it")
+            queued = (
+                " (queued: returned None)"
+                if y["kind"] == "save_ckpt" and y.get("rev") is None
+                else ""
+            )
+            v.add(
+                inv,
+                f"{reg}: {what} {val} although {y['kind']} {y['id']}{queued} was acked after it",
+            )
 
     for reg in sorted(set(writes) | set(obs.registers)):
         val = obs.registers.get(reg)

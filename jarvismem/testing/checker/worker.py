@@ -77,6 +77,7 @@ class WorkerSpec:
     agents: list[str]
     athena_url: str | None = None
     op_timeout: float = 20.0
+    mutation: str | None = None
     weights: dict[str, int] = field(default_factory=lambda: dict(WEIGHTS))
 
     @property
@@ -498,7 +499,37 @@ def _writer_of(state: Any) -> str | None:
         return f"<unreadable {str(state)[:40]!r}>"
 
 
+MUTATIONS = ("shared-delivery-claim",)
+"""Bugs a worker can re-introduce on purpose, to show the checker catches them."""
+
+
+def apply_mutation(name: str) -> None:
+    """Break the library in this process on purpose (``--mutate``).
+
+    ``shared-delivery-claim``: every outbox delivery claim succeeds, so several
+    deliverers (in this process and others) replay one outbox at once.
+    """
+    if name != "shared-delivery-claim":
+        raise ValueError(f"unknown mutation {name!r}; known: {', '.join(MUTATIONS)}")
+    from jarvismem.backends.outbox import Outbox
+
+    if not hasattr(Outbox, "try_claim_delivery"):
+        raise RuntimeError("Outbox.try_claim_delivery is gone: update this mutation")
+
+    def claim(self: Outbox, *args: Any, **kwargs: Any) -> bool:
+        return True
+
+    def release(self: Outbox, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    Outbox.try_claim_delivery = claim  # type: ignore[method-assign]
+    Outbox.release_delivery = release  # type: ignore[method-assign]
+
+
 def worker_main(spec_path: Path) -> int:
     """Entry point of a worker process."""
     logging.basicConfig(level=logging.WARNING)
-    return asyncio.run(Worker(WorkerSpec.load(spec_path)).run())
+    spec = WorkerSpec.load(spec_path)
+    if spec.mutation:
+        apply_mutation(spec.mutation)
+    return asyncio.run(Worker(spec).run())

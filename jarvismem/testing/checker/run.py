@@ -246,7 +246,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
                     f"incarnations {workers.started}"
                 )
         injector.heal_all()
-        killed = workers.wait_all(config.seconds + WORKER_EXIT_GRACE - (end_time - time.time()))
+        killed = workers.wait_all(max(0.0, end_time - time.time()) + WORKER_EXIT_GRACE)
         if killed:
             report.problems.append(f"workers {killed} did not exit; killed")
         report.faults = dict(injector.counts)

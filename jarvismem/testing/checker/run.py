@@ -410,7 +410,12 @@ def format_report(report: CheckerReport) -> str:
     lines += ["", f"{'fault':16} {'count':>7}"]
     lines += [f"{k:16} {v:7}" for k, v in sorted(report.faults.items())] or ["(none)"]
     lines += ["", "figures"]
-    lines += [f"  {k:26} {v}" for k, v in report.figures.items()]
+    for key, value in report.figures.items():
+        if isinstance(value, list):
+            lines.append(f"  {key}:")
+            lines += [f"      {item}" for item in value]
+        else:
+            lines.append(f"  {key:26} {value}")
     if report.errors_by_type:
         lines += ["", "errors by type (op outcomes)"]
         lines += [f"  {k:26} {v}" for k, v in sorted(report.errors_by_type.items())]

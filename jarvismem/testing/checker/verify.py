@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from jarvismem.testing.checker.history import FAIL, INFO, OK, Histogram
 TURN_KINDS = ("log_turn", "relog")
 EXAMPLES_PER_INVARIANT = 3
 CHECKER_TIMEOUT = "CheckerTimeout"
+_TOOK = re.compile(r"took ([0-9.]+) seconds")
 
 INVARIANTS = (
     "lost_turn",
@@ -328,10 +330,14 @@ def check_loop(stats: list[dict[str, Any]], v: Verdict, max_lag_ms: float) -> No
         last[s["writer"]] = s
     lag, turn_latency = Histogram(), Histogram()
     slow = 0
+    slowest: list[tuple[float, str]] = []
     for s in last.values():
         lag.merge(Histogram.from_json(s.get("lag", {})))
         turn_latency.merge(Histogram.from_json(s.get("log_turn", {})))
         slow += int(s.get("slow_callbacks", 0))
+        for text in s.get("slow_examples", []):
+            took = _TOOK.search(text)
+            slowest.append((float(took.group(1)) if took else 0.0, text))
     max_lag = max(lag.counts, default=0) / 1000
     v.figures.update(
         loop_lag_p50_ms=lag.quantile(0.5) / 1000,
@@ -342,6 +348,7 @@ def check_loop(stats: list[dict[str, Any]], v: Verdict, max_lag_ms: float) -> No
         log_turn_p50_ms=turn_latency.quantile(0.5) / 1000,
         log_turn_p99_ms=turn_latency.quantile(0.99) / 1000,
         log_turn_samples=len(turn_latency),
+        slowest_callbacks=[text for _, text in sorted(slowest, reverse=True)[:3]],
     )
     if max_lag > max_lag_ms:
         v.add("loop_lag", f"event loop stalled {max_lag:.0f} ms (bound {max_lag_ms:g} ms)")

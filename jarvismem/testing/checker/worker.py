@@ -133,19 +133,28 @@ def worker_settings(
     )
 
 
-class _SlowCallbacks(logging.Handler):
-    """Counts asyncio's debug-mode "Executing <callback> took N seconds" warnings."""
+class _SlowCallbacks(logging.Filter):
+    """Counts asyncio's debug-mode "Executing <callback> took N seconds" warnings.
+
+    A filter on the ``asyncio`` logger, so the (many) warnings are counted and
+    the slowest few kept for the stats, without filling the workers' log.
+    """
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__()
         self.count = 0
-        self.first: list[str] = []
+        self.worst: list[tuple[float, str]] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Executing"):
-            self.count += 1
-            if len(self.first) < 5:
-                self.first.append(record.getMessage()[:300])
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Executing"):
+            return True
+        self.count += 1
+        args = record.args if isinstance(record.args, tuple) else ()
+        took = float(args[-1]) if args and isinstance(args[-1], float) else 0.0
+        # The slowest few say what blocked the loop, if anything did.
+        self.worst.append((took, record.getMessage()[:300]))
+        self.worst = sorted(self.worst, reverse=True)[:5]
+        return False
 
 
 def _is_definite_refusal(exc: BaseException) -> bool:
@@ -248,7 +257,7 @@ class Worker:
                 "lag": self.lag.to_json(),
                 "log_turn": self.turn_latency.to_json(),
                 "slow_callbacks": self.slow.count,
-                "slow_examples": self.slow.first,
+                "slow_examples": [text for _, text in self.slow.worst],
             }
         )
 
@@ -456,7 +465,7 @@ class Worker:
         loop.set_debug(True)
         loop.slow_callback_duration = SLOW_CALLBACK_SECONDS
         asyncio_log = logging.getLogger("asyncio")
-        asyncio_log.addHandler(self.slow)
+        asyncio_log.addFilter(self.slow)
         asyncio_log.setLevel(logging.WARNING)
         spec = self.spec
         settings = worker_settings(

@@ -136,6 +136,13 @@ def test_a_read_overlapping_the_newer_save_may_see_the_older_one() -> None:
     assert violations(ops, Observed(registers={CKPT: "y"})) == {}
 
 
+def test_a_read_that_finds_nothing_after_an_ack_is_counted_not_judged() -> None:
+    ops = [save("x", 10, 20), read("r1", 5, None), read("r2", 30, None)]
+    verdict = verify(ops, Observed(registers={CKPT: "x"}))
+    assert dict(verdict.violations) == {}
+    assert verdict.figures["empty_reads_after_ack"] == 1
+
+
 def test_a_refused_save_that_is_visible_is_caught() -> None:
     ops = [save("x", 10, 20), save("y", 30, 40, status="fail")]
     assert violations(ops, Observed(registers={CKPT: "y"})) == {"failed_write_visible": 1}

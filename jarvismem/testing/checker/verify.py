@@ -251,8 +251,19 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
                 if not any(_never(d) > x["inv"] for d in deletes):
                     v.add("lost_write", f"{reg}: acknowledged {x['kind']} {x['id']} is gone")
                     break
+    # A read that found nothing although a value was acknowledged before it began
+    # (e.g. Redis stalled): counted as a figure, not judged stale.
+    first_value_ack = {
+        reg: min((w["done"] for w in ok if w.get("val") is not None), default=float("inf"))
+        for reg, ok in acked_ops.items()
+    }
+    empty = 0
     for r in reads:
+        if r.get("val") is None:
+            empty += r["inv"] > first_value_ack.get(r["reg"], float("inf"))
+            continue
         check_value(r["reg"], r.get("val"), f"{r['kind']} {r['id']} read", r["inv"])
+    v.figures["empty_reads_after_ack"] = empty
 
 
 def check_tasks(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:

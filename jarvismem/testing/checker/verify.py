@@ -213,7 +213,8 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
         limit = float("inf") if before is None else before
         if i >= len(acked_inv.get(reg, [])) or min_done_after[reg][i] >= limit:
             return None
-        return next(y for y in acked_ops[reg][i:] if y["done"] < limit)
+        ok = acked_ops[reg]
+        return next(ok[j] for j in range(i, len(ok)) if ok[j]["done"] < limit)
 
     def check_value(reg: str, val: str | None, what: str, before: float | None) -> None:
         if val is None:

@@ -255,7 +255,6 @@ class KeySpace:
             kind = f"{kind}-{validate_id(destination, 'outbox destination')}"
         return f"{self.namespace}/{kind}/{validate_id(workflow_id, 'workflow_id')}.jsonl"
 
-
     def athena_outbox_file(self, destination: str) -> str:
         """File (relative to OUTBOX_PATH) of the outbox of one Athena destination.
 

@@ -59,7 +59,6 @@ def violations(ops: list[Any], obs: Observed, **kw: Any) -> dict[str, int]:
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="until the durability fixes land")
 def test_random_faults_over_processes_violate_no_invariant(tmp_path: Path) -> None:
     require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
     report = run_checker(
@@ -68,6 +67,23 @@ def test_random_faults_over_processes_violate_no_invariant(tmp_path: Path) -> No
     assert report.problems == []
     assert report.acknowledged > 0 and sum(report.faults.values()) > 0
     assert report.violations == {}, report.examples
+
+
+@pytest.mark.integration
+def test_a_reintroduced_bug_is_caught_by_the_run(tmp_path: Path) -> None:
+    """The run can fail: with random Athena idempotency keys, re-logged turns duplicate."""
+    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
+    report = run_checker(
+        CheckerConfig(
+            seed=20261127,
+            seconds=min(CI_SECONDS, 15.0),
+            athena=True,
+            faults=(),
+            mutation="random-athena-keys",
+            workdir=tmp_path,
+        )
+    )
+    assert report.violations.get("athena_duplicate", 0) > 0, report.violations
 
 
 # --- the verifier, invariant by invariant -------------------------------------------------
@@ -188,6 +204,17 @@ def test_a_turn_delivered_twice_to_athena_is_counted() -> None:
     verdict = verify([], Observed(athena_events=[("ta", thought)] * 3))
     assert dict(verdict.violations) == {"athena_duplicate": 2}
     assert verdict.figures["athena_duplicate_events"] == 2
+
+
+def test_athena_duplicates_explained_by_killed_deliverers_are_only_a_figure() -> None:
+    thought = turn_text("ta", WF, STEP, AGENT, 1)[0]
+    observed = Observed(athena_events=[("ta", thought)] * 3)
+    explained = verify([], observed, athena_crash_duplicates=2)
+    assert dict(explained.violations) == {}
+    assert explained.figures["athena_duplicates_explained_by_kills"] == 2
+    assert dict(verify([], observed, athena_crash_duplicates=1).violations) == {
+        "athena_duplicate": 1
+    }
 
 
 def test_a_raw_backend_exception_is_caught() -> None:

@@ -27,6 +27,8 @@ import asyncio
 import errno
 import json
 import logging
+import os
+import socket
 import time
 import uuid
 import weakref
@@ -61,6 +63,30 @@ CircuitState = Literal["closed", "open", "half_open"]
 _T = TypeVar("_T")
 
 # Release the creation lock only if we still own it (it may have expired and moved on).
+_CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
+"""Who holds a delivery claim: this host and process (a claim is ``pending:<host>:<pid>:<id>``)."""
+
+
+def _claimant_is_dead(claim: str) -> bool:
+    """True for a claim taken on this host by a process that no longer exists."""
+    parts = claim.split(":")
+    if len(parts) != 4 or parts[0] != "pending" or parts[1] != socket.gethostname():
+        return False  # another machine's claim: only its lease can end it
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive (owned by another user)
+    return False
+
+
 _RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -715,7 +741,7 @@ class AthenaMemory:
             return ""
         redis = self._redis
         marker = self._keys.athena_sent(self._dest, key)
-        token = "pending:" + uuid.uuid4().hex
+        token = f"pending:{_CLAIMANT}:{uuid.uuid4().hex}"
         delay = 0.05
         while True:
             try:
@@ -728,6 +754,12 @@ class AthenaMemory:
                 return ""
             if current == _SENT:
                 return None
+            if current is not None and _claimant_is_dead(current):
+                # Its deliverer was killed on this machine mid-send: the event may
+                # or may not have reached Athena; waiting out the lease would only
+                # stall the queue. Take the claim over (compare-and-delete first).
+                await self._marker_op("takeover", self._release, key, current)
+                continue
             if current is not None:
                 if self._closed:
                     raise asyncio.CancelledError

@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(faults) - set(ALL_FAULTS))
     if unknown:
         parser.error(f"unknown faults: {', '.join(unknown)}")
-    print(f"checker seed {seed} (replay with --seed {seed})", flush=True)
+    # With --json, stdout carries the report alone; the seed and progress go to stderr.
+    chatter = sys.stderr if args.json else sys.stdout
+    print(f"checker seed {seed} (replay with --seed {seed})", file=chatter, flush=True)
     report = run_checker(
         CheckerConfig(
             seed=seed,
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             redis_port=args.redis_port,
             workdir=args.workdir,
             mutation=args.mutate,
-            progress=lambda line: print(line, flush=True),
+            progress=lambda line: print(line, file=chatter, flush=True),
         )
     )
     print(json.dumps(report.as_dict(), indent=2) if args.json else format_report(report))

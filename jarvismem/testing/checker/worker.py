@@ -508,18 +508,44 @@ def _writer_of(state: Any) -> str | None:
         return f"<unreadable {str(state)[:40]!r}>"
 
 
-MUTATIONS = ("shared-delivery-claim",)
+MUTATIONS = ("shared-delivery-claim", "unfenced-replay", "random-athena-keys")
 """Bugs a worker can re-introduce on purpose, to show the checker catches them."""
 
 
 def apply_mutation(name: str) -> None:
     """Break the library in this process on purpose (``--mutate``).
 
-    ``shared-delivery-claim``: every outbox delivery claim succeeds, so several
-    deliverers (in this process and others) replay one outbox at once.
+    * ``shared-delivery-claim``: every outbox delivery claim succeeds, so several
+      deliverers (in this process and others) replay one outbox at once. Alone it
+      is masked by the monotonic, idempotent replay (that is the point of it);
+    * ``unfenced-replay``: the shared claim *and* replays written like live saves
+      (no stamp check, a fresh op id each time): the bug pair that let an older
+      queued checkpoint land over a newer one;
+    * ``random-athena-keys``: a fresh idempotency key per Athena event, so a
+      re-logged turn reaches Athena again.
     """
-    if name != "shared-delivery-claim":
+    if name not in MUTATIONS:
         raise ValueError(f"unknown mutation {name!r}; known: {', '.join(MUTATIONS)}")
+    if name == "random-athena-keys":
+        import uuid
+
+        from jarvismem.keys import KeySpace
+
+        def random_key(self: KeySpace, *args: Any, **kwargs: Any) -> str:
+            return uuid.uuid4().hex
+
+        KeySpace.athena_event_key = random_key  # type: ignore[method-assign]
+        return
+    if name == "unfenced-replay":
+        from jarvismem.tiers.checkpoints import CheckpointStore
+
+        save = CheckpointStore.save_validated
+
+        async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int:
+            kwargs.update(replay=False, op_id=None)
+            return await save(self, state, **kwargs)
+
+        CheckpointStore.save_validated = unfenced  # type: ignore[method-assign]
     from jarvismem.backends.outbox import Outbox
 
     if not hasattr(Outbox, "try_claim_delivery"):

@@ -389,13 +389,15 @@ class MemoryRuntime:
         if box is None:
             s = self.settings
             dst = self.destination(kind)
-            path = Path(s.outbox_path) / self.keyspace.outbox_file(kind, workflow_id, dst)
+            root = Path(s.outbox_path)
             box = Outbox(
-                path,
+                root / self.keyspace.outbox_file(kind, workflow_id, dst),
                 max_entries=s.outbox_max_entries,
                 max_bytes=s.outbox_max_bytes,
                 fsync=s.outbox_fsync_effective,
                 destination=dst,
+                # Before outboxes were keyed by destination, this was the file.
+                legacy_path=root / self.keyspace.outbox_file(kind, workflow_id),
             )
             self._outboxes[key] = box
         return box

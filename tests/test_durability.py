@@ -39,6 +39,7 @@ from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
 from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.episodic import encode_fields
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
 pytestmark = pytest.mark.integration
@@ -628,4 +629,28 @@ async def test_an_unconditional_save_resent_after_a_newer_one_changes_nothing(
     assert await store.save_validated('{"n": 1}', op_id=op) == first  # a retry: a no-op
     stored = await store.load()
     assert stored is not None and stored.state == '{"n": 2}' and stored.rev == 2
+    await rt.close()
+
+
+async def test_an_outbox_left_by_an_earlier_version_is_adopted_and_replayed(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+) -> None:
+    settings = settings_for(tmp_path, keyspace, real_url)
+    legacy = Path(settings.outbox_path) / keyspace.outbox_file("redis", workflow_id)
+    old = Outbox(legacy)  # the file layout before outboxes were keyed by destination
+    for turn in ("1", "2"):
+        entry = {"turn_id": turn, "step_id": "s1", "agent_id": "a", "ts": time.time()}
+        await old.put(
+            {
+                "op": "turn",
+                "args": encode_fields(entry),
+                "field": KeySpace.turn_field("s1", "a", turn),
+            }
+        )
+    await old.ack((await old.peek(1))[0][0])  # turn 1 was delivered before the upgrade
+    await old.close()
+    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    bundle = await rt.memory(workflow_id, "s1", "a").rehydrate_bundle()
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["2"]
+    assert not legacy.exists() and rt.outbox("redis", workflow_id).path.exists()
     await rt.close()

@@ -192,6 +192,9 @@ class Outbox:
             Without it a record survives a process crash but not an OS crash.
         destination: a short digest of where the records go; stamped on each
             record and checked when the file is read (None: no stamp, no check).
+        legacy_path: where an earlier version kept this outbox; a leftover
+            there is moved here (with its cursor) on first load, so records
+            queued before an upgrade are still replayed.
     """
 
     def __init__(
@@ -202,6 +205,7 @@ class Outbox:
         max_bytes: int | None = None,
         fsync: bool = False,
         destination: str | None = None,
+        legacy_path: Path | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -212,6 +216,7 @@ class Outbox:
         self.max_bytes = max_bytes
         self.fsync = fsync
         self.destination = destination
+        self.legacy_path = None if legacy_path is None else Path(legacy_path)
         self._dst = "" if destination is None else f'"dst":{json.dumps(destination)},'
         self._shared = _acquire_shared(self.path)
         self._deliver_lock = self._shared.path.with_name(self._shared.path.name + ".deliver.lock")
@@ -446,8 +451,24 @@ class Outbox:
 
     def _refresh_sync(self) -> int:
         with _Locked(self._shared) as s:
+            if not s.loaded and self.legacy_path is not None:
+                self._adopt_legacy(s, self.legacy_path)
             self._sync(s)
             return len(s.index)
+
+    def _adopt_legacy(self, s: _Shared, legacy: Path) -> None:
+        """Move an earlier version's outbox (data and cursor) here, if this one is new."""
+        if s.path.exists() or not legacy.exists():
+            return
+        if legacy.stat().st_size == 0:
+            return
+        cursor = legacy.with_name(legacy.name + ".cursor")
+        if cursor.exists():
+            os.replace(cursor, s.cursor_path)
+        os.replace(legacy, s.path)  # same OUTBOX_PATH: an atomic rename
+        log.warning(
+            "outbox %s: adopted the records an earlier version queued in %s", s.path, legacy
+        )
 
     def _try_put_inline(self, encoded: str) -> bool | None:
         """A small put from the event loop, or None to take the worker thread.

@@ -76,6 +76,10 @@ class _Shared:
     cursor_path: Path
     lock_path: Path
     mutex: threading.Lock = field(default_factory=threading.Lock)
+    # Guards claim_fd only, and is never held across a wait: the event loop
+    # takes it (try_claim_delivery) and must never block behind a worker thread
+    # that holds ``mutex`` while it waits for another process's flock.
+    claim_mutex: threading.Lock = field(default_factory=threading.Lock)
     lock_fd: int | None = None
     users: int = 0
     # Cached view of the files; valid while gen matches and the file did not shrink.
@@ -135,6 +139,7 @@ def _release_shared(shared: _Shared) -> None:
         if shared.lock_fd is not None:
             os.close(shared.lock_fd)
             shared.lock_fd = None
+    with shared.claim_mutex:
         if shared.claim_fd is not None:
             os.close(shared.claim_fd)
             shared.claim_fd = None
@@ -346,7 +351,7 @@ class Outbox:
         and could apply an older write after a newer one.
         """
         s = self._shared
-        with s.mutex:
+        with s.claim_mutex:
             if s.claim_fd is not None:
                 return False
             try:
@@ -373,7 +378,7 @@ class Outbox:
         if not self._claimed:
             return
         s = self._shared
-        with s.mutex:
+        with s.claim_mutex:
             fd, s.claim_fd = s.claim_fd, None
             self._claimed = False
         if fd is not None:
@@ -425,16 +430,6 @@ class Outbox:
             # The counters stay unpersisted; the records on disk are untouched.
             log.warning("outbox %s: could not persist its counters on close (%s)", self.path, exc)
             self._finalizer()
-
-    def close_nowait(self) -> None:
-        """Release this object's claim and registry entry without awaiting (eviction).
-
-        Counters not yet persisted stay in memory until the next locked write
-        of this path; records on disk are untouched.
-        """
-        self.release_delivery()
-        self._closed = True
-        self._finalizer()
 
     # --- implementation (runs in a worker thread) ---------------------------------------
 
@@ -489,7 +484,13 @@ class Outbox:
             except BlockingIOError:
                 return None
             try:
+                if os.stat(s.path).st_size != s.known_size:
+                    # Another process changed the file: catching up may mean a
+                    # scan of its records, which is worker-thread work.
+                    return None
                 return self._put_locked(s, encoded)
+            except FileNotFoundError:
+                return None
             finally:
                 fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
         finally:

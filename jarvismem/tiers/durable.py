@@ -325,13 +325,6 @@ class DurableWriter:
             "last_error": self.last_error,
         }
 
-    def close_nowait(self) -> None:
-        """Stop replay and release the outbox without awaiting (eviction of an idle writer)."""
-        self._closed = True
-        if self._drainer is not None and not self._drainer.done():
-            self._drainer.cancel()
-        self.outbox.close_nowait()
-
     async def close(self) -> None:
         self._closed = True
         if self._drainer is not None:

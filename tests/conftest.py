@@ -9,9 +9,10 @@ into a failure so CI cannot pass by skipping.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -164,3 +165,15 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     return hops
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Any]:
+    """A private ``redis-server`` (AOF ``always``) this test may stop, pause or kill."""
+    from jarvismem.testing.crash import RedisServerProcess
+
+    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
+    server = RedisServerProcess(tmp_path / "redis", appendfsync="always")
+    server.start()
+    yield server
+    server.kill()

@@ -17,11 +17,9 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,15 +71,6 @@ def real_url() -> str:
     return REAL_REDIS_URL
 
 
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[RedisServerProcess]:
-    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
-    server = RedisServerProcess(tmp_path / "redis", appendfsync="always")
-    server.start()
-    yield server
-    server.kill()
-
-
 async def eventually(check: Any, what: str, limit: float = 20.0) -> None:
     deadline = time.monotonic() + limit
     while not await check():
@@ -102,28 +91,53 @@ def checkpoint_record(step: str, state: str, *, stamp: int | None = None) -> dic
     }
 
 
+def turn_record(step: str, agent: str, turn: str, text: str = "t") -> dict[str, Any]:
+    """An outbox turn record as ``log_turn`` queues it."""
+    entry = {
+        "turn_id": turn,
+        "step_id": step,
+        "agent_id": agent,
+        "ts": time.time(),
+        "thought": text,
+        "action": "a",
+        "result": "r",
+        "tokens": 0,
+    }
+    return {
+        "op": "turn",
+        "args": encode_fields(entry),
+        "field": KeySpace.turn_field(step, agent, turn),
+    }
+
+
 # A peer process opens the workflow's Redis outbox the way its runtime would
-# (same settings), without connecting to Redis.
-PEER_BOX = """
+# (same settings, without connecting to Redis), queues records and exits.
+PEER_QUEUE = """
+import asyncio, json, sys
 from pathlib import Path
 from jarvismem.backends.redis import create_redis
-from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.tiers.episodic import encode_fields
-def peer_outbox(tmp, namespace, workflow_id, url):
+async def main(tmp, namespace, workflow_id, url, records):
     s = load_settings(_env_file=None, jarvismem_namespace=namespace,
                       redis_url=url, outbox_path=Path(tmp) / "outbox")
-    return MemoryRuntime(s, redis=create_redis(s)).outbox("redis", workflow_id)
-""".replace("\n", "\n        ")
+    box = MemoryRuntime(s, redis=create_redis(s)).outbox("redis", workflow_id)
+    for record in records:
+        await box.put(record)
+    await box.close()
+asyncio.run(main(*json.loads(sys.argv[1])))
+"""
 
 
-def run_peer(code: str, env: dict[str, str] | None = None) -> None:
-    """Run ``code`` in a separate Python process (a peer on this machine)."""
+def queue_in_peer(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, url: str, records: list[dict[str, Any]]
+) -> None:
+    """Queue ``records`` from a separate Python process (a peer on this machine)."""
+    args = json.dumps([str(tmp_path), keyspace.namespace, workflow_id, url, records])
     subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", PEER_QUEUE, args],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env=dict(os.environ),
         check=True,
         timeout=60,
     )
@@ -223,24 +237,8 @@ async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflo
     # Another process (A) acknowledged turn 5 and an older checkpoint into the
     # same outbox and died before replaying them.
     stamp = CLOCK.next() - 10_000_000  # A's save was made 10 s before B's
-    run_peer(
-        f"""
-        import asyncio, json, time
-        {PEER_BOX}
-        async def main():
-            box = peer_outbox(
-                {str(tmp_path)!r}, {keyspace.namespace!r}, {workflow_id!r}, {real_url!r}
-            )
-            entry = {{"turn_id": "5", "step_id": "s1", "agent_id": "a", "ts": time.time(),
-                      "thought": "a thinks", "action": "x", "result": "y", "tokens": 0}}
-            await box.put({{"op": "turn", "args": encode_fields(entry),
-                            "field": KeySpace.turn_field("s1", "a", "5")}})
-            await box.put({{"op": "checkpoint", "step": "s1", "state": '{{"who": "A"}}',
-                            "ts": time.time() - 10, "stamp": {stamp}, "opid": "peer-op-1"}})
-            await box.close()
-        asyncio.run(main())
-        """
-    )
+    old = checkpoint_record("s1", '{"who": "A"}', stamp=stamp)
+    queue_in_peer(tmp_path, keyspace, workflow_id, real_url, [turn_record("s1", "a", "5"), old])
     bundle = await b.rehydrate_bundle()
     assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "5"]
     assert json.loads(bundle["checkpoint"])["who"] == "B"
@@ -259,22 +257,7 @@ async def test_the_runtime_poll_replays_a_leftover_without_any_call(
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
-    run_peer(
-        f"""
-        import asyncio, time
-        {PEER_BOX}
-        async def main():
-            box = peer_outbox(
-                {str(tmp_path)!r}, {keyspace.namespace!r}, {workflow_id!r}, {real_url!r}
-            )
-            entry = {{"turn_id": "2", "step_id": "s1", "agent_id": "a", "ts": time.time(),
-                      "thought": "t", "action": "a", "result": "r", "tokens": 0}}
-            await box.put({{"op": "turn", "args": encode_fields(entry),
-                            "field": KeySpace.turn_field("s1", "a", "2")}})
-            await box.close()
-        asyncio.run(main())
-        """
-    )
+    queue_in_peer(tmp_path, keyspace, workflow_id, real_url, [turn_record("s1", "a", "2")])
     ledger = rt.workflow(workflow_id).ledger
     assert ledger is not None
 
@@ -349,7 +332,7 @@ async def test_turns_queued_with_fsync_on_are_fsynced(
     tmp_path: Path,
     keyspace: KeySpace,
     workflow_id: str,
-    private_redis: RedisServerProcess,
+    redis_server: RedisServerProcess,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     synced: list[int] = []
@@ -360,10 +343,10 @@ async def test_turns_queued_with_fsync_on_are_fsynced(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", counting_fsync)
-    settings = settings_for(tmp_path, keyspace, private_redis.url, storage_fsync_appends=True)
+    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_fsync_appends=True)
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a")
-    private_redis.kill()
+    redis_server.kill()
     before = len(synced)
     await mem.log_turn(1, "t", "a", "r")
     writer = rt.workflow(workflow_id).redis_writer
@@ -381,13 +364,13 @@ async def test_outbox_byte_budget_drops_and_counts(tmp_path: Path) -> None:
 
 
 async def test_a_local_disk_error_in_the_outbox_never_reaches_log_turn(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, private_redis: RedisServerProcess
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, private_redis.url, storage_backend="none")
+    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
-    private_redis.kill()
+    redis_server.kill()
     outbox_dir = rt.outbox("redis", workflow_id).path.parent
     outbox_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(outbox_dir)
@@ -428,9 +411,9 @@ async def test_records_queued_for_one_redis_never_replay_into_another(
 
 
 async def test_views_and_writes_never_wait_on_a_peers_outbox_lock_on_the_loop(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, private_redis: RedisServerProcess
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, private_redis.url, storage_backend="none")
+    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     box = rt.outbox("redis", workflow_id)
     for n in range(2_000):  # a large leftover
@@ -438,7 +421,7 @@ async def test_views_and_writes_never_wait_on_a_peers_outbox_lock_on_the_loop(
     lock = box.path.with_name(box.path.name + ".lock")
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a peer holds the outbox lock
-    private_redis.kill()
+    redis_server.kill()
     ticks = 0
     stop = False
 
@@ -489,14 +472,14 @@ async def test_many_workflows_do_not_leak_file_descriptors(
 
 
 async def test_a_restart_during_an_outage_reads_its_own_queued_writes(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, private_redis: RedisServerProcess
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, private_redis.url)
+    settings = settings_for(tmp_path, keyspace, redis_server.url)
     first = await MemoryRuntime.from_env(settings)
     mem = first.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t1", "a", "r")
     await mem.save_checkpoint('{"turn": 1}')
-    private_redis.kill()
+    redis_server.kill()
     for turn in (2, 3):
         await mem.log_turn(turn, f"t{turn}", "a", "r")
     assert await mem.save_checkpoint('{"turn": 3}') is None  # queued
@@ -509,7 +492,7 @@ async def test_a_restart_during_an_outage_reads_its_own_queued_writes(
     assert bundle["checkpoint"] == '{"turn": 3}'
     assert [t["turn_id"] for t in bundle["recent_turns"]][-2:] == ["2", "3"]
     assert "redis_outbox" in bundle["degraded"]
-    private_redis.start()  # from its AOF
+    redis_server.start()  # from its AOF
     writer = again.workflow(workflow_id).redis_writer
     assert writer is not None and await writer.flush(timeout=20.0)
     assert [t["turn_id"] for t in (await view.rehydrate_bundle())["recent_turns"]] == [
@@ -549,20 +532,20 @@ async def _put(box: Outbox, record: dict[str, Any]) -> None:
 
 
 async def test_from_env_starts_degraded_when_redis_is_down(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, private_redis: RedisServerProcess
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, private_redis.url)
-    private_redis.kill()
+    settings = settings_for(tmp_path, keyspace, redis_server.url)
+    redis_server.kill()
     rt = await MemoryRuntime.from_env(settings)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
-    private_redis.start()
+    redis_server.start()
     writer = rt.workflow(workflow_id).redis_writer
     assert writer is not None and await writer.flush(timeout=20.0)
     ledger = rt.workflow(workflow_id).ledger
     assert ledger is not None and await ledger.length() == 1
     with pytest.raises(BackendUnavailableError):
-        private_redis.kill()
+        redis_server.kill()
         await MemoryRuntime.from_env(settings, require_redis=True)
     await rt.close()
 
@@ -571,26 +554,26 @@ async def test_from_env_starts_degraded_when_redis_is_down(
 
 
 async def test_conditional_saves_raise_jarvismem_errors_for_every_redis_failure(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, private_redis: RedisServerProcess
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, private_redis.url, storage_backend="none")
+    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a")
     assert await mem.save_checkpoint('{"n": 1}', expected_rev=0) == 1
-    admin = aioredis.Redis.from_url(private_redis.url)
+    admin = aioredis.Redis.from_url(redis_server.url)
     await admin.config_set("maxmemory", 1)
     await admin.config_set("maxmemory-policy", "noeviction")
     with pytest.raises(BackendUnavailableError):  # OOM, not redis' OutOfMemoryError
         await mem.save_checkpoint('{"n": 2}', expected_rev=1)
     await admin.config_set("maxmemory", 0)
     await admin.aclose()
-    private_redis.pause()  # a stalled server: the save is bounded by its timeout
+    redis_server.pause()  # a stalled server: the save is bounded by its timeout
     try:
         with pytest.raises(BackendUnavailableError):
             await asyncio.wait_for(mem.save_checkpoint('{"n": 2}', expected_rev=1), 10.0)
     finally:
-        private_redis.resume()
-    private_redis.kill()
+        redis_server.resume()
+    redis_server.kill()
     with pytest.raises(BackendUnavailableError):
         await mem.save_checkpoint('{"n": 2}', expected_rev=1)
     await rt.close()
@@ -639,14 +622,7 @@ async def test_an_outbox_left_by_an_earlier_version_is_adopted_and_replayed(
     legacy = Path(settings.outbox_path) / keyspace.outbox_file("redis", workflow_id)
     old = Outbox(legacy)  # the file layout before outboxes were keyed by destination
     for turn in ("1", "2"):
-        entry = {"turn_id": turn, "step_id": "s1", "agent_id": "a", "ts": time.time()}
-        await old.put(
-            {
-                "op": "turn",
-                "args": encode_fields(entry),
-                "field": KeySpace.turn_field("s1", "a", turn),
-            }
-        )
+        await old.put(turn_record("s1", "a", turn))
     await old.ack((await old.peek(1))[0][0])  # turn 1 was delivered before the upgrade
     await old.close()
     rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -68,15 +67,6 @@ def outage_settings(tmp_path: Path, keyspace: KeySpace, **overrides: Any) -> Set
 
 
 # --- Redis ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServerProcess]:
-    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
-    server = RedisServerProcess(tmp_path / "redis", appendfsync="always")
-    server.start()
-    yield server
-    server.kill()
 
 
 def redis_runtime(settings: Settings) -> MemoryRuntime:

@@ -65,6 +65,12 @@ def settings_for(tmp_path: Path, keyspace: KeySpace, redis_url: str, **extra: An
     return load_settings(**values)
 
 
+def runtime_for(tmp_path: Path, keyspace: KeySpace, redis_url: str, **extra: Any) -> MemoryRuntime:
+    """A runtime owning a client of ``redis_url`` (no I/O until used)."""
+    settings = settings_for(tmp_path, keyspace, redis_url, **extra)
+    return MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+
+
 @pytest.fixture
 def real_url() -> str:
     require_backend(real_redis_available(), "a real Redis on 127.0.0.1:6379")
@@ -196,8 +202,7 @@ async def test_a_startup_replay_never_puts_an_old_checkpoint_over_a_newer_save(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
     """A's queued (older) checkpoint and B's live save race at start-up: B's stays."""
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     leftover = rt.outbox("redis", workflow_id)
     old = checkpoint_record("s1", '{"who": "A", "n": 1}')
     await leftover.put(old)  # A crashed with its save still queued
@@ -229,8 +234,7 @@ async def test_a_startup_replay_never_puts_an_old_checkpoint_over_a_newer_save(
 async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflow(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     b = rt.memory(workflow_id, "s1", "b")
     await b.log_turn(1, "b thinks", "act", "ok")  # B has the workflow open, nothing queued
     assert await b.save_checkpoint('{"who": "B", "n": 1}') == 1
@@ -253,8 +257,7 @@ async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflo
 async def test_the_runtime_poll_replays_a_leftover_without_any_call(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
     queue_in_peer(tmp_path, keyspace, workflow_id, real_url, [turn_record("s1", "a", "2")])
@@ -275,8 +278,7 @@ async def test_the_runtime_poll_replays_a_leftover_without_any_call(
 async def test_an_unappliable_record_is_dead_lettered_and_the_queue_moves_on(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     box = rt.outbox("redis", workflow_id)
     await box.put({"op": "no-such-op", "x": 1})
     mem = rt.memory(workflow_id, "s1", "a")
@@ -298,8 +300,7 @@ async def test_an_unappliable_record_is_dead_lettered_and_the_queue_moves_on(
 async def test_a_live_write_redis_refuses_for_good_is_dead_lettered_not_raised(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     assert rt.redis is not None
     await rt.redis.set(keyspace.ledger(workflow_id), "not a stream")  # WRONGTYPE for XADD
     mem = rt.memory(workflow_id, "s1", "a")
@@ -343,8 +344,7 @@ async def test_turns_queued_with_fsync_on_are_fsynced(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", counting_fsync)
-    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_fsync_appends=True)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_fsync_appends=True)
     mem = rt.memory(workflow_id, "s1", "a")
     redis_server.kill()
     before = len(synced)
@@ -366,8 +366,7 @@ async def test_outbox_byte_budget_drops_and_counts(tmp_path: Path) -> None:
 async def test_a_local_disk_error_in_the_outbox_never_reaches_log_turn(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
     redis_server.kill()
@@ -413,8 +412,7 @@ async def test_records_queued_for_one_redis_never_replay_into_another(
 async def test_views_and_writes_never_wait_on_a_peers_outbox_lock_on_the_loop(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     box = rt.outbox("redis", workflow_id)
     for n in range(2_000):  # a large leftover
         await box.put(checkpoint_record("s9", f'{{"n": {n}}}'))
@@ -456,8 +454,7 @@ def _open_fds() -> int:
 async def test_many_workflows_do_not_leak_file_descriptors(
     tmp_path: Path, keyspace: KeySpace, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     await rt.memory("warm-up", "s1", "a").log_turn(1, "t", "a", "r")
     before = _open_fds()
     for n in range(700):
@@ -556,8 +553,7 @@ async def test_from_env_starts_degraded_when_redis_is_down(
 async def test_conditional_saves_raise_jarvismem_errors_for_every_redis_failure(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
     mem = rt.memory(workflow_id, "s1", "a")
     assert await mem.save_checkpoint('{"n": 1}', expected_rev=0) == 1
     admin = aioredis.Redis.from_url(redis_server.url)
@@ -603,8 +599,7 @@ async def test_a_conditional_save_whose_reply_was_lost_is_not_a_conflict(
 async def test_an_unconditional_save_resent_after_a_newer_one_changes_nothing(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = runtime_for(tmp_path, keyspace, real_url)
     store = rt.workflow(workflow_id).checkpoints("s1")
     op = uuid.uuid4().hex
     first = await store.save_validated('{"n": 1}', op_id=op)

@@ -110,10 +110,8 @@ async def _llm_health(rt: MemoryRuntime) -> dict[str, Any]:
 
 def _outboxes(rt: MemoryRuntime) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for state in rt._workflows.values():
-        for writer in (state.redis_writer, state.blob_writer):
-            if writer is not None:
-                out[writer.name] = writer.health()
+    for writer in rt.open_writers():
+        out[writer.name] = writer.health()
     for agent_id, task in rt._athena_memories.items():
         if task.done() and task.exception() is None:
             out[f"athena[{agent_id}]"] = task.result().health()
@@ -136,7 +134,18 @@ async def runtime_health(rt: MemoryRuntime) -> dict[str, Any]:
         if box.get("pending"):
             reasons.append(f"{name}: {box['pending']} write(s) queued in the local outbox")
         if box.get("dropped"):
-            reasons.append(f"{name}: {box['dropped']} write(s) dropped (outbox full)")
+            reasons.append(
+                f"{name}: {box['dropped']} write(s) dropped (outbox full or local disk error)"
+            )
+        if box.get("dead_lettered"):
+            reasons.append(
+                f"{name}: {box['dead_lettered']} write(s) refused by the backend for good, "
+                "kept in the outbox's .dead file"
+            )
+        if box.get("foreign"):
+            reasons.append(
+                f"{name}: {box['foreign']} record(s) stamped for another destination, not sent"
+            )
     return {
         "ok": not reasons,
         "degraded": bool(reasons),

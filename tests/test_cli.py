@@ -470,3 +470,25 @@ def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli) -> None:
     proc = cli.run("bench")
     assert proc.returncode == 2
     assert "run `jarvismem bench` from the root of a jarvismem checkout" in proc.stderr
+
+
+async def test_status_shows_outboxes_other_processes_left(
+    any_cli: Cli, runtime: MemoryRuntime
+) -> None:
+    # Another process on this machine (same OUTBOX_PATH as the CLI) left records.
+    settings = any_cli.runtime_settings().model_copy(
+        update={"outbox_path": Path(any_cli.env["OUTBOX_PATH"])}
+    )
+    box = MemoryRuntime(settings, redis=runtime.redis).outbox("redis", "wf-left")
+    await box.put({"op": "turn", "args": [], "field": "x"})  # queued, not yet replayed
+    await box.dead_letter(None, {"op": "bogus"}, "refused for good")
+    await box.close()
+    proc = any_cli.run("status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    health = json.loads(proc.stdout)
+    [left] = [b for b in health["local_outboxes"] if b["path"].endswith("wf-left.jsonl")]
+    assert (left["pending"], left["dead_lettered"]) == (1, 1)
+    assert not health["ok"]
+    assert any("wf-left.jsonl: 1 queued, 1 dead-lettered" in r for r in health["reasons"])
+    human = any_cli.run("status")
+    assert "1 dead-lettered" in human.stdout

@@ -294,6 +294,7 @@ async def test_an_unappliable_record_is_dead_lettered_and_the_queue_moves_on(
     assert "unknown outbox record op" in dead[0]["reason"]
     health = await mem.health()
     assert health["outboxes"][writer.name]["dead_lettered"] == 1
+    assert any("refused by the backend for good" in r for r in health["reasons"])
     await rt.close()
 
 

@@ -59,7 +59,7 @@ from typing import Any
 
 from jarvismem.errors import InvalidPayloadError
 
-__all__ = ["Outbox", "OutboxDrainer", "deliver_pending"]
+__all__ = ["Outbox", "OutboxDrainer", "deliver_pending", "scan_outboxes"]
 
 log = logging.getLogger(__name__)
 
@@ -811,3 +811,33 @@ async def deliver_pending(outbox: Outbox, send: Send, *, batch: int = 100) -> in
             type(drainer.last_error).__name__,
         )
     return delivered
+
+
+async def scan_outboxes(root: Path) -> list[dict[str, Any]]:
+    """Every outbox file under ``root`` with its pending, dropped and dead-lettered counts.
+
+    For ``jarvismem status``: a fresh process has no outbox open, yet what
+    other processes left (or could not deliver) must show. Reads each file
+    the way its owner would (a worker thread), and only lists non-empty state.
+    """
+    files = await asyncio.to_thread(lambda: sorted(Path(root).rglob("*.jsonl")))
+    found: list[dict[str, Any]] = []
+    for path in files:
+        box = Outbox(path)
+        try:
+            pending = await box.load()
+            if pending or box.dropped or box.dead:
+                found.append(
+                    {
+                        "path": str(path.relative_to(root)),
+                        "pending": pending,
+                        "pending_bytes": box.pending_bytes,
+                        "dropped": box.dropped,
+                        "dead_lettered": box.dead,
+                    }
+                )
+        except OSError as exc:
+            found.append({"path": str(path.relative_to(root)), "error": str(exc)})
+        finally:
+            await box.close()
+    return found

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.cli._render import render_bundle, render_entry, render_health, render_spaces
@@ -70,6 +72,13 @@ async def status(ctx: CliContext) -> int:
     """Exit 1 when a configured backend does not answer."""
     async with ctx.probe_runtime() as rt:
         health = await rt.health()
+        # Outboxes are per machine: show what any process here left behind.
+        local = await scan_outboxes(Path(rt.settings.outbox_path))
+    health["local_outboxes"] = local
+    for box in local:
+        if box.get("pending") or box.get("dead_lettered") or box.get("error"):
+            health["ok"], health["degraded"] = False, True
+            health["reasons"].append(_outbox_reason(box))
     unreachable = [
         name
         for name, b in health["backends"].items()
@@ -81,6 +90,15 @@ async def status(ctx: CliContext) -> int:
         error_line(f"configured backend(s) not reachable: {', '.join(unreachable)}")
         return 1
     return 0
+
+
+def _outbox_reason(box: dict[str, Any]) -> str:
+    if box.get("error"):
+        return f"outbox {box['path']}: unreadable ({box['error']})"
+    parts = [f"{box['pending']} queued"]
+    if box.get("dead_lettered"):
+        parts.append(f"{box['dead_lettered']} dead-lettered")
+    return f"outbox {box['path']}: " + ", ".join(parts)
 
 
 # --- tail ---------------------------------------------------------------------------------

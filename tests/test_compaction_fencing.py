@@ -436,6 +436,18 @@ async def test_redis_refusing_the_summary_is_a_jarvismem_error(
     assert await ltm.load_summary() == "text"
 
 
+async def test_a_ledger_redis_refuses_to_read_is_a_jarvismem_error_in_compaction(
+    redis_client: Any, local_blob_storage: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    """Found by the checker's soak: a ledger page read escaped compact() as redis-py's error."""
+    flow = Workflow(redis_client, local_blob_storage, keyspace, workflow_id)
+    await redis_client.set(keyspace.ledger(workflow_id), "not a stream")  # XRANGE: WRONGTYPE
+    compactor = flow.compactor(flow.ltm(), Summarizer())
+    with pytest.raises(BackendRejectedError):
+        await compactor.compact()
+    assert not await redis_client.exists(keyspace.ltm_lock(workflow_id))  # released
+
+
 # --- the Redis write alone --------------------------------------------------------------
 
 

@@ -425,7 +425,10 @@ class Compactor:
         lost = asyncio.Event()
         keeper = asyncio.get_running_loop().create_task(self._keep_alive(token, lost))
         try:
-            return await self._compact_locked(token, lost, progress)
+            # Ledger pages, counters and the summary read are Redis calls too:
+            # a failure among them is jarvismem's error, never redis-py's.
+            async with redis_errors(f"compaction of {self.workflow_id}"):
+                return await self._compact_locked(token, lost, progress)
         except _LockLost:
             reason = "fenced: the compactor lock expired before the summary was saved"
             log.warning("compaction of %s: %s", self.workflow_id, reason)

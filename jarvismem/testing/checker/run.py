@@ -329,8 +329,11 @@ async def _recover_and_observe(
             if athena is not None:
                 for agent in base["agents"]:
                     memory = await rt.athena_memory(agent)
-                    if memory is not None:
-                        await memory.flush(timeout=RECOVERY_FLUSH_TIMEOUT)
+                    # A long run can leave a large backlog: keep flushing while
+                    # each round makes progress (a stuck outbox still shows).
+                    while memory is not None and await memory.outbox.load():
+                        if not await memory.flush(timeout=RECOVERY_FLUSH_TIMEOUT):
+                            break
             if tenant == tenants[-1]:
                 obs = await _observe(rt, KeySpace(NAMESPACE), base, athena)
         finally:

@@ -206,12 +206,12 @@ def test_a_turn_delivered_twice_to_athena_is_counted() -> None:
     assert verdict.figures["athena_duplicate_events"] == 2
 
 
-def test_athena_duplicates_explained_by_killed_deliverers_are_only_a_figure() -> None:
+def test_athena_duplicates_explained_by_faults_are_only_a_figure() -> None:
     thought = turn_text("ta", WF, STEP, AGENT, 1)[0]
     observed = Observed(athena_events=[("ta", thought)] * 3)
     explained = verify([], observed, athena_crash_duplicates=2)
     assert dict(explained.violations) == {}
-    assert explained.figures["athena_duplicates_explained_by_kills"] == 2
+    assert explained.figures["athena_duplicates_explained_by_faults"] == 2
     assert dict(verify([], observed, athena_crash_duplicates=1).violations) == {
         "athena_duplicate": 1
     }

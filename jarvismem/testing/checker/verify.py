@@ -313,8 +313,8 @@ def check_summaries(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
 def check_athena(obs: Observed, v: Verdict, *, crash_duplicates: int = 0) -> None:
     """No event in another tenant's session; each turn's event delivered once.
 
-    Up to ``crash_duplicates`` extra deliveries are explained by deliverers
-    killed mid-send (at-least-once); only the excess is a violation.
+    Up to ``crash_duplicates`` extra deliveries are explained by the faults
+    that make delivery at-least-once; only the excess is a violation.
     """
     seen: Counter[tuple[str, str, str, str, int]] = Counter()
     for session_tenant, content in obs.athena_events:
@@ -328,7 +328,7 @@ def check_athena(obs: Observed, v: Verdict, *, crash_duplicates: int = 0) -> Non
     extra = sum(n - 1 for n in dups.values())
     v.figures["athena_events"] = sum(seen.values())
     v.figures["athena_duplicate_events"] = extra
-    v.figures["athena_duplicates_explained_by_kills"] = min(extra, crash_duplicates)
+    v.figures["athena_duplicates_explained_by_faults"] = min(extra, crash_duplicates)
     if extra > crash_duplicates:
         for key, n in sorted(dups.items())[:EXAMPLES_PER_INVARIANT]:
             v.add("athena_duplicate", f"{key} delivered {n} times", 0)
@@ -382,9 +382,10 @@ def verify(
 ) -> Verdict:
     """Check every invariant; returns the violations and figures.
 
-    ``athena_crash_duplicates``: Athena events that may be sent twice because
-    their deliverer was killed mid-send (the server does not deduplicate);
-    duplicates beyond it are violations.
+    ``athena_crash_duplicates``: Athena events that may be sent twice after the
+    faults that make delivery at-least-once (a deliverer killed mid-send, a
+    timed-out request the server stored, Redis down); the server does not
+    deduplicate. Duplicates beyond it are violations.
     """
     v = Verdict()
     check_errors(ops, v)

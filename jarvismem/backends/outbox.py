@@ -415,8 +415,7 @@ class Outbox:
             if seq is not None:
                 self._ack_locked(s, seq)
             else:
-                s.dropped_dirty = True  # persist the count with the next cursor write
-                self._write_cursor(s)
+                self._write_cursor(s)  # persist the count now
 
     async def close(self) -> None:
         """Persist pending counters and release the file lock. Idempotent."""

@@ -101,8 +101,6 @@ class DurableWriter:
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.replayed = 0
-        self.dead_lettered = 0
-        self.disk_errors = 0
         self._closed = False
 
     @property
@@ -161,7 +159,6 @@ class DurableWriter:
         except OSError as exc:
             # The local disk refused the fallback too (full, read-only): the
             # write is lost. Count it and say so, but never fail the caller.
-            self.disk_errors += 1
             self.outbox.dropped += 1
             log.error(
                 "%s: could not queue a write in the local outbox (%s, errno %s); dropped",
@@ -178,9 +175,7 @@ class DurableWriter:
         log.error("%s: the backend refused a write for good; dead-lettered (%s)", self.name, reason)
         try:
             await self.outbox.dead_letter(None, record, reason)
-            self.dead_lettered += 1
         except OSError:
-            self.disk_errors += 1
             self.outbox.dropped += 1
 
     def _note_failure(self, exc: BaseException) -> None:
@@ -234,7 +229,7 @@ class DurableWriter:
                 raise
             except Exception as exc:
                 self._note_failure(exc)
-                self.outbox.release_delivery()
+                self.outbox.release_delivery()  # free during the backoff: a peer may replay
                 await self._pause(delay)
                 delay = min(delay * 2, self.max_backoff)
             finally:
@@ -267,7 +262,6 @@ class DurableWriter:
                             last = None
                         reason = f"{type(exc).__name__}: {exc}"
                         await self.outbox.dead_letter(seq, record, reason)
-                        self.dead_lettered += 1
                         log.error(
                             "%s: record %d refused for good; moved to %s.dead (%s)",
                             self.name,

@@ -42,7 +42,7 @@ from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def settings_for(tmp_path: Path, keyspace: KeySpace, redis_url: str, **extra: Any) -> Settings:

@@ -1,6 +1,6 @@
 """Security: tenant isolation, redaction in every tier, credentials kept home, TLS to Redis.
 
-(docker-compose's loopback-only ports are checked in tests/test_compose.py.)
+(docker-compose's loopback-only ports are checked in tests/system/test_compose.py.)
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ OUTAGE_SECONDS = float(os.environ.get("JARVISMEM_OUTAGE_SECONDS", "0"))
 
 AZURITE_BINARIES = (
     Path("/tmp/azcache/node_modules/.bin/azurite-blob"),
-    Path(__file__).resolve().parents[1] / ".cache/azurite/node_modules/.bin/azurite-blob",
+    Path(__file__).resolve().parents[2] / ".cache/azurite/node_modules/.bin/azurite-blob",
 )
 
 

@@ -22,7 +22,7 @@ from tests.conftest import _port_open, require_backend
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "redis-cluster"
 BASE_PORT = 7000
 

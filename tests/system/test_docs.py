@@ -9,7 +9,7 @@ import pytest
 from jarvismem.cli import build_parser
 from jarvismem.settings import Settings
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", sorted(n.upper() for n in Settings.model_fields))

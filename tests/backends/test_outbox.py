@@ -18,7 +18,7 @@ from jarvismem.backends.outbox import Outbox, OutboxDrainer, deliver_pending
 from jarvismem.errors import InvalidPayloadError
 from tests.conftest import ThreadHops
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _append_raw(path: Path, data: bytes) -> None:

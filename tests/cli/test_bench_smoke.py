@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_MEASUREMENTS = (
     "raw sequential XADD",

@@ -21,7 +21,7 @@ from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.tiers.athena import AthenaMemory
 from tests.conftest import REAL_REDIS_URL
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TENANT, USER, AGENT = "acme", "alice", "agent1"
 WAIT_BOUND = 5.0
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import env_without_settings
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(name: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -24,7 +24,7 @@ from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import REAL_REDIS_URL
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 WAIT_BOUND = 60.0
 

@@ -35,10 +35,10 @@ from jarvismem.tiers.compaction import CompactionPolicy, CompactionResult, Compa
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 
-from .conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL
 
 TTL = 3600
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class Summarizer:

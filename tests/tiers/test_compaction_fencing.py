@@ -34,7 +34,6 @@ from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.compaction import CompactionPolicy, CompactionResult, Compactor
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
-
 from tests.conftest import REAL_REDIS_URL
 
 TTL = 3600

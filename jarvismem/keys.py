@@ -184,13 +184,17 @@ class KeySpace:
             f"{validate_id(idempotency_key, 'idempotency_key')}"
         )
 
+    def _recall(self, scope_key: str, suffix: str) -> str:
+        # One hash tag per scope: a scope's keys share a Redis Cluster slot.
+        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:{suffix}"
+
     def recall_entries(self, scope_key: str) -> str:
         """Hash id -> entry JSON of one recall scope (namespace/agent/session)."""
-        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:entries"
+        return self._recall(scope_key, "entries")
 
     def recall_postings(self, scope_key: str) -> str:
         """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
-        return f"{KEY_PREFIX}:{self.namespace}:{{recall:{_check_scope(scope_key)}}}:postings"
+        return self._recall(scope_key, "postings")
 
     @staticmethod
     def recall_scope(namespace: str, agent_id: str, session_id: str | None) -> str:
@@ -209,12 +213,15 @@ class KeySpace:
             return f"workflows/{wf}"
         return f"tenants/{self.namespace}/workflows/{wf}"
 
-    def scratchpad(self, workflow_id: str, step_id: str, agent_id: str) -> str:
-        """JSONL scratchpad of one (workflow, step, agent)."""
+    def _step_agent_blob(self, kind: str, workflow_id: str, step_id: str, agent_id: str) -> str:
         return (
-            f"{self._wf_dir(workflow_id)}/scratchpads/{validate_id(step_id, 'step_id')}/"
+            f"{self._wf_dir(workflow_id)}/{kind}/{validate_id(step_id, 'step_id')}/"
             f"{validate_id(agent_id, 'agent_id')}.jsonl"
         )
+
+    def scratchpad(self, workflow_id: str, step_id: str, agent_id: str) -> str:
+        """JSONL scratchpad of one (workflow, step, agent)."""
+        return self._step_agent_blob("scratchpads", workflow_id, step_id, agent_id)
 
     def scratchpad_prefix(self, workflow_id: str) -> str:
         """Prefix of every scratchpad of a workflow (for carrying goal findings)."""
@@ -222,10 +229,7 @@ class KeySpace:
 
     def goals(self, workflow_id: str, step_id: str, agent_id: str) -> str:
         """JSONL of goal-scoped findings of one (step, agent): small, read whole."""
-        return (
-            f"{self._wf_dir(workflow_id)}/goals/{validate_id(step_id, 'step_id')}/"
-            f"{validate_id(agent_id, 'agent_id')}.jsonl"
-        )
+        return self._step_agent_blob("goals", workflow_id, step_id, agent_id)
 
     def goals_prefix(self, workflow_id: str) -> str:
         """Prefix of every goal-findings blob of a workflow (carrying forward)."""

@@ -1,4 +1,7 @@
-"""Store-specific behaviour: BM25 ranking, the Redis index, TTL, and Athena's distance mapping."""
+"""Store behaviour: BM25 ranking on both lexical stores, and Athena's distance mapping.
+
+The Redis index layout, TTL and real-server behaviour: test_redis_store.py.
+"""
 
 from __future__ import annotations
 
@@ -22,13 +25,11 @@ from jarvismem.recall.bm25 import idf, score_documents, tokenize
 
 
 @pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest, keyspace: KeySpace) -> RecallStore:
-    """Both lexical stores (Redis on fakeredis; the real server runs in the conformance suite)."""
+def store(request: pytest.FixtureRequest, keyspace: KeySpace, fake_redis: Any) -> RecallStore:
+    """Both lexical stores (Redis on fakeredis; the real server: test_redis_store.py)."""
     if request.param == "memory":
         return InMemoryRecallStore()
-    import fakeredis
-
-    return RedisRecallStore(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()), keyspace)
+    return RedisRecallStore(fake_redis, keyspace)
 
 
 async def write(store: RecallStore, content: str, **kw: Any) -> str:
@@ -116,84 +117,6 @@ async def test_delete_forgets_an_entry(store: RecallStore) -> None:
     assert await store.delete(gone, agent_id="a1") is True  # type: ignore[attr-defined]
     assert await store.delete(gone, agent_id="a1") is False  # type: ignore[attr-defined]
     assert await contents(store, "walrus") == ["walrus habitat"]
-
-
-# --- Redis layout ---------------------------------------------------------------------------
-
-
-class RecordingRedis:
-    """Delegates to a client and records the hash reads it is asked for."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.calls: list[tuple[str, Any, Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in {"hget", "hmget", "hgetall"}:
-            return attr
-
-        async def recorded(key: Any, *args: Any) -> Any:
-            self.calls.append((name, key, args))
-            return await attr(key, *args)
-
-        return recorded
-
-
-async def test_redis_recall_reads_only_the_query_postings(
-    redis_client: Any, keyspace: KeySpace
-) -> None:
-    recorder = RecordingRedis(redis_client)
-    store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
-    for i in range(30):
-        await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
-    target = await store.write(WriteRequest(agent_id="a1", content="the walrus is blue"))
-    recorder.calls.clear()
-    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=5))
-    assert [r.entry.id for r in found] == [target.id]
-    assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
-    entries_key, postings_key = store.keys("default", "a1", None)
-    (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
-    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
-    assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
-    assert (k3, a3[0]) == (entries_key, [target.id])
-
-
-async def test_redis_upsert_takes_old_words_out_of_the_index(
-    redis_client: Any, keyspace: KeySpace
-) -> None:
-    store = RedisRecallStore(redis_client, keyspace)
-    entry = await store.write(WriteRequest(agent_id="a1", content="zebra stripes"))
-    await store.write(WriteRequest(agent_id="a1", id=entry.id, content="giraffe"))
-    _, postings_key = store.keys("default", "a1", None)
-    fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
-    assert "zebra" not in fields and "stripe" not in fields
-    assert "giraffe" in fields
-    assert await redis_client.hget(postings_key, "__n__") == b"1"
-    assert await redis_client.hget(postings_key, "__sum__") == b"1"
-
-
-async def test_redis_ttl_applies_to_both_keys(redis_client: Any, keyspace: KeySpace) -> None:
-    store = RedisRecallStore(redis_client, keyspace, ttl_seconds=120)
-    await store.write(WriteRequest(agent_id="a1", content="short lived"))
-    for key in store.keys("default", "a1", None):
-        assert 0 < await redis_client.ttl(key) <= 120
-
-
-async def test_redis_without_ttl_keeps_keys(redis_client: Any, keyspace: KeySpace) -> None:
-    store = RedisRecallStore(redis_client, keyspace)
-    await store.write(WriteRequest(agent_id="a1", content="long lived"))
-    for key in store.keys("default", "a1", None):
-        assert await redis_client.ttl(key) == -1
-
-
-async def test_redis_keys_share_one_cluster_slot(keyspace: KeySpace) -> None:
-    import fakeredis
-
-    store = RedisRecallStore(fakeredis.FakeAsyncRedis(), keyspace)
-    entries_key, postings_key = store.keys("ns", "a1", "s1")
-    tag = entries_key[entries_key.index("{") : entries_key.index("}") + 1]
-    assert tag in postings_key and tag == "{recall:ns:a1:s1}"
 
 
 # --- Athena: L2 distance to similarity ------------------------------------------------------

@@ -5,6 +5,8 @@ The Redis index layout, TTL and real-server behaviour: test_redis_store.py.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from jarvismem.recall import (
     similarity_from_distance,
 )
 from jarvismem.recall.bm25 import idf, score_documents, tokenize
+from jarvismem.recall.models import MemoryEntry
+from jarvismem.recall.stores import DeletableRecallStore, entry_from_write, now_ms, rank
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -117,6 +121,80 @@ async def test_delete_forgets_an_entry(store: RecallStore) -> None:
     assert await store.delete(gone, agent_id="a1") is True  # type: ignore[attr-defined]
     assert await store.delete(gone, agent_id="a1") is False  # type: ignore[attr-defined]
     assert await contents(store, "walrus") == ["walrus habitat"]
+
+
+# --- the shared helpers of stores.py -------------------------------------------------------
+
+
+def test_now_ms_is_strictly_increasing_even_within_one_millisecond() -> None:
+    stamps = [now_ms() for _ in range(500)]
+    assert all(b > a for a, b in itertools.pairwise(stamps))
+
+
+def test_entry_from_write_on_a_new_entry() -> None:
+    entry = entry_from_write(
+        WriteRequest(agent_id="a1", content="fresh", metadata={"k": "v"}), None
+    )
+    assert entry.created_at == entry.updated_at
+    assert (entry.content, entry.metadata, entry.id[:4]) == ("fresh", {"k": "v"}, "mem_")
+
+
+def test_entry_from_write_upsert_keeps_id_and_creation_time() -> None:
+    first = entry_from_write(WriteRequest(agent_id="a1", content="v1"), None)
+    second = entry_from_write(WriteRequest(agent_id="a1", id=first.id, content="v2"), first)
+    assert (second.id, second.created_at, second.content) == (first.id, first.created_at, "v2")
+    assert second.updated_at > first.updated_at
+
+
+def test_entry_from_write_never_moves_updated_at_backwards() -> None:
+    # An entry stamped by a process whose clock ran ahead keeps its later stamp.
+    first = entry_from_write(WriteRequest(agent_id="a1", content="v1"), None)
+    ahead = first.model_copy(update={"updated_at": first.updated_at + 10_000_000})
+    second = entry_from_write(WriteRequest(agent_id="a1", id=first.id, content="v2"), ahead)
+    assert second.updated_at == ahead.updated_at
+
+
+def _entry(entry_id: str, updated_at: int) -> MemoryEntry:
+    return MemoryEntry(agent_id="a1", id=entry_id, content="x", created_at=0, updated_at=updated_at)
+
+
+def test_rank_orders_by_score_then_recency_then_id_and_cuts_to_the_limit() -> None:
+    entries = {i: _entry(i, t) for i, t in (("a", 1), ("b", 2), ("c", 2), ("d", 9))}
+    scores = {"a": 3.0, "b": 1.0, "c": 1.0, "d": 0.5}
+    assert [r.entry.id for r in rank(scores, entries, 10)] == ["a", "b", "c", "d"]
+    assert [r.entry.id for r in rank(scores, entries, 2)] == ["a", "b"]
+    assert [r.score for r in rank(scores, entries, 10)] == [3.0, 1.0, 1.0, 0.5]
+
+
+def test_rank_skips_scored_ids_without_an_entry() -> None:
+    # A concurrent delete can leave a posting whose entry is gone.
+    assert [r.entry.id for r in rank({"gone": 9.0, "a": 1.0}, {"a": _entry("a", 1)}, 5)] == ["a"]
+
+
+def test_the_in_memory_store_satisfies_both_protocols() -> None:
+    store = InMemoryRecallStore()
+    assert isinstance(store, RecallStore)
+    assert isinstance(store, DeletableRecallStore)
+
+
+async def test_in_memory_scopes_are_separate_and_delete_is_scoped() -> None:
+    store = InMemoryRecallStore()
+    agent_wide = await store.write(WriteRequest(agent_id="a1", content="shared fact"))
+    await store.write(WriteRequest(agent_id="a1", session_id="s1", content="session fact"))
+    assert [e.content for e in await store.list_entries("a1", "s1")] == ["session fact"]
+    assert await store.delete(agent_wide.id, agent_id="a1", session_id="s1") is False
+    assert await store.delete(agent_wide.id, agent_id="a1") is True
+    assert await store.list_entries("a1") == []
+
+
+async def test_in_memory_concurrent_upserts_keep_one_entry() -> None:
+    store = InMemoryRecallStore()
+    entry = await store.write(WriteRequest(agent_id="a1", content="v0"))
+    await asyncio.gather(
+        *(store.write(WriteRequest(agent_id="a1", id=entry.id, content=f"v{i}")) for i in range(20))
+    )
+    [kept] = await store.list_entries("a1")
+    assert (kept.id, kept.created_at) == (entry.id, entry.created_at)
 
 
 # --- Athena: L2 distance to similarity ------------------------------------------------------

@@ -122,7 +122,7 @@ def test_recall_request_refuses(fields: dict[str, Any]) -> None:
 
 
 def test_requests_share_the_scope_fields_of_entries() -> None:
-    scope = {"agent_id": "a", "session_id": "s", "namespace": "n"}
+    scope: dict[str, Any] = {"agent_id": "a", "session_id": "s", "namespace": "n"}
     request = RecallRequest(query="q", **scope)
     write = WriteRequest(content="c", **scope)
     entry = MemoryEntry(content="c", **scope)

@@ -104,10 +104,10 @@ async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> As
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
-    client = aioredis.Redis.from_url(REAL_REDIS_URL)
-    yield client
-    await _cleanup_namespace(client, keyspace)
-    await client.aclose()
+    real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
+    yield real
+    await _cleanup_namespace(real, keyspace)
+    await real.aclose()
 
 
 @pytest.fixture

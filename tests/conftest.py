@@ -12,7 +12,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -104,10 +104,10 @@ async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> As
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
-    client = aioredis.Redis.from_url(REAL_REDIS_URL)
-    yield client
-    await _cleanup_namespace(client, keyspace)
-    await client.aclose()
+    real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
+    yield real
+    await _cleanup_namespace(real, keyspace)
+    await real.aclose()
 
 
 @pytest.fixture
@@ -120,6 +120,80 @@ async def real_redis(keyspace: KeySpace) -> AsyncIterator[Any]:
     yield client
     await _cleanup_namespace(client, keyspace)
     await client.aclose()
+
+
+@pytest.fixture
+async def fake_redis() -> AsyncIterator[Any]:
+    """A fakeredis client on a private server: the fast unit layer, nothing shared."""
+    import fakeredis
+
+    client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def local_blob(tmp_path: Path) -> AsyncIterator[Any]:
+    """A ``LocalBlobStorage`` rooted at ``tmp_path / "blobs"``, closed after the test."""
+    from jarvismem.backends.blob.local import LocalBlobStorage
+
+    storage = LocalBlobStorage(tmp_path / "blobs")
+    yield storage
+    await storage.close()
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
+    """Build ``Settings`` isolated to this test; keyword arguments override fields.
+
+    No ``.env`` file is read, the namespace is the test's ``keyspace``, the
+    outbox and the local blob root live under ``tmp_path``, and background
+    compaction is off so nothing runs that the test did not ask for.
+    """
+    from jarvismem.settings import load_settings
+
+    def build(**overrides: Any) -> Any:
+        fields: dict[str, Any] = {
+            "jarvismem_namespace": keyspace.namespace,
+            "outbox_path": tmp_path / "outbox",
+            "storage_base_path": tmp_path / "blobs",
+            "compaction_enabled": False,
+        }
+        fields.update(overrides)
+        return load_settings(_env_file=None, **fields)
+
+    return build
+
+
+@pytest.fixture
+async def make_runtime(make_settings: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """Build ``MemoryRuntime`` objects that are all closed when the test ends.
+
+    ``make_runtime(redis=..., blob=..., settings=..., **runtime_kwargs)``; without
+    ``settings`` it uses ``make_settings()``. Request the client fixtures before
+    this one, so that the runtimes close before their clients do.
+    """
+    from jarvismem.runtime import MemoryRuntime
+
+    built: list[Any] = []
+
+    def build(*, settings: Any = None, **kwargs: Any) -> Any:
+        runtime = MemoryRuntime(settings if settings is not None else make_settings(), **kwargs)
+        built.append(runtime)
+        return runtime
+
+    yield build
+    for runtime in reversed(built):
+        await runtime.close()
+
+
+@pytest.fixture
+async def real_runtime(real_redis: Any, local_blob: Any, make_runtime: Callable[..., Any]) -> Any:
+    """A runtime on the real Redis server and a tmp blob folder, in the test's namespace.
+
+    The namespace's keys are deleted afterwards (by ``real_redis``).
+    """
+    return make_runtime(redis=real_redis, blob=local_blob)
 
 
 @pytest.fixture

@@ -1,7 +1,12 @@
-"""Store-specific behaviour: BM25 ranking, the Redis index, TTL, and Athena's distance mapping."""
+"""Store behaviour: BM25 ranking on both lexical stores, and Athena's distance mapping.
+
+The Redis index layout, TTL and real-server behaviour: test_redis_store.py.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -19,16 +24,16 @@ from jarvismem.recall import (
     similarity_from_distance,
 )
 from jarvismem.recall.bm25 import idf, score_documents, tokenize
+from jarvismem.recall.models import MemoryEntry
+from jarvismem.recall.stores import DeletableRecallStore, entry_from_write, now_ms, rank
 
 
 @pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest, keyspace: KeySpace) -> RecallStore:
-    """Both lexical stores (Redis on fakeredis; the real server runs in the conformance suite)."""
+def store(request: pytest.FixtureRequest, keyspace: KeySpace, fake_redis: Any) -> RecallStore:
+    """Both lexical stores (Redis on fakeredis; the real server: test_redis_store.py)."""
     if request.param == "memory":
         return InMemoryRecallStore()
-    import fakeredis
-
-    return RedisRecallStore(fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()), keyspace)
+    return RedisRecallStore(fake_redis, keyspace)
 
 
 async def write(store: RecallStore, content: str, **kw: Any) -> str:
@@ -118,82 +123,78 @@ async def test_delete_forgets_an_entry(store: RecallStore) -> None:
     assert await contents(store, "walrus") == ["walrus habitat"]
 
 
-# --- Redis layout ---------------------------------------------------------------------------
+# --- the shared helpers of stores.py -------------------------------------------------------
 
 
-class RecordingRedis:
-    """Delegates to a client and records the hash reads it is asked for."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.calls: list[tuple[str, Any, Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in {"hget", "hmget", "hgetall"}:
-            return attr
-
-        async def recorded(key: Any, *args: Any) -> Any:
-            self.calls.append((name, key, args))
-            return await attr(key, *args)
-
-        return recorded
+def test_now_ms_is_strictly_increasing_even_within_one_millisecond() -> None:
+    stamps = [now_ms() for _ in range(500)]
+    assert all(b > a for a, b in itertools.pairwise(stamps))
 
 
-async def test_redis_recall_reads_only_the_query_postings(
-    redis_client: Any, keyspace: KeySpace
-) -> None:
-    recorder = RecordingRedis(redis_client)
-    store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
-    for i in range(30):
-        await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
-    target = await store.write(WriteRequest(agent_id="a1", content="the walrus is blue"))
-    recorder.calls.clear()
-    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=5))
-    assert [r.entry.id for r in found] == [target.id]
-    assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
-    entries_key, postings_key = store.keys("default", "a1", None)
-    (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
-    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
-    assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
-    assert (k3, a3[0]) == (entries_key, [target.id])
+def test_entry_from_write_on_a_new_entry() -> None:
+    entry = entry_from_write(
+        WriteRequest(agent_id="a1", content="fresh", metadata={"k": "v"}), None
+    )
+    assert entry.created_at == entry.updated_at
+    assert (entry.content, entry.metadata, entry.id[:4]) == ("fresh", {"k": "v"}, "mem_")
 
 
-async def test_redis_upsert_takes_old_words_out_of_the_index(
-    redis_client: Any, keyspace: KeySpace
-) -> None:
-    store = RedisRecallStore(redis_client, keyspace)
-    entry = await store.write(WriteRequest(agent_id="a1", content="zebra stripes"))
-    await store.write(WriteRequest(agent_id="a1", id=entry.id, content="giraffe"))
-    _, postings_key = store.keys("default", "a1", None)
-    fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
-    assert "zebra" not in fields and "stripe" not in fields
-    assert "giraffe" in fields
-    assert await redis_client.hget(postings_key, "__n__") == b"1"
-    assert await redis_client.hget(postings_key, "__sum__") == b"1"
+def test_entry_from_write_upsert_keeps_id_and_creation_time() -> None:
+    first = entry_from_write(WriteRequest(agent_id="a1", content="v1"), None)
+    second = entry_from_write(WriteRequest(agent_id="a1", id=first.id, content="v2"), first)
+    assert (second.id, second.created_at, second.content) == (first.id, first.created_at, "v2")
+    assert second.updated_at > first.updated_at
 
 
-async def test_redis_ttl_applies_to_both_keys(redis_client: Any, keyspace: KeySpace) -> None:
-    store = RedisRecallStore(redis_client, keyspace, ttl_seconds=120)
-    await store.write(WriteRequest(agent_id="a1", content="short lived"))
-    for key in store.keys("default", "a1", None):
-        assert 0 < await redis_client.ttl(key) <= 120
+def test_entry_from_write_never_moves_updated_at_backwards() -> None:
+    # An entry stamped by a process whose clock ran ahead keeps its later stamp.
+    first = entry_from_write(WriteRequest(agent_id="a1", content="v1"), None)
+    ahead = first.model_copy(update={"updated_at": first.updated_at + 10_000_000})
+    second = entry_from_write(WriteRequest(agent_id="a1", id=first.id, content="v2"), ahead)
+    assert second.updated_at == ahead.updated_at
 
 
-async def test_redis_without_ttl_keeps_keys(redis_client: Any, keyspace: KeySpace) -> None:
-    store = RedisRecallStore(redis_client, keyspace)
-    await store.write(WriteRequest(agent_id="a1", content="long lived"))
-    for key in store.keys("default", "a1", None):
-        assert await redis_client.ttl(key) == -1
+def _entry(entry_id: str, updated_at: int) -> MemoryEntry:
+    return MemoryEntry(agent_id="a1", id=entry_id, content="x", created_at=0, updated_at=updated_at)
 
 
-async def test_redis_keys_share_one_cluster_slot(keyspace: KeySpace) -> None:
-    import fakeredis
+def test_rank_orders_by_score_then_recency_then_id_and_cuts_to_the_limit() -> None:
+    entries = {i: _entry(i, t) for i, t in (("a", 1), ("b", 2), ("c", 2), ("d", 9))}
+    scores = {"a": 3.0, "b": 1.0, "c": 1.0, "d": 0.5}
+    assert [r.entry.id for r in rank(scores, entries, 10)] == ["a", "b", "c", "d"]
+    assert [r.entry.id for r in rank(scores, entries, 2)] == ["a", "b"]
+    assert [r.score for r in rank(scores, entries, 10)] == [3.0, 1.0, 1.0, 0.5]
 
-    store = RedisRecallStore(fakeredis.FakeAsyncRedis(), keyspace)
-    entries_key, postings_key = store.keys("ns", "a1", "s1")
-    tag = entries_key[entries_key.index("{") : entries_key.index("}") + 1]
-    assert tag in postings_key and tag == "{recall:ns:a1:s1}"
+
+def test_rank_skips_scored_ids_without_an_entry() -> None:
+    # A concurrent delete can leave a posting whose entry is gone.
+    assert [r.entry.id for r in rank({"gone": 9.0, "a": 1.0}, {"a": _entry("a", 1)}, 5)] == ["a"]
+
+
+def test_the_in_memory_store_satisfies_both_protocols() -> None:
+    store = InMemoryRecallStore()
+    assert isinstance(store, RecallStore)
+    assert isinstance(store, DeletableRecallStore)
+
+
+async def test_in_memory_scopes_are_separate_and_delete_is_scoped() -> None:
+    store = InMemoryRecallStore()
+    agent_wide = await store.write(WriteRequest(agent_id="a1", content="shared fact"))
+    await store.write(WriteRequest(agent_id="a1", session_id="s1", content="session fact"))
+    assert [e.content for e in await store.list_entries("a1", "s1")] == ["session fact"]
+    assert await store.delete(agent_wide.id, agent_id="a1", session_id="s1") is False
+    assert await store.delete(agent_wide.id, agent_id="a1") is True
+    assert await store.list_entries("a1") == []
+
+
+async def test_in_memory_concurrent_upserts_keep_one_entry() -> None:
+    store = InMemoryRecallStore()
+    entry = await store.write(WriteRequest(agent_id="a1", content="v0"))
+    await asyncio.gather(
+        *(store.write(WriteRequest(agent_id="a1", id=entry.id, content=f"v{i}")) for i in range(20))
+    )
+    [kept] = await store.list_entries("a1")
+    assert (kept.id, kept.created_at) == (entry.id, entry.created_at)
 
 
 # --- Athena: L2 distance to similarity ------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +26,10 @@ class _TailReadsEverything(LocalBlobStorage):
         return await self.read(path)
 
 
-@pytest.fixture
-async def local_storage(tmp_path: Path) -> AsyncIterator[LocalBlobStorage]:
-    storage = LocalBlobStorage(tmp_path / "blobs")
-    yield storage
-    await storage.close()
-
-
 async def test_run_blob_conformance_passes_on_a_conforming_backend(
-    local_storage: LocalBlobStorage,
+    local_blob: LocalBlobStorage,
 ) -> None:
-    await run_blob_conformance(local_storage)
+    await run_blob_conformance(local_blob)
 
 
 async def test_run_blob_conformance_names_the_check_a_broken_backend_fails(

@@ -1,4 +1,4 @@
-"""MemoryPolicy: defaults, coercion, validation, namespace and session resolution."""
+"""MemoryPolicy: defaults, coercion, validation, namespace and session resolution, requests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from jarvismem.errors import (
     NamespaceContextMissingError,
     SessionIdRequiredError,
 )
-from jarvismem.recall import MemoryEntry, MemoryPolicy, RecallRequest, WriteRequest
+from jarvismem.recall import MemoryPolicy, RecallRequest
 
 
 def test_defaults() -> None:
@@ -132,40 +132,3 @@ def test_write_request_merges_policy_metadata() -> None:
     request = policy.write_request(agent_id="a1", content="c", metadata={"team": "y"})
     assert request.metadata == {"source": "policy", "team": "y"}
     assert request.session_id is None and request.namespace == "default"
-
-
-# --- models -------------------------------------------------------------------------------
-
-
-def test_entry_defaults() -> None:
-    entry = MemoryEntry(agent_id="a", content="  fact  ")
-    assert entry.id.startswith("mem_") and len(entry.id) == 36
-    assert entry.content == "fact"
-    assert entry.namespace == "default" and entry.session_id is None
-
-
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"agent_id": "a", "content": ""},
-        {"agent_id": "a", "content": 5},
-        {"agent_id": "a{b}", "content": "x"},
-        {"agent_id": "a", "content": "x", "metadata": {"k": 1}},
-    ],
-)
-def test_entry_validation(fields: dict[str, Any]) -> None:
-    with pytest.raises(ValidationError):
-        MemoryEntry(**fields)
-
-
-def test_write_request_id_is_optional_and_validated() -> None:
-    assert WriteRequest(agent_id="a", content="x").id is None
-    with pytest.raises(ValidationError):
-        WriteRequest(agent_id="a", content="x", id="../etc")
-
-
-def test_recall_request_defaults_and_validation() -> None:
-    assert RecallRequest(agent_id="a", query=" q ").query == "q"
-    assert RecallRequest(agent_id="a", query="q").limit == 5
-    with pytest.raises(ValidationError):
-        RecallRequest(agent_id="a", query="q", limit=-1)

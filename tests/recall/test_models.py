@@ -1,0 +1,146 @@
+"""Recall wire models: ids, text and limits are validated at construction; entries are frozen."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from jarvismem.recall.models import (
+    MemoryEntry,
+    RecallRequest,
+    RecallResult,
+    WriteRequest,
+    new_entry_id,
+)
+
+# --- MemoryEntry ----------------------------------------------------------------------------
+
+
+def test_entry_defaults() -> None:
+    entry = MemoryEntry(agent_id="a", content="  fact  ")
+    assert entry.id.startswith("mem_") and len(entry.id) == 36
+    assert entry.content == "fact"
+    assert entry.namespace == "default" and entry.session_id is None
+
+
+def test_entry_timestamps_default_to_now_in_epoch_milliseconds() -> None:
+    before = time.time_ns() // 1_000_000
+    entry = MemoryEntry(agent_id="a", content="fact")
+    after = time.time_ns() // 1_000_000
+    assert before <= entry.created_at <= after
+    assert before <= entry.updated_at <= after
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"agent_id": "a", "content": ""},
+        {"agent_id": "a", "content": "   \n\t"},
+        {"agent_id": "a", "content": 5},
+        {"agent_id": "a{b}", "content": "x"},
+        {"agent_id": "", "content": "x"},
+        {"agent_id": "a", "session_id": "", "content": "x"},
+        {"agent_id": "a", "session_id": "s:1", "content": "x"},
+        {"agent_id": "a", "namespace": "../ns", "content": "x"},
+        {"agent_id": "a", "id": "mem/1", "content": "x"},
+        {"agent_id": "a", "content": "x", "metadata": {"k": 1}},
+        {"agent_id": "a", "content": "x", "created_at": -1},
+        {"agent_id": "a", "content": "x", "unknown": "field"},
+    ],
+)
+def test_entry_validation(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        MemoryEntry(**fields)
+
+
+def test_a_bad_id_names_its_field_and_is_a_value_error() -> None:
+    # Callers catch ValueError at the edge; the message must say which field was wrong.
+    with pytest.raises(ValueError, match="session_id") as info:
+        MemoryEntry(agent_id="a", session_id="bad id", content="x")
+    assert isinstance(info.value, ValidationError)
+
+
+def test_entries_are_frozen() -> None:
+    entry = MemoryEntry(agent_id="a", content="x")
+    with pytest.raises(ValidationError):
+        entry.content = "changed"  # type: ignore[misc]
+
+
+def test_entry_survives_a_json_round_trip() -> None:
+    # Stores persist entries as JSON and rebuild them with model_validate_json.
+    entry = MemoryEntry(
+        agent_id="a", session_id="s1", namespace="team", content="fact", metadata={"k": "v"}
+    )
+    assert MemoryEntry.model_validate_json(entry.model_dump_json()) == entry
+
+
+def test_new_entry_ids_are_unique_and_valid_entry_ids() -> None:
+    ids = {new_entry_id() for _ in range(1000)}
+    assert len(ids) == 1000
+    for entry_id in list(ids)[:10]:
+        assert MemoryEntry(agent_id="a", id=entry_id, content="x").id == entry_id
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def test_write_request_id_is_optional_and_validated() -> None:
+    assert WriteRequest(agent_id="a", content="x").id is None
+    with pytest.raises(ValidationError):
+        WriteRequest(agent_id="a", content="x", id="../etc")
+
+
+def test_write_request_strips_content_and_refuses_blank_content() -> None:
+    assert WriteRequest(agent_id="a", content="  x \n").content == "x"
+    with pytest.raises(ValidationError, match="content"):
+        WriteRequest(agent_id="a", content="  ")
+
+
+def test_recall_request_defaults_and_validation() -> None:
+    assert RecallRequest(agent_id="a", query=" q ").query == "q"
+    assert RecallRequest(agent_id="a", query="q").limit == 5
+    with pytest.raises(ValidationError):
+        RecallRequest(agent_id="a", query="q", limit=-1)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"agent_id": "a", "query": "q", "limit": 0},
+        {"agent_id": "a", "query": ""},
+        {"agent_id": "a", "query": None},
+        {"agent_id": "a b", "query": "q"},
+        {"agent_id": "a", "query": "q", "extra": 1},
+    ],
+)
+def test_recall_request_refuses(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        RecallRequest(**fields)
+
+
+def test_requests_share_the_scope_fields_of_entries() -> None:
+    scope: dict[str, Any] = {"agent_id": "a", "session_id": "s", "namespace": "n"}
+    request = RecallRequest(query="q", **scope)
+    write = WriteRequest(content="c", **scope)
+    entry = MemoryEntry(content="c", **scope)
+    for model in (request, write, entry):
+        assert (model.agent_id, model.session_id, model.namespace) == ("a", "s", "n")
+
+
+# --- RecallResult ---------------------------------------------------------------------------
+
+
+def test_result_score_must_not_be_negative() -> None:
+    entry = MemoryEntry(agent_id="a", content="x")
+    assert RecallResult(entry=entry, score=0.0).score == 0.0
+    with pytest.raises(ValidationError):
+        RecallResult(entry=entry, score=-0.1)
+
+
+def test_results_are_frozen() -> None:
+    result = RecallResult(entry=MemoryEntry(agent_id="a", content="x"), score=1.0)
+    with pytest.raises(ValidationError):
+        result.score = 2.0  # type: ignore[misc]

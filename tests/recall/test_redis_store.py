@@ -1,0 +1,239 @@
+"""RedisRecallStore: the BM25 index layout in Redis, TTL, and real-server behaviour.
+
+Layout tests run on fakeredis and the real server (``redis_client``); the rest
+needs real-server semantics (Lua atomicity under concurrency, a second client
+seeing the same data) and runs on the real server only (``real_redis``). Each
+test has its own namespace, whose keys are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from jarvismem.errors import InvalidIdError, InvalidPayloadError
+from jarvismem.keys import KeySpace
+from jarvismem.recall.bm25 import term_frequencies
+from jarvismem.recall.models import RecallRequest, WriteRequest
+from jarvismem.recall.redis_store import RedisRecallStore
+from tests.conftest import REAL_REDIS_URL
+
+# --- Redis layout ---------------------------------------------------------------------------
+
+
+class RecordingRedis:
+    """Delegates to a client and records the hash reads it is asked for."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.calls: list[tuple[str, Any, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in {"hget", "hmget", "hgetall"}:
+            return attr
+
+        async def recorded(key: Any, *args: Any) -> Any:
+            self.calls.append((name, key, args))
+            return await attr(key, *args)
+
+        return recorded
+
+
+async def test_redis_recall_reads_only_the_query_postings(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    recorder = RecordingRedis(redis_client)
+    store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
+    for i in range(30):
+        await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
+    target = await store.write(WriteRequest(agent_id="a1", content="the walrus is blue"))
+    recorder.calls.clear()
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=5))
+    assert [r.entry.id for r in found] == [target.id]
+    assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
+    entries_key, postings_key = store.keys("default", "a1", None)
+    (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
+    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
+    assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
+    assert (k3, a3[0]) == (entries_key, [target.id])
+
+
+async def test_redis_upsert_takes_old_words_out_of_the_index(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    entry = await store.write(WriteRequest(agent_id="a1", content="zebra stripes"))
+    await store.write(WriteRequest(agent_id="a1", id=entry.id, content="giraffe"))
+    _, postings_key = store.keys("default", "a1", None)
+    fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
+    assert "zebra" not in fields and "stripe" not in fields
+    assert "giraffe" in fields
+    assert await redis_client.hget(postings_key, "__n__") == b"1"
+    assert await redis_client.hget(postings_key, "__sum__") == b"1"
+
+
+async def test_redis_ttl_applies_to_both_keys(redis_client: Any, keyspace: KeySpace) -> None:
+    store = RedisRecallStore(redis_client, keyspace, ttl_seconds=120)
+    await store.write(WriteRequest(agent_id="a1", content="short lived"))
+    for key in store.keys("default", "a1", None):
+        assert 0 < await redis_client.ttl(key) <= 120
+
+
+async def test_redis_without_ttl_keeps_keys(redis_client: Any, keyspace: KeySpace) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await store.write(WriteRequest(agent_id="a1", content="long lived"))
+    for key in store.keys("default", "a1", None):
+        assert await redis_client.ttl(key) == -1
+
+
+async def test_redis_keys_share_one_cluster_slot(fake_redis: Any, keyspace: KeySpace) -> None:
+    store = RedisRecallStore(fake_redis, keyspace)
+    entries_key, postings_key = store.keys("ns", "a1", "s1")
+    tag = entries_key[entries_key.index("{") : entries_key.index("}") + 1]
+    assert tag in postings_key and tag == "{recall:ns:a1:s1}"
+
+
+# --- construction and validation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", [0, -5])
+def test_a_non_positive_ttl_is_refused(fake_redis: Any, keyspace: KeySpace, ttl: int) -> None:
+    with pytest.raises(InvalidPayloadError, match="ttl_seconds"):
+        RedisRecallStore(fake_redis, keyspace, ttl_seconds=ttl)
+
+
+async def test_delete_refuses_an_unsafe_entry_id_before_touching_redis(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(real_redis, keyspace)
+    with pytest.raises(InvalidIdError):
+        await store.delete("../mem", agent_id="a1")
+    assert [k async for k in real_redis.scan_iter(match=f"jm:{keyspace.namespace}:*")] == []
+
+
+async def test_keys_live_under_the_tenant_namespace(real_redis: Any, keyspace: KeySpace) -> None:
+    # Namespace cleanup and tenant isolation both rely on this prefix.
+    store = RedisRecallStore(real_redis, keyspace)
+    await store.write(WriteRequest(agent_id="a1", session_id="s1", content="prefixed fact"))
+    found = sorted(
+        [k.decode() async for k in real_redis.scan_iter(match=f"jm:{keyspace.namespace}:*")]
+    )
+    assert found == sorted(store.keys("default", "a1", "s1"))
+
+
+# --- the index bookkeeping on the real server ---------------------------------------------
+
+
+async def test_deleting_every_entry_empties_the_index(real_redis: Any, keyspace: KeySpace) -> None:
+    store = RedisRecallStore(real_redis, keyspace)
+    ids = [
+        (await store.write(WriteRequest(agent_id="a1", content=text))).id
+        for text in ("otters hold hands", "otters sleep floating", "sea urchins")
+    ]
+    for entry_id in ids:
+        assert await store.delete(entry_id, agent_id="a1") is True
+    entries_key, postings_key = store.keys("default", "a1", None)
+    assert await real_redis.hlen(entries_key) == 0
+    left = {k.decode(): v.decode() for k, v in (await real_redis.hgetall(postings_key)).items()}
+    assert left == {"__n__": "0", "__sum__": "0"}
+    assert await store.recall(RecallRequest(agent_id="a1", query="otters")) == []
+
+
+async def test_concurrent_writes_keep_the_index_consistent(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    # Each write is one Lua script, so concurrent writers never lose a count.
+    store = RedisRecallStore(real_redis, keyspace)
+    texts = [f"harbour report number {i} mentions pelicans" for i in range(40)]
+    written = await asyncio.gather(
+        *(store.write(WriteRequest(agent_id="a1", content=t)) for t in texts)
+    )
+    _, postings_key = store.keys("default", "a1", None)
+    assert int(await real_redis.hget(postings_key, "__n__")) == len(texts)
+    total = sum(term_frequencies(t)[1] for t in texts)
+    assert int(await real_redis.hget(postings_key, "__sum__")) == total
+    found = await store.recall(RecallRequest(agent_id="a1", query="pelicans", limit=100))
+    assert {r.entry.id for r in found} == {e.id for e in written}
+
+
+async def test_concurrent_upserts_of_one_entry_leave_one_indexed_version(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(real_redis, keyspace)
+    entry = await store.write(WriteRequest(agent_id="a1", content="first version"))
+    await asyncio.gather(
+        *(
+            store.write(WriteRequest(agent_id="a1", id=entry.id, content=f"version word{i}"))
+            for i in range(20)
+        )
+    )
+    _, postings_key = store.keys("default", "a1", None)
+    assert await real_redis.hget(postings_key, "__n__") == b"1"
+    [kept] = await store.list_entries("a1")
+    assert (
+        await real_redis.hget(postings_key, "__sum__")
+        == str(term_frequencies(kept.content)[1]).encode()
+    )
+    assert await store.recall(RecallRequest(agent_id="a1", query="first")) == []
+
+
+async def test_every_write_refreshes_the_ttl(real_redis: Any, keyspace: KeySpace) -> None:
+    store = RedisRecallStore(real_redis, keyspace, ttl_seconds=300)
+    await store.write(WriteRequest(agent_id="a1", content="kept alive"))
+    keys = store.keys("default", "a1", None)
+    for key in keys:
+        await real_redis.expire(key, 5)
+    await store.write(WriteRequest(agent_id="a1", content="another write"))
+    for key in keys:
+        assert 5 < await real_redis.ttl(key) <= 300
+
+
+# --- sharing one server -------------------------------------------------------------------
+
+
+async def test_a_second_client_sees_what_the_first_wrote(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    writer = RedisRecallStore(real_redis, keyspace)
+    entry = await writer.write(WriteRequest(agent_id="a1", content="lighthouse keeper notes"))
+    other = aioredis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        reader = RedisRecallStore(other, KeySpace(keyspace.namespace))
+        found = await reader.recall(RecallRequest(agent_id="a1", query="lighthouse"))
+        assert [r.entry for r in found] == [entry]
+        assert await reader.delete(entry.id, agent_id="a1") is True
+    finally:
+        await other.aclose()
+    assert await writer.list_entries("a1") == []
+
+
+async def test_tenants_on_one_server_do_not_see_each_other(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    other_tenant = KeySpace(keyspace.namespace + "x")
+    mine = RedisRecallStore(real_redis, keyspace)
+    theirs = RedisRecallStore(real_redis, other_tenant)
+    try:
+        await theirs.write(WriteRequest(agent_id="a1", content="their secret plan"))
+        assert await mine.recall(RecallRequest(agent_id="a1", query="secret plan")) == []
+        assert await mine.list_entries("a1") == []
+    finally:
+        for key in theirs.keys("default", "a1", None):
+            await real_redis.delete(key)
+
+
+async def test_the_runtime_remembers_through_this_store(
+    real_runtime: Any, real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    # A runtime given a Redis client and no recall store embeds this one.
+    memory = real_runtime.memory(workflow_id, "s1", "a1")
+    await memory.remember("Invoices go out on the first Monday.")
+    store = RedisRecallStore(real_redis, keyspace)
+    [entry] = await store.list_entries("a1")
+    assert entry.content == "Invoices go out on the first Monday."
+    found = await store.recall(RecallRequest(agent_id="a1", query="invoices Monday"))
+    assert [r.entry.id for r in found] == [entry.id]

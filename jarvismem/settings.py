@@ -21,7 +21,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from jarvismem import defaults
 from jarvismem.errors import ConfigError
+from jarvismem.keys import validate_id
+from jarvismem.redaction import mask_url
 
 StorageBackend = Literal["local", "azure", "none"]
 SslCertReqs = Literal["required", "optional", "none"]
@@ -40,7 +43,7 @@ class Settings(BaseSettings):
 
     # --- isolation ---------------------------------------------------------------
     jarvismem_namespace: str = Field(
-        "default",
+        defaults.NAMESPACE,
         description="Tenant namespace: prefixes every Redis key and blob path.",
     )
 
@@ -51,15 +54,21 @@ class Settings(BaseSettings):
         "stand-in (ephemeral).",
     )
     redis_cluster: bool = Field(False, description="Connect with RedisCluster.")
-    redis_context_ttl_days: float = Field(7, gt=0, description="TTL of workflow keys, in days.")
-    redis_max_connections: int = Field(64, ge=1, description="Connection pool size.")
-    redis_connect_retries: int = Field(5, ge=0, description="Connect attempts before giving up.")
+    redis_context_ttl_days: float = Field(
+        defaults.CONTEXT_TTL_DAYS, gt=0, description="TTL of workflow keys, in days."
+    )
+    redis_max_connections: int = Field(
+        defaults.REDIS_MAX_CONNECTIONS, ge=1, description="Connection pool size."
+    )
+    redis_connect_retries: int = Field(
+        defaults.REDIS_CONNECT_RETRIES, ge=0, description="Connect attempts before giving up."
+    )
     redis_ssl_ca_certs: Path | None = Field(None, description="CA bundle for rediss://.")
     redis_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
     redis_ssl_keyfile: Path | None = Field(None, description="Client key (mutual TLS).")
     redis_ssl_cert_reqs: SslCertReqs = Field("required", description="Server cert check.")
     ledger_max_len: int = Field(
-        100_000,
+        defaults.LEDGER_MAX_LEN,
         ge=0,
         description="Retention: approximate max entries per workflow ledger (0 = unbounded).",
     )
@@ -67,13 +76,13 @@ class Settings(BaseSettings):
     # --- blob storage (scratchpad, durable summary copy) --------------------------
     storage_backend: StorageBackend = Field("local", description="local | azure | none")
     storage_base_path: Path = Field(
-        Path(".jarvismem/blobs"), description="Root folder of the local blob backend."
+        defaults.STORAGE_BASE_PATH, description="Root folder of the local blob backend."
     )
     storage_fsync_appends: bool = Field(
         False, description="fsync every scratchpad append (survives power loss; slower)."
     )
     storage_inline_append_max_bytes: int = Field(
-        16_384,
+        defaults.INLINE_WRITE_MAX_BYTES,
         ge=0,
         description="Local appends up to this size are written from the event loop "
         "(a ~10 us page-cache write) instead of a worker-thread hop, and reads already in "
@@ -82,7 +91,9 @@ class Settings(BaseSettings):
     azure_storage_connection_string: SecretStr | None = Field(
         None, description="Azure Blob connection string (STORAGE_BACKEND=azure)."
     )
-    azure_storage_container: str = Field("jarvismem", description="Azure Blob container.")
+    azure_storage_container: str = Field(
+        defaults.AZURE_CONTAINER, description="Azure Blob container."
+    )
 
     # --- Athena ---------------------------------------------------------------------
     athena_url: str | None = Field(None, description="Athena base URL; unset disables tier 4.")
@@ -90,58 +101,88 @@ class Settings(BaseSettings):
     athena_user_id: str = Field("jarvismem", description="Athena user for new sessions.")
     athena_api_key: SecretStr | None = Field(None, description="Sent as X-API-Key.")
     athena_jwt_token: SecretStr | None = Field(None, description="Sent as X-JWT-Token.")
-    athena_http_timeout: float = Field(10.0, gt=0, description="Per HTTP request, seconds.")
+    athena_http_timeout: float = Field(
+        defaults.ATHENA_HTTP_TIMEOUT, gt=0, description="Per HTTP request, seconds."
+    )
 
     # --- LLM (long-term compression) ---------------------------------------------
     llm_base_url: str | None = Field(
         None, description="OpenAI-compatible base URL (…/v1). Unset: extractive summarizer."
     )
     llm_api_key: SecretStr | None = Field(None, description="Bearer key for the LLM endpoint.")
-    llm_model: str = Field("gpt-4o-mini", description="Chat model name.")
-    llm_timeout: float = Field(60.0, gt=0, description="Per LLM request, seconds.")
-    llm_max_retries: int = Field(3, ge=0, description="Retries on 429/5xx/timeouts.")
+    llm_model: str = Field(defaults.LLM_MODEL, description="Chat model name.")
+    llm_timeout: float = Field(defaults.LLM_TIMEOUT, gt=0, description="Per LLM request, seconds.")
+    llm_max_retries: int = Field(
+        defaults.LLM_MAX_RETRIES, ge=0, description="Retries on 429/5xx/timeouts."
+    )
 
     # --- per-tier timeouts in rehydrate_bundle / health ----------------------------
-    tier_timeout_working: float = Field(5.0, gt=0, description="Scratchpad read timeout, s.")
-    tier_timeout_episodic: float = Field(2.0, gt=0, description="Ledger read timeout, s.")
-    tier_timeout_ltm: float = Field(5.0, gt=0, description="Summary read timeout, s.")
-    tier_timeout_checkpoint: float = Field(2.0, gt=0, description="Checkpoint read timeout, s.")
-    tier_timeout_athena: float = Field(3.0, gt=0, description="Athena context timeout, s.")
+    tier_timeout_working: float = Field(
+        defaults.TIER_TIMEOUT_WORKING, gt=0, description="Scratchpad read timeout, s."
+    )
+    tier_timeout_episodic: float = Field(
+        defaults.TIER_TIMEOUT_EPISODIC, gt=0, description="Ledger read timeout, s."
+    )
+    tier_timeout_ltm: float = Field(
+        defaults.TIER_TIMEOUT_LTM, gt=0, description="Summary read timeout, s."
+    )
+    tier_timeout_checkpoint: float = Field(
+        defaults.TIER_TIMEOUT_CHECKPOINT, gt=0, description="Checkpoint read timeout, s."
+    )
+    tier_timeout_athena: float = Field(
+        defaults.TIER_TIMEOUT_ATHENA, gt=0, description="Athena context timeout, s."
+    )
 
     # --- long-term compaction policy -------------------------------------------------
     compaction_enabled: bool = Field(True, description="Run background compaction.")
-    compaction_every_turns: int = Field(50, ge=1, description="Compact after N new turns.")
+    compaction_every_turns: int = Field(
+        defaults.COMPACTION_EVERY_TURNS, ge=1, description="Compact after N new turns."
+    )
     compaction_token_threshold: int = Field(
-        8000, ge=1, description="…or after this many estimated tokens since the last summary."
+        defaults.COMPACTION_TOKEN_THRESHOLD,
+        ge=1,
+        description="…or after this many estimated tokens since the last summary.",
     )
     compaction_chunk_chars: int = Field(
-        12_000, ge=500, description="Max input chars per LLM call (map-reduce above)."
+        defaults.COMPACTION_CHUNK_CHARS,
+        ge=500,
+        description="Max input chars per LLM call (map-reduce above).",
     )
-    compaction_lock_ttl: float = Field(120.0, gt=0, description="Compactor lock expiry, s.")
+    compaction_lock_ttl: float = Field(
+        defaults.COMPACTION_LOCK_TTL, gt=0, description="Compactor lock expiry, s."
+    )
 
     # --- scratchpad rendering ------------------------------------------------------------
     scratchpad_budget_chars: int = Field(
-        8000, ge=200, description="Max size of the bundle's scratchpad markdown."
+        defaults.SCRATCHPAD_BUDGET_CHARS,
+        ge=200,
+        description="Max size of the bundle's scratchpad markdown.",
     )
     scratchpad_tail_bytes: int = Field(
-        262_144, ge=4096, description="Bytes read from the end of a scratchpad to render it."
+        defaults.SCRATCHPAD_TAIL_BYTES,
+        ge=4096,
+        description="Bytes read from the end of a scratchpad to render it.",
     )
 
     # --- input limits ----------------------------------------------------------------------
     max_turn_field_chars: int = Field(
-        65_536, ge=256, description="thought/action/result longer than this are truncated."
+        defaults.MAX_TURN_FIELD_CHARS,
+        ge=256,
+        description="thought/action/result longer than this are truncated.",
     )
     max_checkpoint_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, description="Larger checkpoints are refused."
+        defaults.MAX_CHECKPOINT_BYTES, ge=1024, description="Larger checkpoints are refused."
     )
 
     # --- durable outbox (writes made while a backend is down) ---------------------------
-    outbox_path: Path = Field(Path(".jarvismem/outbox"), description="Local outbox folder.")
+    outbox_path: Path = Field(defaults.OUTBOX_PATH, description="Local outbox folder.")
     outbox_max_entries: int = Field(
-        100_000, ge=1, description="Bound per outbox; entries past it are dropped and counted."
+        defaults.OUTBOX_MAX_ENTRIES,
+        ge=1,
+        description="Bound per outbox; entries past it are dropped and counted.",
     )
     outbox_max_bytes: int = Field(
-        256 * 1024 * 1024,
+        defaults.OUTBOX_MAX_BYTES,
         ge=1024,
         description="Byte budget per outbox (pending records); past it, new records are "
         "dropped and counted.",
@@ -152,7 +193,7 @@ class Settings(BaseSettings):
         "unset = follow STORAGE_FSYNC_APPENDS.",
     )
     outbox_poll_seconds: float = Field(
-        1.0,
+        defaults.OUTBOX_POLL_SECONDS,
         gt=0,
         description="How often a runtime checks its open outboxes for records another "
         "process left (and starts their replay).",
@@ -170,8 +211,6 @@ class Settings(BaseSettings):
     @field_validator("jarvismem_namespace", "athena_tenant_id", "athena_user_id")
     @classmethod
     def _plain_id(cls, value: str, info: ValidationInfo) -> str:
-        from jarvismem.keys import validate_id
-
         return validate_id(value, (info.field_name or "id").upper())
 
     @field_validator("redis_url")
@@ -216,8 +255,6 @@ class Settings(BaseSettings):
 
     def __repr_args__(self) -> Any:
         # A password inside REDIS_URL (or any *_url) must not show in a repr or a log.
-        from jarvismem.redaction import mask_url
-
         for name, value in super().__repr_args__():
             if name is not None and name.endswith("_url") and isinstance(value, str):
                 value = mask_url(value)
@@ -230,8 +267,6 @@ class Settings(BaseSettings):
 
     def public_dict(self) -> dict[str, Any]:
         """Settings safe to print: secrets masked, credentials stripped from URLs."""
-        from jarvismem.redaction import mask_url
-
         out: dict[str, Any] = {}
         for name, value in self.model_dump().items():
             if isinstance(value, SecretStr):

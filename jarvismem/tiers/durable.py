@@ -40,14 +40,19 @@ from typing import Any
 
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import is_transient_redis_error
+from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import BackendUnavailableError, BlobError, JarvisMemError
+from jarvismem.resilience import Backoff
 
 log = logging.getLogger(__name__)
 
 Apply = Callable[[dict[str, Any]], Awaitable[Any]]
 
-CLAIM_POLL_SECONDS = 0.2
+CLAIM_POLL_SECONDS = OUTBOX_CLAIM_POLL_SECONDS
 """How often a writer whose outbox another deliverer holds re-reads the file."""
+
+REPLAY_BACKOFF_BASE = 0.05
+"""Wait after the first failed replay pass, in seconds (then doubling up to ``max_backoff``)."""
 
 
 def is_backend_failure(exc: BaseException) -> bool:
@@ -94,6 +99,8 @@ class DurableWriter:
         self._apply = apply
         self.timeout = timeout
         self.max_backoff = max_backoff
+        # No jitter: one deliverer per outbox on the machine, nothing to spread.
+        self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
         self._drainer: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -212,7 +219,7 @@ class DurableWriter:
         wake.clear()
 
     async def _drain_loop(self) -> None:
-        delay = 0.05
+        failures = 0  # consecutive failed replay passes
         while not self._closed:
             if not self.degraded:
                 break
@@ -224,14 +231,14 @@ class DurableWriter:
                 continue
             try:
                 await self._deliver_claimed()
-                delay = 0.05
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._note_failure(exc)
                 self.outbox.release_delivery()  # free during the backoff: a peer may replay
-                await self._pause(delay)
-                delay = min(delay * 2, self.max_backoff)
+                await self._pause(self._backoff.delay(failures))
+                failures += 1
             finally:
                 self.outbox.release_delivery()
         if not self.degraded and self.last_error is not None:

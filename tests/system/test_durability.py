@@ -36,7 +36,6 @@ from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
-from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.episodic import encode_fields
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
@@ -165,37 +164,6 @@ async def test_the_delivery_claim_is_not_reentrant(tmp_path: Path) -> None:
     twin.release_delivery()
     await box.close()
     await twin.close()
-
-
-async def test_flush_never_delivers_beside_the_drain_task(tmp_path: Path) -> None:
-    """A flush during a replay waits for the drain task: every record is applied once."""
-    gate = asyncio.Event()
-    applied: list[int] = []
-    in_flight = 0
-    overlap = 0
-
-    async def apply(record: dict[str, Any]) -> None:
-        nonlocal in_flight, overlap
-        in_flight += 1
-        overlap = max(overlap, in_flight)
-        if record["n"] == 0:
-            await gate.wait()  # the replay is stuck on its first record
-        applied.append(record["n"])
-        in_flight -= 1
-
-    box = Outbox(tmp_path / "o.jsonl")
-    for n in range(5):
-        await box.put({"n": n})
-    writer = DurableWriter("redis[wf]", box, apply, timeout=30.0)
-    flushes = [asyncio.ensure_future(writer.flush(timeout=10.0))]  # the replay starts
-    await asyncio.sleep(0.05)
-    flushes += [asyncio.ensure_future(writer.flush(timeout=10.0)) for _ in range(2)]
-    await asyncio.sleep(0.1)
-    gate.set()
-    assert all(await asyncio.gather(*flushes))
-    assert applied == [0, 1, 2, 3, 4]
-    assert overlap == 1
-    await writer.close()
 
 
 async def test_a_startup_replay_never_puts_an_old_checkpoint_over_a_newer_save(

@@ -1,39 +1,26 @@
-"""A durable, bounded, ordered local outbox: JSON lines on disk plus a cursor file.
+"""The outbox store: :class:`Outbox`, a durable, bounded, ordered FIFO of JSON records.
 
-Writes that cannot reach a remote backend right now (Athena events, ledger
-turns while Redis is down) are appended here and replayed later, in order.
+Files for an outbox at ``path`` (encodings in :mod:`.format`, locks in :mod:`.locks`):
 
-Files for an outbox at ``path``:
-
-* ``path`` — one line per record, ``{"seq": N, "rec": {...}}\\n``, seq strictly
-  increasing across the outbox's whole life (compaction never reuses one);
-* ``path.cursor`` — ``{"acked": N, "dropped": D, "dead": X, "gen": G}``,
-  replaced atomically: every record with ``seq <= acked`` was delivered or
-  dead-lettered; ``dropped`` counts records refused for lack of room,
-  ``dead`` records moved to the dead-letter file (both survive restarts);
+* ``path``: one line per record, seq strictly increasing across the outbox's
+  whole life (compaction never reuses one);
+* ``path.cursor``: replaced atomically; every record with ``seq <= acked`` was
+  delivered or dead-lettered; ``dropped`` counts records refused for lack of
+  room, ``dead`` records moved to the dead-letter file (both survive restarts);
   ``gen`` changes on every compaction so other processes re-read the data file;
-* ``path.dead`` — records the backend refused for good (one JSON line each,
-  with the reason), kept for an operator instead of wedging the queue;
-* ``path.lock`` — held with ``fcntl.flock`` during every operation, so several
-  processes can share one outbox without interleaving or losing lines. Its
-  descriptor is open only while records are pending: an idle outbox holds no
-  file descriptor.
+* ``path.dead``: records the backend refused for good, kept for an operator
+  instead of wedging the queue;
+* ``path.lock`` and ``path.deliver.lock``: see :mod:`.locks`.
 
-A record line may carry ``"dst"``, the destination the outbox was opened for
-(a digest of the backend's address); a line stamped for another destination
-is never delivered (it is counted as ``foreign`` and warned about).
+A record line may carry the destination the outbox was opened for (a digest of
+the backend's address); a line stamped for another destination is never
+delivered (it is counted as ``foreign`` and warned about).
 
 Crash safety: a record is one ``write()`` of a whole line, done before
 :meth:`Outbox.put` returns. A torn last line (a writer killed mid-write, or a
 power cut) is cut off with a warning when the file is next read; its ``put``
 never returned. A corrupt line elsewhere is skipped with a warning. Reopening
 the path resumes the pending records in order.
-
-Delivery is at-least-once: a crash between a successful send and its ``ack``
-replays that record. One deliverer at a time per path on the machine:
-:meth:`Outbox.try_claim_delivery` is not re-entrant (a second claim in the
-same process, by the same object or another, is refused like one from another
-process), so a flush can never become a second deliverer beside the drain loop.
 
 Nothing here blocks the event loop: construction does no I/O, the first use
 (:meth:`Outbox.load`) and every locked operation run in a worker thread, and
@@ -44,141 +31,45 @@ the only calls made from the loop never wait (a non-blocking ``flock``, one
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import json
 import logging
 import os
-import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jarvismem.errors import InvalidPayloadError
+from jarvismem.backends.outbox.format import (
+    Cursor,
+    decode_cursor,
+    decode_line,
+    destination_stamp,
+    encode_cursor,
+    encode_dead_letter,
+    encode_line,
+    encode_record,
+    line_record,
+    sibling,
+)
+from jarvismem.backends.outbox.locks import (
+    Locked,
+    SharedState,
+    acquire_shared,
+    release_claim,
+    release_shared,
+    try_claim,
+    try_lock_inline,
+    unlock_inline,
+)
+from jarvismem.defaults import INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
 
-__all__ = ["Outbox", "OutboxDrainer", "deliver_pending", "scan_outboxes"]
+__all__ = ["COMPACT_MIN_BYTES", "Outbox", "write_all"]
 
 log = logging.getLogger(__name__)
 
-# Rewrite the data file when at least this many bytes of it are delivered records
-# and they make up at least half of it (a fully drained file is emptied at once).
-_COMPACT_MIN_BYTES = 1 << 20
-
-
-@dataclass
-class _Shared:
-    """State of one outbox path, shared by every Outbox object of this process."""
-
-    path: Path
-    cursor_path: Path
-    lock_path: Path
-    mutex: threading.Lock = field(default_factory=threading.Lock)
-    # Guards claim_fd only, and is never held across a wait: the event loop
-    # takes it (try_claim_delivery) and must never block behind a worker thread
-    # that holds ``mutex`` while it waits for another process's flock.
-    claim_mutex: threading.Lock = field(default_factory=threading.Lock)
-    lock_fd: int | None = None
-    users: int = 0
-    # Cached view of the files; valid while gen matches and the file did not shrink.
-    gen: int = -1
-    acked: int = 0
-    dropped: int = 0
-    dropped_dirty: bool = False
-    known_size: int = 0
-    last_seq: int = 0
-    # Pending records as (seq, start offset, end offset) in the data file.
-    index: deque[tuple[int, int, int]] = field(default_factory=deque)
-    dead: int = 0
-    foreign: int = 0
-    pending_bytes: int = 0
-    loaded: bool = False
-    # The delivery claim of this path in this process (None = not held here).
-    claim_fd: int | None = None
-    in_burst: bool = False
-    burst_drops: int = 0
-    # Puts handed to a worker thread and not finished: while any is in flight,
-    # a new put must queue behind it (never go inline), to keep records in order.
-    thread_puts: int = 0
-
-
-_CLAIM_RETRY = 0.2
-"""Seconds a deliverer waits when another one holds the delivery claim."""
-
-_INLINE_PUT_MAX = 16_384
-"""Puts up to this many bytes of JSON may be written from the event loop."""
-
-_registry: dict[Path, _Shared] = {}
-_registry_lock = threading.Lock()
-
-
-def _acquire_shared(path: Path) -> _Shared:
-    resolved = path.resolve()
-    with _registry_lock:
-        shared = _registry.get(resolved)
-        if shared is None:
-            shared = _Shared(
-                path=resolved,
-                cursor_path=resolved.with_name(resolved.name + ".cursor"),
-                lock_path=resolved.with_name(resolved.name + ".lock"),
-            )
-            _registry[resolved] = shared
-        shared.users += 1
-        return shared
-
-
-def _release_shared(shared: _Shared) -> None:
-    with _registry_lock:
-        shared.users -= 1
-        if shared.users > 0:
-            return
-        _registry.pop(shared.path, None)
-    with shared.mutex:
-        if shared.lock_fd is not None:
-            os.close(shared.lock_fd)
-            shared.lock_fd = None
-    with shared.claim_mutex:
-        if shared.claim_fd is not None:
-            os.close(shared.claim_fd)
-            shared.claim_fd = None
-
-
-class _Locked:
-    """Thread mutex (this process) + flock (other processes) around one file operation."""
-
-    def __init__(self, shared: _Shared) -> None:
-        self.shared = shared
-
-    def __enter__(self) -> _Shared:
-        s = self.shared
-        s.mutex.acquire()
-        try:
-            if s.lock_fd is None:
-                try:
-                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-                except FileNotFoundError:  # first use: make the folder
-                    s.path.parent.mkdir(parents=True, exist_ok=True)
-                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            fcntl.flock(s.lock_fd, fcntl.LOCK_EX)
-        except BaseException:
-            s.mutex.release()
-            raise
-        return s
-
-    def __exit__(self, *exc: object) -> None:
-        s = self.shared
-        try:
-            if s.lock_fd is not None:
-                fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
-                if not s.index:
-                    # Idle: give the descriptor back (a process serving thousands
-                    # of workflows must not hold one per workflow it ever touched).
-                    os.close(s.lock_fd)
-                    s.lock_fd = None
-        finally:
-            s.mutex.release()
+COMPACT_MIN_BYTES = 1 << 20
+"""Rewrite the data file when at least this many bytes of it are delivered records
+and they make up at least half of it (a fully drained file is emptied at once)."""
 
 
 class Outbox:
@@ -206,7 +97,7 @@ class Outbox:
         self,
         path: Path,
         *,
-        max_entries: int = 100_000,
+        max_entries: int = OUTBOX_MAX_ENTRIES,
         max_bytes: int | None = None,
         fsync: bool = False,
         destination: str | None = None,
@@ -222,14 +113,13 @@ class Outbox:
         self.fsync = fsync
         self.destination = destination
         self.legacy_path = None if legacy_path is None else Path(legacy_path)
-        self._dst = "" if destination is None else f'"dst":{json.dumps(destination)},'
-        self._shared = _acquire_shared(self.path)
-        self._deliver_lock = self._shared.path.with_name(self._shared.path.name + ".deliver.lock")
-        self._dead_path = self._shared.path.with_name(self._shared.path.name + ".dead")
+        self._dst = destination_stamp(destination)
+        self._shared = acquire_shared(self.path)
+        self._dead_path = sibling(self._shared.path, ".dead")
         self._claimed = False
         self._closed = False
         # Release the registry entry even if close() is never awaited.
-        self._finalizer = weakref.finalize(self, _release_shared, self._shared)
+        self._finalizer = weakref.finalize(self, release_shared, self._shared)
 
     # --- public API ------------------------------------------------------------------
 
@@ -270,18 +160,13 @@ class Outbox:
         the write (the caller decides whether that is a drop).
         """
         self._check_open()
-        if not isinstance(record, dict):
-            raise InvalidPayloadError(f"outbox record must be a dict, got {type(record).__name__}")
-        try:
-            encoded = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(f"outbox record is not JSON-serialisable: {exc}") from None
+        encoded = encode_record(record)
         shared = self._shared
         if (
             shared.loaded
             and shared.thread_puts == 0
             and not self.fsync
-            and len(encoded) <= _INLINE_PUT_MAX
+            and len(encoded) <= INLINE_WRITE_MAX_BYTES
         ):
             done = self._try_put_inline(encoded)
             if done is not None:
@@ -350,23 +235,10 @@ class Outbox:
         Two deliverers replaying one file at once would send records twice
         and could apply an older write after a newer one.
         """
-        s = self._shared
-        with s.claim_mutex:
-            if s.claim_fd is not None:
-                return False
-            try:
-                fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except FileNotFoundError:
-                s.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self._deliver_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                return False
-            s.claim_fd = fd
-            self._claimed = True
-            return True
+        if not try_claim(self._shared):
+            return False
+        self._claimed = True
+        return True
 
     @property
     def claimed(self) -> bool:
@@ -377,12 +249,8 @@ class Outbox:
         """Give up the claim taken by this object (idempotent; never another's claim)."""
         if not self._claimed:
             return
-        s = self._shared
-        with s.claim_mutex:
-            fd, s.claim_fd = s.claim_fd, None
-            self._claimed = False
-        if fd is not None:
-            os.close(fd)  # closing the descriptor drops its flock
+        self._claimed = False
+        release_claim(self._shared)
 
     async def dead_letter(self, seq: int | None, record: dict[str, Any], reason: str) -> None:
         """Keep ``record`` in ``<path>.dead``; with ``seq``, also ack that pending record.
@@ -394,19 +262,15 @@ class Outbox:
         that was refused before it was ever queued.
         """
         self._check_open()
-        line = json.dumps(
-            {"seq": seq, "reason": reason[:500], "at": time.time(), "rec": record},
-            separators=(",", ":"),
-            default=str,
-        )
+        line = encode_dead_letter(seq, record, reason, time.time())
         await asyncio.to_thread(self._dead_letter_sync, seq, line)
 
     def _dead_letter_sync(self, seq: int | None, line: str) -> None:
-        with _Locked(self._shared) as s:
+        with Locked(self._shared) as s:
             self._sync(s)
             fd = os.open(self._dead_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                _write_all(fd, (line + "\n").encode())
+                write_all(fd, (line + "\n").encode())
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -438,25 +302,25 @@ class Outbox:
 
     def _close_sync(self) -> None:
         if self._shared.dropped_dirty:
-            with _Locked(self._shared) as s:
+            with Locked(self._shared) as s:
                 self._sync(s)
                 self._write_cursor(s)
         self._finalizer()
 
     def _refresh_sync(self) -> int:
-        with _Locked(self._shared) as s:
+        with Locked(self._shared) as s:
             if not s.loaded and self.legacy_path is not None:
                 self._adopt_legacy(s, self.legacy_path)
             self._sync(s)
             return len(s.index)
 
-    def _adopt_legacy(self, s: _Shared, legacy: Path) -> None:
+    def _adopt_legacy(self, s: SharedState, legacy: Path) -> None:
         """Move an earlier version's outbox (data and cursor) here, if this one is new."""
         if s.path.exists() or not legacy.exists():
             return
         if legacy.stat().st_size == 0:
             return
-        cursor = legacy.with_name(legacy.name + ".cursor")
+        cursor = sibling(legacy, ".cursor")
         if cursor.exists():
             os.replace(cursor, s.cursor_path)
         os.replace(legacy, s.path)  # same OUTBOX_PATH: an atomic rename
@@ -473,37 +337,28 @@ class Outbox:
         put (which creates folders and the lock file) always uses the thread.
         """
         s = self._shared
-        if not s.mutex.acquire(blocking=False):
+        if not try_lock_inline(s):
             return None
         try:
-            if s.lock_fd is None:
+            if os.stat(s.path).st_size != s.known_size:
+                # Another process changed the file: catching up may mean a
+                # scan of its records, which is worker-thread work.
                 return None
-            try:
-                fcntl.flock(s.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return None
-            try:
-                if os.stat(s.path).st_size != s.known_size:
-                    # Another process changed the file: catching up may mean a
-                    # scan of its records, which is worker-thread work.
-                    return None
-                return self._put_locked(s, encoded)
-            except FileNotFoundError:
-                return None
-            finally:
-                fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
+            return self._put_locked(s, encoded)
+        except FileNotFoundError:
+            return None
         finally:
-            s.mutex.release()
+            unlock_inline(s)
 
     def _put_sync(self, encoded: str) -> bool:
-        with _Locked(self._shared) as s:
+        with Locked(self._shared) as s:
             return self._put_locked(s, encoded)
 
-    def _put_locked(self, s: _Shared, encoded: str) -> bool:
+    def _put_locked(self, s: SharedState, encoded: str) -> bool:
         """Append one record; the caller holds the mutex and the flock."""
         self._sync(s)
         seq = max(s.last_seq, s.acked) + 1
-        line = (f'{{"seq":{seq},{self._dst}"rec":{encoded}}}\n').encode()
+        line = encode_line(seq, self._dst, encoded)
         if len(s.index) >= self.max_entries or (
             self.max_bytes is not None and s.pending_bytes + len(line) > self.max_bytes
         ):
@@ -526,7 +381,7 @@ class Outbox:
         fd = os.open(s.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             start = os.fstat(fd).st_size
-            _write_all(fd, line)
+            write_all(fd, line)
             if self.fsync:
                 os.fsync(fd)
         finally:
@@ -538,7 +393,7 @@ class Outbox:
         return True
 
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
-        with _Locked(self._shared) as s:
+        with Locked(self._shared) as s:
             self._sync(s)
             wanted = [s.index[i] for i in range(min(n, len(s.index)))]
             if not wanted:
@@ -549,24 +404,23 @@ class Outbox:
         base = wanted[0][1]
         out: list[tuple[int, dict[str, Any]]] = []
         for seq, start, end in wanted:
-            entry = json.loads(blob[start - base : end - base])
-            out.append((seq, entry["rec"]))
+            out.append((seq, line_record(blob[start - base : end - base])))
         return out
 
     def _ack_sync(self, upto_seq: int) -> None:
-        with _Locked(self._shared) as s:
+        with Locked(self._shared) as s:
             self._sync(s)
             self._ack_locked(s, upto_seq)
 
-    def _ack_locked(self, s: _Shared, upto_seq: int) -> None:
+    def _ack_locked(self, s: SharedState, upto_seq: int) -> None:
         if upto_seq <= s.acked and not s.dropped_dirty:
             return
         s.acked = max(s.acked, upto_seq)
-        _pop_acked(s)
+        s.pop_acked()
         self._maybe_compact(s)
         s.in_burst = s.in_burst and len(s.index) >= self.max_entries
 
-    def _maybe_compact(self, s: _Shared) -> None:
+    def _maybe_compact(self, s: SharedState) -> None:
         """Persist the cursor; rewrite the data file when drained or mostly delivered."""
         if not s.index:
             # Cursor first: if we die before truncating, every line is <= acked anyway.
@@ -577,10 +431,10 @@ class Outbox:
             s.known_size = 0
             return
         head = s.index[0][1]
-        if head >= _COMPACT_MIN_BYTES and head * 2 >= s.known_size:
+        if head >= COMPACT_MIN_BYTES and head * 2 >= s.known_size:
             s.gen += 1
             self._write_cursor(s)
-            tmp = s.path.with_name(s.path.name + ".tmp")
+            tmp = sibling(s.path, ".tmp")
             with open(s.path, "rb") as src, open(tmp, "wb") as dst:
                 src.seek(head)
                 dst.write(src.read(s.known_size - head))
@@ -593,9 +447,9 @@ class Outbox:
             return
         self._write_cursor(s)
 
-    def _write_cursor(self, s: _Shared) -> None:
-        tmp = s.cursor_path.with_name(s.cursor_path.name + ".tmp")
-        payload = json.dumps({"acked": s.acked, "dropped": s.dropped, "dead": s.dead, "gen": s.gen})
+    def _write_cursor(self, s: SharedState) -> None:
+        tmp = sibling(s.cursor_path, ".tmp")
+        payload = encode_cursor(Cursor(acked=s.acked, dropped=s.dropped, gen=s.gen, dead=s.dead))
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(payload)
             if self.fsync:
@@ -604,26 +458,20 @@ class Outbox:
         os.replace(tmp, s.cursor_path)
         s.dropped_dirty = False
 
-    def _read_cursor(self, s: _Shared) -> tuple[int, int, int, int]:
+    def _read_cursor(self, s: SharedState) -> Cursor:
         try:
             raw = s.cursor_path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return 0, 0, 0, 0
+            return Cursor(acked=0, dropped=0, gen=0, dead=0)
         try:
-            data = json.loads(raw)
-            return (
-                int(data["acked"]),
-                int(data["dropped"]),
-                int(data.get("gen", 0)),
-                int(data.get("dead", 0)),
-            )
+            return decode_cursor(raw)
         except (ValueError, KeyError, TypeError):
             log.warning(
                 "outbox cursor %s is unreadable; replaying from the start", s.cursor_path.name
             )
-            return 0, s.dropped, s.gen + 1, s.dead
+            return Cursor(acked=0, dropped=s.dropped, gen=s.gen + 1, dead=s.dead)
 
-    def _sync(self, s: _Shared) -> None:
+    def _sync(self, s: SharedState) -> None:
         """Bring the cached view up to date with the files (we hold the lock)."""
         acked, dropped, gen, dead = self._read_cursor(s)
         s.loaded = True
@@ -646,11 +494,11 @@ class Outbox:
             self._scan(s, 0, size)
         else:
             s.acked = max(s.acked, acked)
-            _pop_acked(s)
+            s.pop_acked()
             if size > s.known_size:
                 self._scan(s, s.known_size, size)
 
-    def _scan(self, s: _Shared, start: int, size: int) -> None:
+    def _scan(self, s: SharedState, start: int, size: int) -> None:
         if size <= start:
             s.known_size = size
             return
@@ -674,7 +522,7 @@ class Outbox:
             line = blob[pos:nl]
             offset = start + pos
             pos = nl + 1
-            seq, dst = _line_seq(line)
+            seq, dst = decode_line(line)
             if seq is None:
                 log.warning("outbox %s: skipping a corrupt record at byte %d", s.path.name, offset)
                 continue
@@ -697,146 +545,9 @@ class Outbox:
         s.known_size = size
 
 
-def _line_seq(line: bytes) -> tuple[int | None, str | None]:
-    """The seq and destination stamp of one data line ((None, None) when corrupt)."""
-    try:
-        entry = json.loads(line)
-    except ValueError:
-        return None, None
-    if not isinstance(entry, dict) or not isinstance(entry.get("rec"), dict):
-        return None, None
-    seq = entry.get("seq")
-    dst = entry.get("dst")
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        return None, None
-    return seq, dst if isinstance(dst, str) else None
-
-
-def _pop_acked(s: _Shared) -> None:
-    while s.index and s.index[0][0] <= s.acked:
-        _seq, start, end = s.index.popleft()
-        s.pending_bytes -= end - start
-
-
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte of ``data`` is written."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-# --- delivery ---------------------------------------------------------------------------------
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class OutboxDrainer:
-    """Replays an outbox in order through ``send``, stopping at the first failure.
-
-    Delivered records are acked every ``ack_every`` records and whenever a run
-    stops, so a crash replays at most ``ack_every`` records (at-least-once).
-    ``last_error`` holds the exception that stopped the last run (None when it
-    emptied the outbox or reached its limit).
-    """
-
-    def __init__(
-        self, outbox: Outbox, send: Send, *, batch: int = 100, ack_every: int = 10
-    ) -> None:
-        self.outbox = outbox
-        self.send = send
-        self.batch = max(1, batch)
-        self.ack_every = max(1, ack_every)
-        self.delivered = 0
-        self.last_error: BaseException | None = None
-
-    async def run_once(self, max_records: int | None = None) -> int:
-        """Deliver pending records until empty, a failure, or ``max_records``.
-
-        Returns how many were delivered in this run.
-        """
-        self.last_error = None
-        if not self.outbox.try_claim_delivery():
-            # Another deliverer is replaying this file right now: let it.
-            await asyncio.sleep(_CLAIM_RETRY)
-            await self.outbox.refresh()
-            return 0
-        try:
-            return await self._run_claimed(max_records)
-        finally:
-            self.outbox.release_delivery()
-
-    async def _run_claimed(self, max_records: int | None) -> int:
-        done = 0
-        while max_records is None or done < max_records:
-            want = self.batch if max_records is None else min(self.batch, max_records - done)
-            pending = await self.outbox.peek(want)
-            if not pending:
-                break
-            unacked: int | None = None
-            try:
-                for seq, record in pending:
-                    try:
-                        await self.send(record)
-                    except Exception as exc:
-                        self.last_error = exc
-                        return done
-                    unacked = seq
-                    done += 1
-                    self.delivered += 1
-                    if done % self.ack_every == 0:
-                        await self.outbox.ack(seq)
-                        unacked = None
-            finally:
-                # Acks are a file write each: one per ``ack_every`` records, and
-                # always before returning, even on a failure or a cancellation.
-                if unacked is not None:
-                    await self.outbox.ack(unacked)
-        return done
-
-
-async def deliver_pending(outbox: Outbox, send: Send, *, batch: int = 100) -> int:
-    """Replay ``outbox`` in order through ``send``; stop at the first failure.
-
-    The failed record and everything after it stay pending. Returns how many
-    records were delivered.
-    """
-    drainer = OutboxDrainer(outbox, send, batch=batch)
-    delivered = await drainer.run_once()
-    if drainer.last_error is not None:
-        log.warning(
-            "outbox %s: delivery stopped after %d records (%s)",
-            outbox.path.name,
-            delivered,
-            type(drainer.last_error).__name__,
-        )
-    return delivered
-
-
-async def scan_outboxes(root: Path) -> list[dict[str, Any]]:
-    """Every outbox file under ``root`` with its pending, dropped and dead-lettered counts.
-
-    For ``jarvismem status``: a fresh process has no outbox open, yet what
-    other processes left (or could not deliver) must show. Reads each file
-    the way its owner would (a worker thread), and only lists non-empty state.
-    """
-    files = await asyncio.to_thread(lambda: sorted(Path(root).rglob("*.jsonl")))
-    found: list[dict[str, Any]] = []
-    for path in files:
-        box = Outbox(path)
-        try:
-            pending = await box.load()
-            if pending or box.dropped or box.dead:
-                found.append(
-                    {
-                        "path": str(path.relative_to(root)),
-                        "pending": pending,
-                        "pending_bytes": box.pending_bytes,
-                        "dropped": box.dropped,
-                        "dead_lettered": box.dead,
-                    }
-                )
-        except OSError as exc:
-            found.append({"path": str(path.relative_to(root)), "error": str(exc)})
-        finally:
-            await box.close()
-    return found

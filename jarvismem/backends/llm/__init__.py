@@ -1,0 +1,31 @@
+"""LLM access for long-term compression: one small protocol, two honest summarizers.
+
+The package is split by job:
+
+* :mod:`.truncation`: :func:`truncate` and :data:`TRUNCATION_MARKER`, the bound
+  every summary obeys;
+* :mod:`.protocol`: :class:`Summarizer`, what the long-term tier talks to;
+* :mod:`.client`: :class:`ChatCompletionsClient`, the OpenAI-compatible HTTP client;
+* :mod:`.summarizers`: :class:`LLMSummarizer` and :class:`ExtractiveSummarizer`;
+* :mod:`.factory`: :func:`create_summarizer`, which picks one from the settings.
+
+This module only re-exports; the parts import each other directly.
+"""
+
+from __future__ import annotations
+
+from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.llm.factory import create_summarizer
+from jarvismem.backends.llm.protocol import Summarizer
+from jarvismem.backends.llm.summarizers import ExtractiveSummarizer, LLMSummarizer
+from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
+
+__all__ = [
+    "TRUNCATION_MARKER",
+    "ChatCompletionsClient",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "Summarizer",
+    "create_summarizer",
+    "truncate",
+]

@@ -1,0 +1,192 @@
+"""The two summarizers: a rolling LLM summary, and an extractive one that needs no LLM.
+
+* :class:`LLMSummarizer` wraps a :class:`ChatCompletionsClient` with a
+  rolling-summary prompt.
+* :class:`ExtractiveSummarizer` keeps the most informative lines,
+  deterministically. It is the default when ``LLM_BASE_URL`` is unset.
+
+Every summary either returns is at most ``max_chars`` long; a longer one is cut
+and ends with :data:`~jarvismem.backends.llm.truncation.TRUNCATION_MARKER`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
+from jarvismem.defaults import SUMMARY_MAX_CHARS
+from jarvismem.errors import InvalidPayloadError
+
+__all__ = ["SYSTEM_PROMPT", "ExtractiveSummarizer", "LLMSummarizer"]
+
+SYSTEM_PROMPT = (
+    "You maintain the long-term memory of an AI agent's workflow. You receive the "
+    "current summary (possibly empty) and new ledger entries. Write one updated "
+    "summary that keeps every durable fact, decision, open problem, result and "
+    "identifier (names, numbers, paths) from both, drops chatter and repetition, and "
+    "stays in chronological order. Plain text, no preamble. At most {max_chars} characters."
+)
+
+
+class LLMSummarizer:
+    """A rolling summarizer backed by a :class:`ChatCompletionsClient`."""
+
+    def __init__(
+        self,
+        client: ChatCompletionsClient,
+        *,
+        temperature: float = 0.2,
+        owns_client: bool = False,
+    ) -> None:
+        """``client``: the chat client; ``owns_client``: whether :meth:`aclose` closes it
+        (False for a client shared with other code).
+        """
+        self.client = client
+        self.temperature = temperature
+        self.owns_client = owns_client
+        self.name = f"llm:{client.model}"
+
+    async def aclose(self) -> None:
+        """Close the client if this summarizer owns it."""
+        if self.owns_client:
+            await self.client.aclose()
+
+    async def summarize(
+        self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS
+    ) -> str:
+        """Ask the LLM for an updated summary; the answer is cut to ``max_chars``."""
+        if max_chars < 1:
+            raise InvalidPayloadError("max_chars must be >= 1")
+        user = (
+            "Current summary:\n"
+            + (previous_summary.strip() if previous_summary else "(none yet)")
+            + "\n\nNew entries:\n"
+            + text.strip()
+        )
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT.format(max_chars=max_chars)},
+            {"role": "user", "content": user},
+        ]
+        # ~4 chars per token; a little headroom so the model is not cut mid-sentence,
+        # the character cap below is the hard bound.
+        max_tokens = max(64, math.ceil(max_chars / 3))
+        answer = await self.client.complete(
+            messages, max_tokens=max_tokens, temperature=self.temperature
+        )
+        return truncate(answer.strip(), max_chars)
+
+
+_WORD_RE = re.compile(r"[^\W_]{3,}", re.UNICODE)
+_SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+")
+_STOPWORDS = frozenset(
+    """the and for are but not you all any can had her was one our out has him his how
+    its may new now old see two who did get let put say she too use this that with from
+    have they will would there their what when which were been into than then them these
+    those some such only also just more most other over very your about after again
+    while where being because should could does doing each few here itself same""".split()
+)
+
+
+def _terms(text: str) -> list[str]:
+    return [w for w in (m.lower() for m in _WORD_RE.findall(text)) if w not in _STOPWORDS]
+
+
+def _units(text: str) -> list[str]:
+    """Lines, with over-long lines split into sentences."""
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        if not line:
+            continue
+        if len(line) <= 300:
+            out.append(line)
+        else:
+            out.extend(s for s in _SENTENCE_SPLIT_RE.split(line) if s)
+    return out
+
+
+def _weights(units: Sequence[str]) -> dict[str, float]:
+    """Term weight = frequency x inverse unit frequency (tf-idf over the input's units).
+
+    A word in every unit ("turn") weighs nothing; a subject that recurs in some
+    units weighs most.
+    """
+    tf: Counter[str] = Counter()
+    df: Counter[str] = Counter()
+    for unit in units:
+        terms = _terms(unit)
+        tf.update(terms)
+        df.update(set(terms))
+    n = len(units)
+    return {t: tf[t] * math.log((n + 1) / df[t]) for t in tf}
+
+
+class ExtractiveSummarizer:
+    """Deterministic summarizer without an LLM.
+
+    Splits the input into lines (long lines into sentences), scores each by the
+    tf-idf weight of its content words across the whole input (so recurring
+    subjects win and words present everywhere count for nothing), normalised by
+    length, and keeps the best ones (the later on equal scores) in their original
+    order within ``max_chars``. Lines of the previous summary are kept first (up to half
+    the budget when there is new text), so a rolling summary does not forget its
+    past. Same input, same output.
+    """
+
+    name = "extractive"
+
+    async def summarize(
+        self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS
+    ) -> str:
+        """Return the selected lines joined by newlines, at most ``max_chars`` long."""
+        if max_chars < 1:
+            raise InvalidPayloadError("max_chars must be >= 1")
+        previous = _units(previous_summary or "")
+        new = _units(text)
+        freq = _weights(previous + new)
+        budget_prev = max_chars if not new else max_chars // 2 if previous else 0
+        kept_prev = self._select(previous, freq, budget_prev)
+        used = sum(len(u) + 1 for u in kept_prev)
+        kept_new = self._select(new, freq, max_chars - used, exclude=set(kept_prev))
+        return truncate("\n".join(kept_prev + kept_new), max_chars)
+
+    @staticmethod
+    def _select(
+        units: Sequence[str], freq: dict[str, float], budget: int, exclude: set[str] | None = None
+    ) -> list[str]:
+        """Best-scoring distinct units fitting in ``budget`` chars, in input order."""
+        if budget <= 0 or not units:
+            return []
+        seen: set[str] = set(exclude or ())
+        candidates: list[tuple[float, int, str]] = []
+        for index, unit in enumerate(units):
+            if unit in seen:
+                continue
+            seen.add(unit)
+            terms = _terms(unit)
+            # sorted(): float sums in set order would differ between processes
+            # (string hash randomisation) and break ties differently.
+            score = sum(freq.get(t, 0.0) for t in sorted(set(terms))) / math.sqrt(len(terms) + 1)
+            # On equal scores the later line wins: the newest turns matter most
+            # to an agent resuming its work.
+            candidates.append((-score, -index, unit))
+        candidates.sort()
+        chosen: list[tuple[int, str]] = []
+        used = 0
+        for _, neg_index, unit in candidates:
+            index = -neg_index
+            cost = len(unit) + (1 if chosen else 0)
+            if used + cost > budget:
+                # A single unit larger than the whole budget is cut rather than lost.
+                if not chosen and budget > len(TRUNCATION_MARKER) + 20:
+                    chosen.append((index, truncate(unit, budget)))
+                    used = budget
+                continue
+            chosen.append((index, unit))
+            used += cost
+        chosen.sort()
+        return [unit for _, unit in chosen]

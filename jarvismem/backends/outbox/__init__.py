@@ -1,0 +1,23 @@
+"""A durable, bounded, ordered local outbox: JSON lines on disk plus a cursor file.
+
+Writes that cannot reach a remote backend right now (Athena events, ledger
+turns while Redis is down) are appended here and replayed later, in order.
+The package is split by job:
+
+* :mod:`.format`: the on-disk encodings (record lines, destination stamps,
+  cursor, dead letters);
+* :mod:`.locks`: the per-path registry, the file lock and the delivery claim;
+* :mod:`.store`: :class:`Outbox` (append, peek, ack, dead-letter, compaction);
+* :mod:`.drain`: :class:`OutboxDrainer` and :func:`deliver_pending`;
+* :mod:`.scan`: :func:`scan_outboxes`, for ``jarvismem status``.
+
+This module only re-exports; the parts import each other directly.
+"""
+
+from __future__ import annotations
+
+from jarvismem.backends.outbox.drain import OutboxDrainer, deliver_pending
+from jarvismem.backends.outbox.scan import scan_outboxes
+from jarvismem.backends.outbox.store import Outbox
+
+__all__ = ["Outbox", "OutboxDrainer", "deliver_pending", "scan_outboxes"]

@@ -1,0 +1,210 @@
+"""Who may touch an outbox file when: the per-path registry, the file lock, the delivery claim.
+
+* One :class:`SharedState` per outbox path in a process (the registry), shared
+  by every :class:`~jarvismem.backends.outbox.store.Outbox` object of that path:
+  its cached view of the files and its locks.
+* :class:`Locked`: a thread mutex (this process) plus an ``flock`` on
+  ``<path>.lock`` (other processes) around one file operation. The lock file's
+  descriptor is open only while records are pending: an idle outbox holds no
+  file descriptor.
+* The delivery claim: a non-blocking ``flock`` on ``<path>.deliver.lock`` making
+  one deliverer per path on the machine; not re-entrant (a second claim in the
+  same process is refused like one from another process).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jarvismem.backends.outbox.format import sibling
+
+__all__ = [
+    "Locked",
+    "SharedState",
+    "acquire_shared",
+    "release_claim",
+    "release_shared",
+    "try_claim",
+    "try_lock_inline",
+    "unlock_inline",
+]
+
+
+@dataclass
+class SharedState:
+    """State of one outbox path, shared by every Outbox object of this process."""
+
+    path: Path
+    cursor_path: Path
+    lock_path: Path
+    mutex: threading.Lock = field(default_factory=threading.Lock)
+    # Guards claim_fd only, and is never held across a wait: the event loop
+    # takes it (try_claim) and must never block behind a worker thread
+    # that holds ``mutex`` while it waits for another process's flock.
+    claim_mutex: threading.Lock = field(default_factory=threading.Lock)
+    lock_fd: int | None = None
+    users: int = 0
+    # Cached view of the files; valid while gen matches and the file did not shrink.
+    gen: int = -1
+    acked: int = 0
+    dropped: int = 0
+    dropped_dirty: bool = False
+    known_size: int = 0
+    last_seq: int = 0
+    # Pending records as (seq, start offset, end offset) in the data file.
+    index: deque[tuple[int, int, int]] = field(default_factory=deque)
+    dead: int = 0
+    foreign: int = 0
+    pending_bytes: int = 0
+    loaded: bool = False
+    # The delivery claim of this path in this process (None = not held here).
+    claim_fd: int | None = None
+    in_burst: bool = False
+    burst_drops: int = 0
+    # Puts handed to a worker thread and not finished: while any is in flight,
+    # a new put must queue behind it (never go inline), to keep records in order.
+    thread_puts: int = 0
+
+    def pop_acked(self) -> None:
+        """Forget the pending records the cursor says are delivered."""
+        while self.index and self.index[0][0] <= self.acked:
+            _seq, start, end = self.index.popleft()
+            self.pending_bytes -= end - start
+
+
+_registry: dict[Path, SharedState] = {}
+_registry_lock = threading.Lock()
+
+
+def acquire_shared(path: Path) -> SharedState:
+    """The shared state of ``path`` (created on first use); pair with :func:`release_shared`."""
+    resolved = path.resolve()
+    with _registry_lock:
+        shared = _registry.get(resolved)
+        if shared is None:
+            shared = SharedState(
+                path=resolved,
+                cursor_path=sibling(resolved, ".cursor"),
+                lock_path=sibling(resolved, ".lock"),
+            )
+            _registry[resolved] = shared
+        shared.users += 1
+        return shared
+
+
+def release_shared(shared: SharedState) -> None:
+    """Drop one user; the last one closes the descriptors and forgets the path."""
+    with _registry_lock:
+        shared.users -= 1
+        if shared.users > 0:
+            return
+        _registry.pop(shared.path, None)
+    with shared.mutex:
+        if shared.lock_fd is not None:
+            os.close(shared.lock_fd)
+            shared.lock_fd = None
+    with shared.claim_mutex:
+        if shared.claim_fd is not None:
+            os.close(shared.claim_fd)
+            shared.claim_fd = None
+
+
+class Locked:
+    """Thread mutex (this process) + flock (other processes) around one file operation."""
+
+    def __init__(self, shared: SharedState) -> None:
+        self.shared = shared
+
+    def __enter__(self) -> SharedState:
+        s = self.shared
+        s.mutex.acquire()
+        try:
+            if s.lock_fd is None:
+                try:
+                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                except FileNotFoundError:  # first use: make the folder
+                    s.path.parent.mkdir(parents=True, exist_ok=True)
+                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(s.lock_fd, fcntl.LOCK_EX)
+        except BaseException:
+            s.mutex.release()
+            raise
+        return s
+
+    def __exit__(self, *exc: object) -> None:
+        s = self.shared
+        try:
+            if s.lock_fd is not None:
+                fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
+                if not s.index:
+                    # Idle: give the descriptor back (a process serving thousands
+                    # of workflows must not hold one per workflow it ever touched).
+                    os.close(s.lock_fd)
+                    s.lock_fd = None
+        finally:
+            s.mutex.release()
+
+
+def try_lock_inline(shared: SharedState) -> bool:
+    """Take the mutex and the flock without waiting (False: someone holds one).
+
+    For the event loop, which must never wait: on True, release with
+    :func:`unlock_inline`. Never creates the lock file (the first use of a
+    path goes through :class:`Locked` in a worker thread).
+    """
+    if not shared.mutex.acquire(blocking=False):
+        return False
+    if shared.lock_fd is None:
+        shared.mutex.release()
+        return False
+    try:
+        fcntl.flock(shared.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        shared.mutex.release()
+        return False
+    except BaseException:
+        shared.mutex.release()
+        raise
+    return True
+
+
+def unlock_inline(shared: SharedState) -> None:
+    """Release what :func:`try_lock_inline` took."""
+    try:
+        if shared.lock_fd is not None:
+            fcntl.flock(shared.lock_fd, fcntl.LOCK_UN)
+    finally:
+        shared.mutex.release()
+
+
+def try_claim(shared: SharedState) -> bool:
+    """Become the only deliverer of this path on the machine (non-blocking, not re-entrant)."""
+    lock_path = sibling(shared.path, ".deliver.lock")
+    with shared.claim_mutex:
+        if shared.claim_fd is not None:
+            return False
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            shared.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        shared.claim_fd = fd
+        return True
+
+
+def release_claim(shared: SharedState) -> None:
+    """Give up this process's claim of the path (closing the descriptor drops its flock)."""
+    with shared.claim_mutex:
+        fd, shared.claim_fd = shared.claim_fd, None
+    if fd is not None:
+        os.close(fd)

@@ -1,0 +1,185 @@
+"""Every default value used in more than one place, defined once.
+
+``jarvismem.settings`` takes its field defaults from here, and the constructors
+that can be built without a Settings object take their parameter defaults from
+here too, so a default tuned in one place cannot drift from its twin. Each
+constant says what it bounds. Values a single module owns alone stay in that
+module.
+
+This module imports nothing from jarvismem (layer 0).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+# --- isolation and retention ---------------------------------------------------------------
+
+NAMESPACE: Final = "default"
+"""Tenant namespace prefixing every Redis key and blob path."""
+
+CONTEXT_TTL_DAYS: Final = 7
+"""How long workflow keys (ledger, checkpoints, summary, dedupe marks) live, in days."""
+
+CONTEXT_TTL_SECONDS: Final = CONTEXT_TTL_DAYS * 86_400
+""":data:`CONTEXT_TTL_DAYS` in seconds, for constructors that take a TTL in seconds."""
+
+# --- Redis --------------------------------------------------------------------------------------
+
+REDIS_MAX_CONNECTIONS: Final = 64
+"""Size of one Redis connection pool."""
+
+REDIS_CONNECT_RETRIES: Final = 5
+"""Extra connect attempts before a Redis client gives up at start-up."""
+
+LEDGER_MAX_LEN: Final = 100_000
+"""Approximate entries kept per workflow ledger (0 = unbounded)."""
+
+# --- local I/O from the event loop ----------------------------------------------------------
+
+INLINE_WRITE_MAX_BYTES: Final = 16_384
+"""Largest local write (blob append, outbox put) done from the event loop instead
+of a worker thread: a page-cache write of this size is cheaper than a thread hop."""
+
+# --- blob storage -----------------------------------------------------------------------------
+
+STORAGE_BASE_PATH: Final = Path(".jarvismem/blobs")
+"""Root folder of the local blob backend."""
+
+AZURE_CONTAINER: Final = "jarvismem"
+"""Azure Blob container of the scratchpads and summary copies."""
+
+# --- Athena -----------------------------------------------------------------------------------
+
+ATHENA_HTTP_TIMEOUT: Final = 10.0
+"""Deadline of one Athena HTTP request, in seconds."""
+
+# --- LLM ----------------------------------------------------------------------------------------
+
+LLM_MODEL: Final = "gpt-4o-mini"
+"""Chat model asked for summaries when none is configured."""
+
+LLM_TIMEOUT: Final = 60.0
+"""Deadline of one LLM HTTP attempt, in seconds."""
+
+LLM_MAX_RETRIES: Final = 3
+"""Extra LLM attempts after a 429, a 5xx, a timeout or a connection error."""
+
+LLM_BACKOFF_BASE: Final = 0.5
+"""First LLM retry waits between half this and this, in seconds (then doubling)."""
+
+LLM_BACKOFF_CAP: Final = 8.0
+"""Longest backoff ceiling between two LLM attempts, in seconds."""
+
+RETRY_AFTER_CAP: Final = 30.0
+"""Longest server ``Retry-After`` an HTTP client honours, in seconds."""
+
+LLM_MAX_RESPONSE_BYTES: Final = 4 * 1024 * 1024
+"""Largest LLM response body read; a larger one is refused, never buffered."""
+
+SUMMARY_MAX_CHARS: Final = 4000
+"""Longest long-term summary a summarizer returns."""
+
+# --- per-tier read timeouts ---------------------------------------------------------------------
+
+TIER_TIMEOUT_WORKING: Final = 5.0
+"""Scratchpad read (and scratchpad write) deadline, in seconds."""
+
+TIER_TIMEOUT_EPISODIC: Final = 2.0
+"""Ledger read (and Redis write) deadline, in seconds."""
+
+TIER_TIMEOUT_LTM: Final = 5.0
+"""Long-term summary read deadline, in seconds."""
+
+TIER_TIMEOUT_CHECKPOINT: Final = 2.0
+"""Checkpoint read deadline, in seconds."""
+
+TIER_TIMEOUT_ATHENA: Final = 3.0
+"""Athena context read deadline, in seconds."""
+
+# --- long-term compaction -------------------------------------------------------------------
+
+COMPACTION_EVERY_TURNS: Final = 50
+"""New turns after which the long-term summary is recompacted."""
+
+COMPACTION_TOKEN_THRESHOLD: Final = 8000
+"""Estimated new tokens after which the long-term summary is recompacted."""
+
+COMPACTION_CHUNK_CHARS: Final = 12_000
+"""Largest input of one summarizer call (map-reduce above it)."""
+
+COMPACTION_LOCK_TTL: Final = 120.0
+"""Expiry of a compactor's lock, in seconds (a crashed compactor frees it)."""
+
+# --- scratchpad rendering ---------------------------------------------------------------------
+
+SCRATCHPAD_BUDGET_CHARS: Final = 8000
+"""Largest scratchpad markdown put in a bundle."""
+
+SCRATCHPAD_TAIL_BYTES: Final = 262_144
+"""Bytes read from the end of a scratchpad to render it."""
+
+# --- input limits -----------------------------------------------------------------------------
+
+MAX_TURN_FIELD_CHARS: Final = 65_536
+"""Longest thought/action/result kept; longer ones are truncated."""
+
+MAX_CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
+"""Largest checkpoint accepted; larger ones are refused."""
+
+# --- durable outbox ---------------------------------------------------------------------------
+
+OUTBOX_PATH: Final = Path(".jarvismem/outbox")
+"""Folder of the local outboxes."""
+
+OUTBOX_MAX_ENTRIES: Final = 100_000
+"""Pending records per outbox; records past it are dropped and counted."""
+
+OUTBOX_MAX_BYTES: Final = 256 * 1024 * 1024
+"""Pending bytes per outbox; records past it are dropped and counted."""
+
+OUTBOX_POLL_SECONDS: Final = 1.0
+"""How often a runtime looks for records another process left in its outboxes."""
+
+OUTBOX_CLAIM_POLL_SECONDS: Final = 0.2
+"""How long a would-be deliverer waits when another one holds an outbox's claim."""
+
+__all__ = [
+    "ATHENA_HTTP_TIMEOUT",
+    "AZURE_CONTAINER",
+    "COMPACTION_CHUNK_CHARS",
+    "COMPACTION_EVERY_TURNS",
+    "COMPACTION_LOCK_TTL",
+    "COMPACTION_TOKEN_THRESHOLD",
+    "CONTEXT_TTL_DAYS",
+    "CONTEXT_TTL_SECONDS",
+    "INLINE_WRITE_MAX_BYTES",
+    "LEDGER_MAX_LEN",
+    "LLM_BACKOFF_BASE",
+    "LLM_BACKOFF_CAP",
+    "LLM_MAX_RESPONSE_BYTES",
+    "LLM_MAX_RETRIES",
+    "LLM_MODEL",
+    "LLM_TIMEOUT",
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_TURN_FIELD_CHARS",
+    "NAMESPACE",
+    "OUTBOX_CLAIM_POLL_SECONDS",
+    "OUTBOX_MAX_BYTES",
+    "OUTBOX_MAX_ENTRIES",
+    "OUTBOX_PATH",
+    "OUTBOX_POLL_SECONDS",
+    "REDIS_CONNECT_RETRIES",
+    "REDIS_MAX_CONNECTIONS",
+    "RETRY_AFTER_CAP",
+    "SCRATCHPAD_BUDGET_CHARS",
+    "SCRATCHPAD_TAIL_BYTES",
+    "STORAGE_BASE_PATH",
+    "SUMMARY_MAX_CHARS",
+    "TIER_TIMEOUT_ATHENA",
+    "TIER_TIMEOUT_CHECKPOINT",
+    "TIER_TIMEOUT_EPISODIC",
+    "TIER_TIMEOUT_LTM",
+    "TIER_TIMEOUT_WORKING",
+]

@@ -1,0 +1,1 @@
+"""Tests of jarvismem.backends.llm, one file per module."""

@@ -1,0 +1,1 @@
+"""Tests of jarvismem.backends.outbox, one file per module."""

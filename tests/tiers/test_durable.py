@@ -1,0 +1,292 @@
+"""DurableWriter: write-through, an ordered local queue during an outage, replay with backoff.
+
+Unit tests over a real outbox on a temporary folder and an in-memory backend
+whose outages and refusals the test controls. The multi-process and real-Redis
+cases are in tests/system/test_durability.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.outbox import Outbox
+from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
+    BlobError,
+    InvalidBlobPathError,
+    InvalidPayloadError,
+)
+from jarvismem.tiers.durable import (
+    REPLAY_BACKOFF_BASE,
+    DurableWriter,
+    is_backend_failure,
+    is_caller_error,
+)
+
+
+class FakeBackend:
+    """Applies records in memory; ``down`` makes it an outage, some records it refuses."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.applied: list[int] = []
+
+    async def apply(self, record: dict[str, Any]) -> str:
+        if record.get("caller_bug"):
+            raise InvalidPayloadError("bad value")
+        if self.down:
+            raise BackendUnavailableError("backend down")
+        if record.get("refuse"):
+            raise BackendRejectedError("WRONGTYPE")
+        if record.get("hang"):
+            await asyncio.Event().wait()
+        self.applied.append(record["n"])
+        return f"ok {record['n']}"
+
+
+MakeWriter = Callable[..., DurableWriter]
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+async def make_writer(tmp_path: Path, backend: FakeBackend) -> AsyncIterator[MakeWriter]:
+    """Writers in front of ``backend`` on ``tmp_path/o.jsonl``; all closed after the test."""
+    made: list[DurableWriter] = []
+
+    def make(*, max_entries: int = 1000, **kwargs: Any) -> DurableWriter:
+        options: dict[str, Any] = {"timeout": 5.0}
+        options.update(kwargs)
+        box = Outbox(tmp_path / "o.jsonl", max_entries=max_entries)
+        made.append(DurableWriter("backend[wf]", box, backend.apply, **options))
+        return made[-1]
+
+    yield make
+    for writer in made:
+        await writer.close()
+
+
+# --- classification ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (BackendUnavailableError("down"), True),
+        (BlobError("503"), True),
+        (ConnectionRefusedError(), True),
+        (TimeoutError(), True),
+        (BackendRejectedError("WRONGTYPE"), False),
+        (InvalidPayloadError("bad"), False),
+        (InvalidBlobPathError("../x"), False),  # a BlobError that is the caller's fault
+        (RuntimeError("bug"), False),
+    ],
+)
+def test_only_outages_are_backend_failures(exc: BaseException, transient: bool) -> None:
+    assert is_backend_failure(exc) is transient
+
+
+def test_caller_errors_are_jarvismem_value_errors() -> None:
+    assert is_caller_error(InvalidPayloadError("bad"))
+    assert not is_caller_error(ValueError("not ours"))
+    assert not is_caller_error(BackendRejectedError("WRONGTYPE"))
+
+
+# --- write-through and queueing --------------------------------------------------------------
+
+
+async def test_a_write_goes_straight_through_while_the_backend_answers(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    assert await writer.submit({"n": 1}) == "ok 1"
+    assert backend.applied == [1]
+    assert not writer.degraded
+    assert writer.health()["pending"] == 0
+
+
+async def test_an_outage_queues_writes_and_replays_them_in_order(
+    make_writer: MakeWriter, backend: FakeBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = make_writer()
+    backend.down = True
+    with caplog.at_level("WARNING", logger="jarvismem.tiers.durable"):
+        for n in range(3):
+            assert await writer.submit({"n": n}) is None
+    assert writer.degraded
+    assert await writer.pending_records() == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert "BackendUnavailableError" in (writer.health()["last_error"] or "")
+    backend.down = False
+    # Recovered, but records are pending: a new write joins the queue behind them.
+    assert await writer.submit({"n": 3}) is None
+    assert await writer.flush(timeout=5.0)
+    assert backend.applied == [0, 1, 2, 3]
+    assert writer.health()["replayed"] >= 3
+    assert writer.last_error is None
+    logged = [r.getMessage() for r in caplog.records]
+    assert sum("queueing writes in the local outbox" in line for line in logged) == 1
+
+
+async def test_a_hung_backend_times_out_into_the_queue(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer(timeout=0.1)
+    assert await asyncio.wait_for(writer.submit({"n": 1, "hang": True}), 5) is None
+    assert writer.degraded
+
+
+async def test_a_caller_error_raises_and_queues_nothing(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    with pytest.raises(InvalidPayloadError):
+        await writer.submit({"n": 1, "caller_bug": True})
+    assert not writer.degraded and writer.health()["dead_lettered"] == 0
+
+
+async def test_a_live_refusal_is_dead_lettered_not_raised(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    assert await writer.submit({"n": 1, "refuse": True}) is None
+    assert writer.health()["dead_lettered"] == 1
+    assert not writer.degraded
+    assert await writer.submit({"n": 2}) == "ok 2"
+
+
+async def test_a_refused_record_in_the_queue_is_dead_lettered_and_the_rest_replayed(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    backend.down = True
+    await writer.submit({"n": 0})
+    await writer.submit({"n": 1, "refuse": True})
+    await writer.submit({"n": 2})
+    backend.down = False
+    assert await writer.flush(timeout=5.0)
+    assert backend.applied == [0, 2]
+    assert writer.health()["dead_lettered"] == 1
+
+
+async def test_a_full_outbox_drops_and_counts_without_raising(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer(max_entries=2)
+    backend.down = True
+    for n in range(4):
+        assert await writer.submit({"n": n}) is None
+    assert writer.health()["pending"] == 2
+    assert writer.health()["dropped"] == 2
+
+
+async def test_a_local_disk_error_drops_and_counts_without_raising(
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = make_writer()
+    backend.down = True
+
+    async def disk_full(record: dict[str, Any]) -> bool:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer.outbox, "put", disk_full)
+    assert await writer.submit({"n": 0}) is None
+    assert writer.health()["dropped"] == 1
+
+
+# --- replay ---------------------------------------------------------------------------------------
+
+
+async def test_a_leftover_of_an_earlier_process_is_replayed_on_first_use(
+    tmp_path: Path, make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    earlier = Outbox(tmp_path / "o.jsonl")
+    for n in range(3):
+        await earlier.put({"n": n})
+    await earlier.close()
+    writer = make_writer()
+    assert await writer.notice()  # degraded: the leftover is pending
+    assert await writer.flush(timeout=5.0)
+    assert backend.applied == [0, 1, 2]
+
+
+async def test_replay_backs_off_by_doubling_up_to_max_backoff(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer(max_backoff=0.2)
+    pauses: list[float] = []
+
+    async def record_pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            backend.down = False  # the outage ends after five failed passes
+        await asyncio.sleep(0)
+
+    writer._pause = record_pause  # type: ignore[method-assign]
+    backend.down = True
+    await writer.submit({"n": 0})
+    assert await writer.flush(timeout=5.0)
+    base = REPLAY_BACKOFF_BASE
+    assert pauses == [base, base * 2, 0.2, 0.2, 0.2]
+    assert backend.applied == [0]
+
+
+async def test_flush_never_delivers_beside_the_drain_task(tmp_path: Path) -> None:
+    """A flush during a replay waits for the drain task: every record is applied once."""
+    gate = asyncio.Event()
+    applied: list[int] = []
+    in_flight = 0
+    overlap = 0
+
+    async def apply(record: dict[str, Any]) -> None:
+        nonlocal in_flight, overlap
+        in_flight += 1
+        overlap = max(overlap, in_flight)
+        if record["n"] == 0:
+            await gate.wait()  # the replay is stuck on its first record
+        applied.append(record["n"])
+        in_flight -= 1
+
+    box = Outbox(tmp_path / "o.jsonl")
+    for n in range(5):
+        await box.put({"n": n})
+    writer = DurableWriter("redis[wf]", box, apply, timeout=30.0)
+    flushes = [asyncio.ensure_future(writer.flush(timeout=10.0))]  # the replay starts
+    await asyncio.sleep(0.05)
+    flushes += [asyncio.ensure_future(writer.flush(timeout=10.0)) for _ in range(2)]
+    await asyncio.sleep(0.1)
+    gate.set()
+    assert all(await asyncio.gather(*flushes))
+    assert applied == [0, 1, 2, 3, 4]
+    assert overlap == 1
+    await writer.close()
+
+
+async def test_flush_gives_up_at_its_timeout_during_an_outage(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    backend.down = True
+    await writer.submit({"n": 0})
+    assert not await asyncio.wait_for(writer.flush(timeout=0.2), 5)
+    assert writer.degraded
+
+
+async def test_close_stops_the_replay_and_keeps_the_queue(
+    tmp_path: Path, make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    writer = make_writer()
+    backend.down = True
+    await writer.submit({"n": 0})
+    await writer.close()
+    reopened = Outbox(tmp_path / "o.jsonl")
+    assert await reopened.load() == 1
+    await reopened.close()

@@ -7,6 +7,8 @@ import os
 from typing import Any
 
 from jarvismem.cli._context import CliContext
+from jarvismem.demo import DemoFailure, run_demo
+from jarvismem.errors import ConfigError, JarvisMemError
 from jarvismem.keys import validate_id
 
 
@@ -36,9 +38,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def demo(ctx: CliContext) -> int:
     """Exit 0 when the ledger verified, 1 otherwise."""
-    from jarvismem.demo import DemoFailure, run_demo
-    from jarvismem.errors import ConfigError
-
     a = ctx.args
     if a.workflow is not None:
         validate_id(a.workflow, "workflow_id")
@@ -58,8 +57,7 @@ async def demo(ctx: CliContext) -> int:
             say=say,
         )
     except DemoFailure as exc:
-        from jarvismem.errors import JarvisMemError
-
+        # A misbehaving child is the demo's verdict, not a crash of this command.
         raise JarvisMemError(f"demo failed: {exc}") from None
     if ctx.out.json_mode:
         ctx.out.result(summary, str)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.demo import LoopbackRedis
+from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from tests.conftest import (

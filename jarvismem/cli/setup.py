@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import sys
 from pathlib import Path
@@ -84,8 +85,6 @@ def _collect(args: argparse.Namespace) -> dict[str, str]:
             default = _DEFAULTS.get(dest, "")
             shown = f" [{default}]" if default else ""
             if secret:
-                import getpass
-
                 answer = getpass.getpass(f"{prompt}{shown}: ")
             else:
                 answer = input(f"{prompt}{shown}: ")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,14 @@ from typing import Any
 import pytest
 
 from jarvismem.backends.loopback_redis import LoopbackRedis
+from jarvismem.cli import bench as bench_cmds
+from jarvismem.cli import main as cli_main
+from jarvismem.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidIdError,
+    LockNotAcquiredError,
+)
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from tests.conftest import (
@@ -168,6 +177,70 @@ def test_missing_env_file_is_a_clear_error(cli: Cli, tmp_path: Path) -> None:
     assert (
         proc.stderr.strip() == f"jarvismem: error: --env-file {tmp_path / 'nope.env'}: no such file"
     )
+
+
+# --- how failures are reported (in-process: a command raising each kind of error) -------------
+
+
+@pytest.fixture
+def raising_command(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[BaseException], None]]:
+    """Make ``jarvismem bench`` raise the given exception; restore logging after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    def install(exc: BaseException) -> None:
+        async def fail(ctx: Any) -> int:
+            raise exc
+
+        monkeypatch.setattr(bench_cmds, "bench", fail)
+
+    yield install
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "line"),
+    [
+        (ConfigError("FOO must be set"), 2, "FOO must be set"),
+        (InvalidIdError("workflow_id is bad"), 2, "workflow_id is bad"),
+        (BackendUnavailableError("Redis down"), 1, "Redis down"),
+        (LockNotAcquiredError(), 1, "LockNotAcquiredError"),
+        (FileNotFoundError(2, "No such file", "out/x"), 1,
+         "FileNotFoundError: [Errno 2] No such file: 'out/x'"),
+        (RuntimeError("boom"), 1,
+         "internal error: RuntimeError: boom (a bug; -vv shows the traceback)"),
+    ],
+)  # fmt: skip
+def test_failures_are_one_line_classified_by_jarvismem_error_class(
+    raising_command: Callable[[BaseException], None],
+    capsys: pytest.CaptureFixture[str],
+    exc: BaseException,
+    code: int,
+    line: str,
+) -> None:
+    raising_command(exc)
+    assert cli_main(["--env-file", os.devnull, "bench"]) == code
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"jarvismem: error: {line}"]
+
+
+def test_an_error_line_never_shows_a_secret(
+    raising_command: Callable[[BaseException], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising_command(RuntimeError("cannot reach redis://:hunter2secret@db:6379/0"))
+    assert cli_main(["--env-file", os.devnull, "bench"]) == 1
+    err = capsys.readouterr().err
+    assert "hunter2secret" not in err and err.startswith("jarvismem: error: internal error:")
+
+
+def test_vv_adds_the_traceback(
+    raising_command: Callable[[BaseException], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    raising_command(RuntimeError("boom"))
+    assert cli_main(["--env-file", os.devnull, "-vv", "bench"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.rstrip().endswith("(a bug; -vv shows the traceback)")
 
 
 # --- status -----------------------------------------------------------------------------------

@@ -1,9 +1,6 @@
-"""The ``jarvismem`` CLI through its real entry point (``python -m jarvismem``).
-
-Every command runs as a subprocess with a clean environment: Redis is a
-loopback Redis-protocol server hosted by the test (or the real server), blobs
-and the outbox live in ``tmp_path``, and ``--env-file /dev/null`` keeps any
-developer ``.env`` out.
+"""The ``jarvismem`` CLI through its real entry point (``python -m jarvismem``):
+global behaviour, how failures are reported, and the inspection commands
+(status, tail, bundle, compact, spaces). Fixtures: tests/cli/conftest.py.
 """
 
 from __future__ import annotations
@@ -12,18 +9,14 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.cli import bench as bench_cmds
 from jarvismem.cli import main as cli_main
 from jarvismem.errors import (
@@ -33,115 +26,7 @@ from jarvismem.errors import (
     LockNotAcquiredError,
 )
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import load_settings
-from tests.conftest import (
-    REAL_REDIS_URL,
-    env_without_settings,
-    real_redis_available,
-    require_backend,
-)
-
-
-@dataclass
-class Cli:
-    """How to run the CLI against one isolated store."""
-
-    env: dict[str, str]
-    cwd: Path
-    redis_url: str
-    namespace: str
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "jarvismem", "--env-file", os.devnull, *args]
-
-    def run(
-        self, *args: str, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.argv(*args),
-            env=env or self.env,
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-
-    async def arun(self, *args: str) -> subprocess.CompletedProcess[str]:
-        # The loopback server runs in a thread, so a blocking wait here is safe;
-        # to_thread keeps the test's event loop (and its clients) responsive.
-        return await asyncio.to_thread(self.run, *args)
-
-    def runtime_settings(self) -> Any:
-        return load_settings(
-            _env_file=None,
-            redis_url=self.redis_url,
-            storage_backend="local",
-            storage_base_path=self.env["STORAGE_BASE_PATH"],
-            outbox_path=self.cwd / "test-outbox",
-            jarvismem_namespace=self.namespace,
-        )
-
-
-def clean_env(tmp_path: Path) -> dict[str, str]:
-    env = env_without_settings()
-    env["STORAGE_BASE_PATH"] = str(tmp_path / "blobs")
-    env["OUTBOX_PATH"] = str(tmp_path / "outbox")
-    env["REDIS_CONNECT_RETRIES"] = "0"
-    return env
-
-
-@pytest.fixture(scope="module")
-def loopback() -> Iterator[LoopbackRedis]:
-    with LoopbackRedis() as server:
-        yield server
-
-
-def _make_cli(url: str, tmp_path: Path) -> Cli:
-    namespace = "t" + uuid.uuid4().hex[:12]
-    env = clean_env(tmp_path)
-    env["REDIS_URL"] = url
-    env["JARVISMEM_NAMESPACE"] = namespace
-    return Cli(env=env, cwd=tmp_path, redis_url=url, namespace=namespace)
-
-
-@pytest.fixture
-def cli(loopback: LoopbackRedis, tmp_path: Path) -> Cli:
-    """The CLI against the loopback server."""
-    return _make_cli(loopback.url, tmp_path)
-
-
-@pytest.fixture(params=["loopback", pytest.param("real", marks=pytest.mark.integration)])
-def any_cli(request: pytest.FixtureRequest, loopback: LoopbackRedis, tmp_path: Path) -> Cli:
-    """The CLI against the loopback server, then the real Redis server."""
-    if request.param == "real":
-        require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
-        return _make_cli(REAL_REDIS_URL, tmp_path)
-    return _make_cli(loopback.url, tmp_path)
-
-
-@pytest.fixture
-async def runtime(any_cli: Cli) -> AsyncIterator[MemoryRuntime]:
-    """A runtime on the same store as ``any_cli`` (for seeding and checking)."""
-    rt = await MemoryRuntime.from_env(any_cli.runtime_settings())
-    yield rt
-    if rt.redis is not None:
-        keys = [k async for k in rt.redis.scan_iter(match=f"jm:{any_cli.namespace}:*")]
-        if keys:
-            await rt.redis.delete(*keys)
-    await rt.close()
-
-
-async def seed_turns(rt: MemoryRuntime, workflow: str, turns: range) -> None:
-    mem = rt.memory(workflow, "s1", "a1")
-    for t in turns:
-        await mem.log_turn(t, f"thought {t}", f"action {t}", f"result {t}", tokens=5)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
+from tests.cli.conftest import Cli, free_port, seed_turns
 
 # --- global behaviour -------------------------------------------------------------------------
 
@@ -262,7 +147,7 @@ def test_status_reports_each_backend_as_json_and_human(any_cli: Cli) -> None:
 
 
 def test_status_with_unreachable_redis_fails_in_one_line_without_the_password(cli: Cli) -> None:
-    env = dict(cli.env, REDIS_URL=f"redis://:hunter2secret@127.0.0.1:{_free_port()}/0")
+    env = dict(cli.env, REDIS_URL=f"redis://:hunter2secret@127.0.0.1:{free_port()}/0")
     for extra in ((), ("--json",)):
         proc = cli.run("status", *extra, env=env)
         assert proc.returncode == 1
@@ -277,7 +162,7 @@ def test_status_with_unreachable_redis_fails_in_one_line_without_the_password(cl
 
 
 def test_tail_with_unreachable_redis_is_one_line_error(cli: Cli) -> None:
-    env = dict(cli.env, REDIS_URL=f"redis://:pw-abcdef@127.0.0.1:{_free_port()}/0")
+    env = dict(cli.env, REDIS_URL=f"redis://:pw-abcdef@127.0.0.1:{free_port()}/0")
     proc = cli.run("tail", "--workflow", "wf1", env=env)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "pw-abcdef" not in proc.stderr
@@ -420,129 +305,7 @@ async def test_spaces_shows_world_tasks_and_revisions(cli: Cli) -> None:
     assert "city: Brest" in human and "notes (list, rev" in human
 
 
-# --- export and import ------------------------------------------------------------------------
-
-
-async def test_export_then_import_into_a_fresh_namespace(cli: Cli, tmp_path: Path) -> None:
-    rt = await MemoryRuntime.from_env(cli.runtime_settings())
-    async with rt:
-        await seed_turns(rt, "wf-x", range(1, 6))
-        await rt.memory("wf-x", "s1", "a1").save_checkpoint("state-5")
-    export = await cli.arun("export", "--workflow", "wf-x", "-o", str(tmp_path / "wf.jsonl"))
-    assert export.returncode == 0, export.stderr
-    lines = (tmp_path / "wf.jsonl").read_text().splitlines()
-    header = json.loads(lines[0])
-    assert header["format"] == "jarvismem-export" and header["workflow_id"] == "wf-x"
-    kinds = [json.loads(line)["kind"] for line in lines[1:]]
-    assert kinds.count("ledger") == 5 and "checkpoint" in kinds and "scratchpad" in kinds
-    fresh = dict(cli.env, JARVISMEM_NAMESPACE="t" + uuid.uuid4().hex[:12])
-    imported = cli.run("import", str(tmp_path / "wf.jsonl"), "--json", env=fresh)
-    assert imported.returncode == 0, imported.stderr
-    assert json.loads(imported.stdout)["counts"]["ledger"] == 5
-    tail = cli.run("tail", "--workflow", "wf-x", "--json", env=fresh)
-    assert [json.loads(x)["turn_id"] for x in tail.stdout.splitlines()] == ["1", "2", "3", "4", "5"]
-    refused = cli.run("import", str(tmp_path / "wf.jsonl"), env=fresh)
-    assert refused.returncode == 1
-    assert "already holds data; pass --force" in refused.stderr
-    forced = cli.run("import", str(tmp_path / "wf.jsonl"), "--force", env=fresh)
-    assert forced.returncode == 0, forced.stderr
-
-
-def test_export_to_stdout_pipes_clean_jsonl(cli: Cli) -> None:
-    proc = cli.run("export", "--workflow", "wf-empty")
-    assert proc.returncode == 0
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["version"] == 1
-    assert "exported 0 record(s)" in proc.stderr
-
-
-def test_import_of_a_bad_file_names_the_line(cli: Cli, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text(
-        '{"format": "jarvismem-export", "version": 1, "workflow_id": "w", '
-        '"namespace": "n"}\n{"kind": "ledger", "id": "1-0", "fields": {"a": 1}}\n'
-        '{"kind": "mystery"}\n'
-    )
-    proc = cli.run("import", str(bad))
-    assert proc.returncode == 1
-    assert proc.stderr.startswith("jarvismem: error: line 3:")
-    assert "Traceback" not in proc.stderr
-    tail = cli.run("tail", "--workflow", "w")
-    assert "is empty" in tail.stdout  # the valid line 2 was not written either
-
-
-# --- init -------------------------------------------------------------------------------------
-
-
-def test_init_writes_env_and_never_overwrites_without_force(cli: Cli, tmp_path: Path) -> None:
-    target = tmp_path / "conf" / ".env"
-    args = (
-        "init",
-        "--non-interactive",
-        "--output",
-        str(target),
-        "--redis-url",
-        "redis://:initsecret@127.0.0.1:6379/0",
-        "--athena-url",
-        "http://127.0.0.1:8080",
-    )
-    proc = cli.run(*args)
-    assert proc.returncode == 0, proc.stderr
-    text = target.read_text()
-    assert "REDIS_URL=redis://:initsecret@127.0.0.1:6379/0" in text
-    assert "ATHENA_URL=http://127.0.0.1:8080" in text and "STORAGE_BACKEND=local" in text
-    assert "initsecret" not in proc.stdout + proc.stderr
-    assert "docker compose up -d" in proc.stdout and "--profile athena" in proc.stdout
-    assert target.stat().st_mode & 0o077 == 0
-    again = cli.run(*args)
-    assert again.returncode == 2 and "already exists; pass --force" in again.stderr
-    assert cli.run(*args, "--force").returncode == 0
-
-
-def test_init_refuses_an_invalid_value_before_writing(cli: Cli, tmp_path: Path) -> None:
-    target = tmp_path / ".env"
-    proc = cli.run("init", "--non-interactive", "--output", str(target), "--redis-url", "http://x")
-    assert proc.returncode == 2 and "REDIS_URL" in proc.stderr
-    assert not target.exists()
-
-
-# --- athena -----------------------------------------------------------------------------------
-
-
-def test_context_without_athena_url_is_a_clear_error(cli: Cli) -> None:
-    for cmd in (("context", "--agent", "a1"), ("search", "--agent", "a1", "--query", "q")):
-        proc = cli.run(*cmd)
-        assert proc.returncode == 2
-        assert proc.stderr.strip().splitlines()[-1] == (
-            "jarvismem: error: Athena is not configured: set ATHENA_URL (see .env.example)"
-        )
-
-
-def test_context_and_search_use_the_agents_cached_session(cli: Cli) -> None:
-    from jarvismem.testing.fake_athena import FakeAthenaServer
-
-    with FakeAthenaServer() as athena:
-        env = dict(cli.env, ATHENA_URL=athena.url)
-        first = cli.run("context", "--agent", "a1", "--json", env=env)
-        assert first.returncode == 0, first.stderr
-        ctx = json.loads(first.stdout)
-        assert ctx["agent_id"] == "a1" and ctx["short_term"] == []
-        search = cli.run("search", "--agent", "a1", "--query", "tides", "--json", env=env)
-        assert search.returncode == 0, search.stderr
-        assert json.loads(search.stdout)["results"] == []
-        human = cli.run("context", "--agent", "a1", env=env)
-        assert "short-term events (0)" in human.stdout
-        # Three commands, one session: the id is cached in Redis between processes.
-        assert athena.sessions_created == 1
-
-
-# --- bench ------------------------------------------------------------------------------------
-
-
-def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli) -> None:
-    proc = cli.run("bench")
-    assert proc.returncode == 2
-    assert "run `jarvismem bench` from the root of a jarvismem checkout" in proc.stderr
+# --- status: what other processes left -----------------------------------------------------
 
 
 async def test_status_shows_outboxes_other_processes_left(

@@ -25,7 +25,14 @@ parent), :mod:`~jarvismem.demo.protocol` (their line protocol),
 
 from jarvismem.demo.child import run_child
 from jarvismem.demo.process import DemoFailure
-from jarvismem.demo.run import run_demo
+from jarvismem.demo.run import DEFAULT_KILL_AFTER, DEFAULT_TURNS, run_demo
 from jarvismem.demo.steps import CHILD_ENV_OVERRIDES
 
-__all__ = ["CHILD_ENV_OVERRIDES", "DemoFailure", "run_child", "run_demo"]
+__all__ = [
+    "CHILD_ENV_OVERRIDES",
+    "DEFAULT_KILL_AFTER",
+    "DEFAULT_TURNS",
+    "DemoFailure",
+    "run_child",
+    "run_demo",
+]

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="role", required=True)
     child = sub.add_parser("child", help="run the simulated kernel loop (used by the demo)")
     child.add_argument("--workflow", required=True)
-    child.add_argument("--turns", type=int, default=12)
+    child.add_argument("--turns", type=int, required=True)
     child.add_argument("--stall-after", type=int, default=None)
     child.add_argument("--env-file", default=None)
     args = parser.parse_args(argv)

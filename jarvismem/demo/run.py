@@ -19,15 +19,21 @@ from jarvismem.demo.steps import (
 from jarvismem.demo.verify import LedgerCheck
 from jarvismem.settings import Settings
 
-__all__ = ["run_demo", "summarize"]
+__all__ = ["DEFAULT_KILL_AFTER", "DEFAULT_TURNS", "run_demo", "summarize"]
+
+DEFAULT_TURNS = 12
+"""Turns N of the demo's task."""
+
+DEFAULT_KILL_AFTER = 8
+"""Acknowledged turns K before the first child is killed."""
 
 
 async def run_demo(
     settings: Settings,
     *,
     env_file: str | None,
-    turns: int = 12,
-    kill_after: int = 8,
+    turns: int = DEFAULT_TURNS,
+    kill_after: int = DEFAULT_KILL_AFTER,
     use_tmp: bool = False,
     workflow_id: str | None = None,
     say: Say = print,

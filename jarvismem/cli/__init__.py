@@ -4,7 +4,9 @@
 and returns its exit code: 0 success, 1 a failure the command detected (an
 unreachable backend, a failed verification), 2 bad usage or configuration,
 130 interrupted. Expected failures print one ``jarvismem: error: ...`` line on
-stderr and never a traceback (``-vv`` shows one for debugging).
+stderr and never a traceback (``-vv`` shows one for debugging). Failures are
+told apart by :mod:`jarvismem.errors` class alone; any other exception is a
+bug and says so, on one line too.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from jarvismem import __version__
 from jarvismem.cli import athena as athena_cmds
 from jarvismem.cli import bench as bench_cmds
 from jarvismem.cli import demo as demo_cmds
@@ -24,6 +27,7 @@ from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.cli._context import CliContext, resolve_env_file
 from jarvismem.cli._output import Output, error_line
 from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError
+from jarvismem.redaction import default_redactor
 
 __all__ = ["build_parser", "main"]
 
@@ -64,8 +68,6 @@ def _common_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every command registers its own sub-parser)."""
-    from jarvismem import __version__
-
     common = _common_options()
     parser = argparse.ArgumentParser(
         prog="jarvismem",
@@ -113,26 +115,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             error_line("interrupted")
         return code
     except (ConfigError, InvalidIdError) as exc:
-        _report(exc, verbosity)
+        _report(_describe(exc), verbosity)
         return EXIT_USAGE
-    except (JarvisMemError, OSError) as exc:
-        _report(exc, verbosity)
+    except JarvisMemError as exc:
+        _report(_describe(exc), verbosity)
+        return EXIT_FAILED
+    except OSError as exc:
+        # The one foreign error a command expects: it reads and writes local
+        # files itself (export --output, import, init), and a missing folder or
+        # a full disk is the user's to fix, not a bug.
+        _report(f"{type(exc).__name__}: {_describe(exc)}", verbosity)
         return EXIT_FAILED
     except Exception as exc:
-        # A backend client's own error (e.g. redis ConnectionError) is still an
-        # expected failure for a CLI user: one line, no traceback.
-        if type(exc).__module__.split(".")[0] in {"redis", "httpx", "azure", "aiohttp"}:
-            _report(exc, verbosity)
-            return EXIT_FAILED
-        raise
+        # Backends translate their clients' errors into jarvismem.errors, so
+        # anything else reaching here is a bug: still one line, but named as one.
+        _report(
+            f"internal error: {type(exc).__name__}: {_describe(exc)} "
+            "(a bug; -vv shows the traceback)",
+            verbosity,
+        )
+        return EXIT_FAILED
 
 
-def _report(exc: BaseException, verbosity: int) -> None:
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _report(text: str, verbosity: int) -> None:
+    """One redacted error line on stderr, and the traceback under ``-vv``."""
     if verbosity >= 2:
         logging.getLogger("jarvismem.cli").exception("command failed")
-    text = str(exc) or type(exc).__name__
-    if not isinstance(exc, JarvisMemError):
-        text = f"{type(exc).__name__}: {text}"
-    from jarvismem.redaction import default_redactor
-
     error_line(default_redactor(text))

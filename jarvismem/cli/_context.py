@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +15,6 @@ from jarvismem.cli._output import Output
 from jarvismem.errors import ConfigError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-
-log = logging.getLogger("jarvismem.cli")
 
 
 @dataclass
@@ -49,28 +47,44 @@ class CliContext:
 
     @contextlib.asynccontextmanager
     async def probe_runtime(self, settings: Settings | None = None) -> AsyncIterator[MemoryRuntime]:
-        """A runtime whose clients are built but not awaited: for ``status``.
+        """A runtime that starts even when a backend is down: for ``status``.
 
         ``status`` must report an unreachable backend, not die trying to
-        connect to it, so nothing here retries or pings.
+        connect to it, so Redis is tried once and the runtime starts degraded.
+        The runtime's "starting degraded" warning is left out (unless ``-v``):
+        ``status`` reports each backend's state itself, on stdout.
         """
-        from jarvismem.backends.blob import create_blob_storage
-        from jarvismem.backends.redis import create_redis
-
         s = settings or self.settings()
-        redis = create_redis(s)
-        athena = None
-        if s.athena_url:
-            from jarvismem.backends.athena import AthenaClient
-
-            athena = AthenaClient.from_settings(s)
-        rt = MemoryRuntime(
-            s, redis=redis, blob=create_blob_storage(s), athena=athena, owns_clients=True
-        )
+        with _quiet_warnings(RUNTIME_LOGGER, enabled=not getattr(self.args, "verbose", 0)):
+            rt = await MemoryRuntime.from_env(s, require_redis=False)
         try:
             yield rt
         finally:
             await rt.close()
+
+
+RUNTIME_LOGGER = "jarvismem.runtime"
+"""The logger ``MemoryRuntime.from_env`` reports a degraded start on."""
+
+
+class _DropWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno != logging.WARNING
+
+
+@contextlib.contextmanager
+def _quiet_warnings(logger_name: str, *, enabled: bool) -> Iterator[None]:
+    """Drop WARNING records of ``logger_name`` inside the block (when ``enabled``)."""
+    if not enabled:
+        yield
+        return
+    logger = logging.getLogger(logger_name)
+    quiet = _DropWarnings()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def resolve_env_file(value: str | None) -> Path | None:

@@ -1,4 +1,4 @@
-"""Rendering for the CLI: human text or ``--json``, errors, and a stderr progress bar.
+"""Output of the CLI: human text or ``--json``, errors, and a stderr progress bar.
 
 Results go to stdout (one JSON document, or JSON lines for streams, under
 ``--json``); progress, warnings and errors go to stderr so that piping stdout
@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from jarvismem.render import to_json
+
+__all__ = ["Output", "ProgressBar", "error_line"]
+
 _dumps_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-
-
-def to_json(data: Any, *, indent: int | None = 2) -> str:
-    """``data`` as JSON text (non-JSON values such as paths become strings)."""
-    return json.dumps(data, ensure_ascii=False, indent=indent, default=str)
 
 
 class Output:
@@ -108,23 +107,3 @@ class ProgressBar:
             self.stream.write("\n")
             self.stream.flush()
             self._drawn = False
-
-
-def fmt_ms(value: Any) -> str:
-    """A latency in ms for humans (``-`` when unknown)."""
-    return "-" if value is None else f"{float(value):.1f} ms"
-
-
-def fmt_ts(value: Any) -> str:
-    """An epoch-seconds timestamp as local ``YYYY-mm-dd HH:MM:SS`` (``-`` when unknown)."""
-    try:
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(value)))
-    except (TypeError, ValueError, OverflowError):
-        return "-"
-
-
-def short(value: Any, limit: int = 100) -> str:
-    """A value on one line, cut to ``limit`` characters."""
-    text = value if isinstance(value, str) else to_json(value, indent=None)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

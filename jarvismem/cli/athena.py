@@ -10,9 +10,9 @@ import argparse
 from typing import Any
 
 from jarvismem.cli._context import CliContext
-from jarvismem.cli._render import render_athena_context, render_hits
 from jarvismem.errors import AthenaUnavailableError, ConfigError
 from jarvismem.keys import validate_id
+from jarvismem.render import render_athena_context, render_hits
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.tiers.athena import AthenaMemory
 

@@ -7,6 +7,8 @@ import os
 from typing import Any
 
 from jarvismem.cli._context import CliContext
+from jarvismem.demo import DEFAULT_KILL_AFTER, DEFAULT_TURNS, DemoFailure, run_demo
+from jarvismem.errors import ConfigError, JarvisMemError
 from jarvismem.keys import validate_id
 
 
@@ -26,9 +28,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep local blobs and the outbox in a temporary folder, removed after",
     )
-    p.add_argument("--turns", type=int, default=12, help="turns N of the task (default 12)")
     p.add_argument(
-        "--kill-after", type=int, default=8, help="acknowledged turns K before the kill (default 8)"
+        "--turns",
+        type=int,
+        default=DEFAULT_TURNS,
+        help=f"turns N of the task (default {DEFAULT_TURNS})",
+    )
+    p.add_argument(
+        "--kill-after",
+        type=int,
+        default=DEFAULT_KILL_AFTER,
+        help=f"acknowledged turns K before the kill (default {DEFAULT_KILL_AFTER})",
     )
     p.add_argument("--workflow", default=None, help="workflow id (default: demo-<random>)")
     p.set_defaults(handler=demo)
@@ -36,9 +46,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 async def demo(ctx: CliContext) -> int:
     """Exit 0 when the ledger verified, 1 otherwise."""
-    from jarvismem.demo import DemoFailure, run_demo
-    from jarvismem.errors import ConfigError
-
     a = ctx.args
     if a.workflow is not None:
         validate_id(a.workflow, "workflow_id")
@@ -58,8 +65,7 @@ async def demo(ctx: CliContext) -> int:
             say=say,
         )
     except DemoFailure as exc:
-        from jarvismem.errors import JarvisMemError
-
+        # A misbehaving child is the demo's verdict, not a crash of this command.
         raise JarvisMemError(f"demo failed: {exc}") from None
     if ctx.out.json_mode:
         ctx.out.result(summary, str)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
-from jarvismem.settings import load_settings
+from jarvismem.settings import Settings, load_settings
 
 # (flag dest, env variable, prompt, secret)
 _FIELDS: tuple[tuple[str, str, str, bool], ...] = (
@@ -29,10 +30,17 @@ _FIELDS: tuple[tuple[str, str, str, bool], ...] = (
     ("llm_model", "LLM_MODEL", "LLM model name", False),
 )
 
+
+def _setting_default(name: str) -> str:
+    """The default of setting ``name``, as Settings defines it (never a second copy)."""
+    return str(Settings.model_fields[name].default)
+
+
+# Prompt defaults: flag dest -> the setting's own default.
 _DEFAULTS = {
-    "storage_backend": "local",
-    "storage_path": ".jarvismem/blobs",
-    "llm_model": "gpt-4o-mini",
+    "storage_backend": _setting_default("storage_backend"),
+    "storage_path": _setting_default("storage_base_path"),
+    "llm_model": _setting_default("llm_model"),
 }
 
 
@@ -84,8 +92,6 @@ def _collect(args: argparse.Namespace) -> dict[str, str]:
             default = _DEFAULTS.get(dest, "")
             shown = f" [{default}]" if default else ""
             if secret:
-                import getpass
-
                 answer = getpass.getpass(f"{prompt}{shown}: ")
             else:
                 answer = input(f"{prompt}{shown}: ")

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jarvismem.demo import LoopbackRedis
 from tests.conftest import env_without_settings
 
 
@@ -91,22 +90,6 @@ def test_demo_human_output_says_the_store_is_ephemeral_and_passes(tmp_path: Path
         assert section in out
     assert "turn  3 re-run" in out
     assert out.rstrip().endswith("PASS: every turn 1..N is in the ledger exactly once")
-
-
-def test_loopback_redis_keeps_the_connection_after_an_error_reply() -> None:
-    import redis
-
-    with LoopbackRedis() as server:
-        client = redis.Redis.from_url(server.url)
-        client.set("k", "v")
-        try:
-            client.lpush("k", "x")
-        except redis.ResponseError:
-            pass
-        script = client.register_script("return redis.call('GET', KEYS[1])")
-        assert script(keys=["k"]) == b"v"  # EVALSHA -> NOSCRIPT -> SCRIPT LOAD, one connection
-        assert client.client_id() == client.client_id()
-        client.close()
 
 
 def test_demo_rejects_a_kill_point_outside_the_run(tmp_path: Path) -> None:

@@ -1,0 +1,213 @@
+"""The inspection commands (status, tail, bundle, compact, spaces) through
+``python -m jarvismem``. Fixtures: tests/cli/conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from jarvismem.runtime import MemoryRuntime
+from tests.cli.conftest import Cli, free_port, seed_turns
+
+# --- status -----------------------------------------------------------------------------------
+
+
+def test_status_reports_each_backend_as_json_and_human(any_cli: Cli) -> None:
+    proc = any_cli.run("status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    health = json.loads(proc.stdout)
+    redis = health["backends"]["redis"]
+    assert redis["configured"] and redis["reachable"] and redis["backend"] == "redis"
+    assert isinstance(redis["latency_ms"], float)
+    assert health["backends"]["blob"]["backend"] == "local"
+    assert health["backends"]["athena"] == {"configured": False}
+    assert health["namespace"] == any_cli.namespace
+    human = any_cli.run("status")
+    assert human.returncode == 0
+    assert "reachable" in human.stdout and "athena  not configured" in human.stdout
+
+
+def test_status_with_unreachable_redis_fails_in_one_line_without_the_password(cli: Cli) -> None:
+    env = dict(cli.env, REDIS_URL=f"redis://:hunter2secret@127.0.0.1:{free_port()}/0")
+    for extra in ((), ("--json",)):
+        proc = cli.run("status", *extra, env=env)
+        assert proc.returncode == 1
+        assert "Traceback" not in proc.stderr
+        assert "hunter2secret" not in proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "jarvismem: error: configured backend(s) not reachable: redis"
+        ]
+    health = json.loads(proc.stdout)
+    assert health["backends"]["redis"]["reachable"] is False
+    assert health["unreachable"] == ["redis"]
+
+
+def test_tail_with_unreachable_redis_is_one_line_error(cli: Cli) -> None:
+    env = dict(cli.env, REDIS_URL=f"redis://:pw-abcdef@127.0.0.1:{free_port()}/0")
+    proc = cli.run("tail", "--workflow", "wf1", env=env)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "pw-abcdef" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("jarvismem: error: Redis at")
+
+
+# --- tail and bundle --------------------------------------------------------------------------
+
+
+async def test_tail_prints_the_last_entries(any_cli: Cli, runtime: MemoryRuntime) -> None:
+    await seed_turns(runtime, "wf-tail", range(1, 4))
+    proc = await any_cli.arun("tail", "--workflow", "wf-tail", "-n", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    entries = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["turn_id"] for e in entries] == ["2", "3"]
+    assert entries[1]["thought"] == "thought 3" and entries[1]["tokens"] == 5
+    human = await any_cli.arun("tail", "--workflow", "wf-tail")
+    assert human.returncode == 0
+    assert len(human.stdout.splitlines()) == 3 and "action 1" in human.stdout
+    empty = await any_cli.arun("tail", "--workflow", "wf-none")
+    assert empty.returncode == 0 and "is empty" in empty.stdout
+
+
+async def test_tail_follow_streams_a_turn_appended_after_it_started(
+    any_cli: Cli, runtime: MemoryRuntime
+) -> None:
+    await seed_turns(runtime, "wf-follow", range(1, 2))
+    proc = await asyncio.create_subprocess_exec(
+        *any_cli.argv(
+            "tail",
+            "--workflow",
+            "wf-follow",
+            "-n",
+            "1",
+            "--follow",
+            "--count",
+            "1",
+            "--max-wait",
+            "30",
+            "--json",
+        ),
+        env=any_cli.env,
+        cwd=any_cli.cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    try:
+        first = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+        assert first["turn_id"] == "1"
+        # tail now follows from turn 1's id, so turn 2 can only reach it by XREAD.
+        await seed_turns(runtime, "wf-follow", range(2, 3))
+        second = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+        assert second["turn_id"] == "2" and second["thought"] == "thought 2"
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_tail_follow_stops_after_max_wait(any_cli: Cli) -> None:
+    proc = await any_cli.arun(
+        "tail", "--workflow", "wf-quiet", "-n", "0", "--follow", "--max-wait", "0.3"
+    )
+    assert proc.returncode == 0 and proc.stdout == ""
+
+
+async def test_bundle_shows_every_section(any_cli: Cli, runtime: MemoryRuntime) -> None:
+    await seed_turns(runtime, "wf-b", range(1, 4))
+    mem = runtime.memory("wf-b", "s1", "a1")
+    await mem.save_checkpoint('{"next_turn": 4}')
+    assert mem.working is not None
+    await mem.working.write("finding", "the answer is 42", scope="goal")
+    proc = await any_cli.arun(
+        "bundle", "--workflow", "wf-b", "--step", "s1", "--agent", "a1", "-n", "2", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    bundle = json.loads(proc.stdout)
+    assert bundle["checkpoint"] == '{"next_turn": 4}'
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["2", "3"]
+    assert "the answer is 42" in bundle["scratchpad"]
+    assert bundle["degraded"] == {}
+    human = await any_cli.arun("bundle", "--workflow", "wf-b", "--step", "s1", "--agent", "a1")
+    for section in (
+        "== Long-term summary ==",
+        "== Recent turns (3) ==",
+        "== Checkpoint ==",
+        "== Scratchpad ==",
+        "== Degraded ==",
+    ):
+        assert section in human.stdout
+    assert '{"next_turn": 4}' in human.stdout
+
+
+# --- compact and spaces -----------------------------------------------------------------------
+
+
+async def test_compact_folds_the_ledger_with_progress(cli: Cli) -> None:
+    rt = await MemoryRuntime.from_env(
+        cli.runtime_settings().model_copy(update={"compaction_enabled": False})
+    )
+    async with rt:
+        await seed_turns(rt, "wf-c", range(1, 251))
+    proc = await cli.arun("compact", "--workflow", "wf-c", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["compacted"] is True and result["entries"] == 250
+    assert "compacting wf-c: 250/250 (100%)" in proc.stderr
+    again = await cli.arun("compact", "--workflow", "wf-c")
+    assert again.returncode == 0 and "nothing saved" in again.stdout
+    bundle = json.loads(
+        (
+            await cli.arun(
+                "bundle", "--workflow", "wf-c", "--step", "s1", "--agent", "a1", "--json"
+            )
+        ).stdout
+    )
+    assert bundle["ltm_summary"] and "turn 250" in bundle["ltm_summary"]
+
+
+async def test_spaces_shows_world_tasks_and_revisions(cli: Cli) -> None:
+    rt = await MemoryRuntime.from_env(cli.runtime_settings())
+    async with rt:
+        spaces = rt.memory("wf-s", "s1", "a1").spaces
+        assert spaces is not None
+        await spaces.world_put("city", "Brest")
+        task = await spaces.tasks_add("measure the tide")
+        await spaces.tasks_add("write it down")
+        await spaces.tasks_complete(task["id"])
+        await spaces.put_space("notes", ["first"])
+    proc = await cli.arun("spaces", "--workflow", "wf-s", "--agent", "a1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["spaces"]["world"]["data"] == {"city": "Brest"}
+    assert [t["status"] for t in data["spaces"]["tasks"]["data"]] == ["done", "open"]
+    assert data["spaces"]["tasks"]["rev"] == 3 and data["spaces"]["notes"]["data"] == ["first"]
+    human = (await cli.arun("spaces", "--workflow", "wf-s", "--agent", "a1")).stdout
+    assert "[x] measure the tide" in human and "[ ] write it down" in human
+    assert "city: Brest" in human and "notes (list, rev" in human
+
+
+# --- status: what other processes left -----------------------------------------------------
+
+
+async def test_status_shows_outboxes_other_processes_left(
+    any_cli: Cli, runtime: MemoryRuntime
+) -> None:
+    # Another process on this machine (same OUTBOX_PATH as the CLI) left records.
+    settings = any_cli.runtime_settings().model_copy(
+        update={"outbox_path": Path(any_cli.env["OUTBOX_PATH"])}
+    )
+    box = MemoryRuntime(settings, redis=runtime.redis).outbox("redis", "wf-left")
+    await box.put({"op": "turn", "args": [], "field": "x"})  # queued, not yet replayed
+    await box.dead_letter(None, {"op": "bogus"}, "refused for good")
+    await box.close()
+    proc = any_cli.run("status", "--json")
+    assert proc.returncode == 0, proc.stderr
+    health = json.loads(proc.stdout)
+    [left] = [b for b in health["local_outboxes"] if b["path"].endswith("wf-left.jsonl")]
+    assert (left["pending"], left["dead_lettered"]) == (1, 1)
+    assert not health["ok"]
+    assert any("wf-left.jsonl: 1 queued, 1 dead-lettered" in r for r in health["reasons"])
+    human = any_cli.run("status")
+    assert "1 dead-lettered" in human.stdout

@@ -1,0 +1,92 @@
+"""The demo's setup stage: stores picked, described and cleaned up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+import redis
+
+from jarvismem.demo.steps import CHILD_ENV_OVERRIDES, describe_blob, prepare
+from jarvismem.settings import Settings, load_settings
+
+
+def _settings(**values: object) -> Settings:
+    return load_settings(_env_file=None, jarvismem_namespace="demo-ns", **values)
+
+
+@pytest.fixture(autouse=True)
+def no_settings_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("REDIS_URL", "ATHENA_URL", "LLM_BASE_URL", "STORAGE_BACKEND"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_describe_blob() -> None:
+    assert describe_blob(_settings(), "/b", temporary=True) == "local folder /b (temporary)"
+    assert describe_blob(_settings(), "/b", temporary=False) == "local folder /b"
+    assert describe_blob(_settings(storage_backend="none"), "/b", temporary=False) == "none"
+
+
+async def test_without_redis_url_a_loopback_server_and_a_tmp_folder_live_for_the_demo() -> None:
+    said: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        setup = await prepare(
+            _settings(),
+            stack,
+            env_file=None,
+            turns=5,
+            kill_after=2,
+            use_tmp=True,
+            workflow_id=None,
+            say=said.append,
+        )
+        url = setup.settings.redis_url
+        assert url is not None and setup.embedded and setup.redis_where == url
+        assert setup.env["REDIS_URL"] == url
+        with redis.Redis.from_url(url) as client:
+            assert client.ping()
+        tmp = Path(setup.settings.storage_base_path).parent
+        assert tmp.is_dir()
+        assert setup.env["OUTBOX_PATH"] == str(tmp / "outbox")
+        assert setup.workflow_id.startswith("demo-")
+        assert setup.env["JARVISMEM_NAMESPACE"] == "demo-ns"
+        assert setup.env["COMPACTION_LOCK_TTL"] == CHILD_ENV_OVERRIDES["COMPACTION_LOCK_TTL"]
+        assert setup.child_args == [
+            *("--workflow", setup.workflow_id, "--turns", "5", "--env-file", os.devnull)
+        ]
+    # Both are gone once the demo ends.
+    assert not tmp.exists()
+    with redis.Redis.from_url(url, socket_connect_timeout=1) as client:
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+    assert said[0] == "== Setup =="
+    assert "EPHEMERAL" in said[1]
+    assert said[2] == f"Blob storage: local folder {tmp / 'blobs'} (temporary)"
+    assert said[3:5] == [
+        "Athena: not configured (tier 4 off)",
+        "LLM: not configured (extractive summarizer)",
+    ]
+
+
+async def test_a_configured_redis_is_used_and_its_password_never_shown() -> None:
+    said: list[str] = []
+    settings = _settings(redis_url="redis://:s3cret@127.0.0.1:6399/0")
+    async with contextlib.AsyncExitStack() as stack:
+        setup = await prepare(
+            settings,
+            stack,
+            env_file="/x/.env",
+            turns=3,
+            kill_after=1,
+            use_tmp=False,
+            workflow_id="wf-given",
+            say=said.append,
+        )
+    assert not setup.embedded and setup.settings is settings
+    assert "s3cret" not in setup.redis_where and "s3cret" not in "\n".join(said)
+    assert said[1] == f"Redis: {setup.redis_where} (from your settings)"
+    assert setup.child_args[-2:] == ["--env-file", "/x/.env"]
+    assert "REDIS_URL" not in setup.env
+    assert said[-1].startswith("Workflow wf-given, step research, agent kernel: 3 turns")

@@ -39,7 +39,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +60,7 @@ from jarvismem.errors import (
     PayloadTooLargeError,
 )
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.resilience import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ MAX_REDUCE_DEPTH = 8
 SAVE_ATTEMPTS = 8
 """How often :meth:`LongTermMemory.save_summary` re-reads and retries when a
 concurrent save changed the blob copy under it (each retry means another save won)."""
+
+SAVE_BACKOFF = Backoff(base=0.002, cap=0.002 * 2 ** (SAVE_ATTEMPTS - 1), jitter="full")
+"""Wait before a retried save: saves that keep invalidating each other's conditions
+spread out instead of colliding again (the cap is the last retry's window)."""
 
 # The one Redis write of a summary. KEYS: summary hash, lock key. ARGV: ttl
 # seconds, op id, gen ('' = one more than the stored one), lock token ('' = no
@@ -378,9 +382,7 @@ class LongTermMemory:
         redis_gen: int | None = None
         for attempt in range(SAVE_ATTEMPTS):
             if attempt:
-                # Jittered backoff: saves that keep invalidating each other's
-                # conditions spread out instead of colliding again.
-                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+                await asyncio.sleep(SAVE_BACKOFF.delay(attempt))
             _, text_v, meta_v, meta = await self._blob_versions()
             blob_gen = meta.gen if meta is not None else 0
             if blob_gen == 0 and redis_gen is None:

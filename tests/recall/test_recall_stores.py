@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import (
     AthenaRecallStore,
@@ -293,3 +294,34 @@ async def test_athena_store_against_the_fake_server(tmp_path: Path) -> None:
     assert found[0].score > found[1].score
     distance = float(found[0].entry.metadata["distance"])
     assert found[0].score == pytest.approx(1 / (1 + distance))
+
+
+# --- Redis failures surface as jarvismem errors ---------------------------------------------
+
+
+async def test_the_redis_store_on_an_unreachable_server_raises_backend_unavailable(
+    unreachable_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(unreachable_redis, keyspace)
+    calls = [
+        ("recall write", lambda: store.write(WriteRequest(agent_id="a1", content="x"))),
+        ("recall", lambda: store.recall(RecallRequest(agent_id="a1", query="x"))),
+        ("recall list_entries", lambda: store.list_entries("a1")),
+        ("recall delete", lambda: store.delete("e1", agent_id="a1")),
+    ]
+    for what, call in calls:
+        with pytest.raises(BackendUnavailableError, match=f"^{what}: Redis unavailable"):
+            await call()
+
+
+@pytest.mark.integration
+async def test_a_scope_key_of_the_wrong_type_is_a_rejection(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(real_redis, keyspace)
+    entries_key, _ = store.keys("default", "a1", None)
+    await real_redis.set(entries_key, "not a hash")
+    with pytest.raises(BackendRejectedError, match="recall list_entries"):
+        await store.list_entries("a1")
+    with pytest.raises(BackendRejectedError, match="recall write"):
+        await store.write(WriteRequest(agent_id="a1", content="hello", id="e1"))

@@ -137,34 +137,35 @@ return 1
 """
 
 
-class SummaryRecord(BaseModel):
-    """A summary and its provenance.
+class SummaryProvenance(BaseModel):
+    """Where a summary comes from: defined once, shared by every summary shape.
 
     ``from_id``/``to_id``: first and last ledger stream ids the summary covers
     (None when unknown); ``turns``: how many ledger entries went into it;
     ``updated_at``: epoch seconds of the save; ``summarizer``: which made it.
     """
 
+    from_id: str | None = None
+    to_id: str | None = None
+    turns: int = 0
+    updated_at: float | None = None
+    summarizer: str | None = None
+
+
+class SummaryRecord(SummaryProvenance):
+    """A summary (``text``) and its provenance."""
+
     model_config = ConfigDict(frozen=True)
 
     text: str
-    from_id: str | None = None
-    to_id: str | None = None
-    turns: int = 0
-    updated_at: float | None = None
-    summarizer: str | None = None
 
 
-class _Meta(BaseModel):
-    """Shape of the provenance blob (validated on read)."""
+class _Meta(SummaryProvenance):
+    """Shape of the provenance blob (validated on read): the provenance plus the
+    text's hash, the save's generation and its operation id."""
 
     model_config = ConfigDict(extra="ignore")
 
-    from_id: str | None = None
-    to_id: str | None = None
-    turns: int = 0
-    updated_at: float | None = None
-    summarizer: str | None = None
     text_sha256: str | None = None
     gen: int = 0
     op: str | None = None
@@ -773,6 +774,7 @@ __all__ = [
     "LongTermMemory",
     "SaveOutcome",
     "SummaryBase",
+    "SummaryProvenance",
     "SummaryRecord",
     "render_entry",
 ]

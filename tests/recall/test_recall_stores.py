@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from jarvismem.recall import (
     WriteRequest,
     similarity_from_distance,
 )
-from jarvismem.recall.bm25 import idf, score_documents, tokenize
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -39,32 +37,6 @@ async def write(store: RecallStore, content: str, **kw: Any) -> str:
 async def contents(store: RecallStore, query: str, limit: int = 5) -> list[str]:
     found = await store.recall(RecallRequest(agent_id="a1", query=query, limit=limit))
     return [r.entry.content for r in found]
-
-
-# --- tokenizer and formula ----------------------------------------------------------------
-
-
-def test_tokenize_lowercases_drops_stopwords_and_plural_s() -> None:
-    assert tokenize("The Cats and THE dog's toys, café_bar!") == [
-        "cat",
-        "dog",
-        "s",
-        "toy",
-        "café",
-        "bar",
-    ]
-
-
-def test_idf_is_positive_and_rarer_is_higher() -> None:
-    assert idf(10, 10) > 0
-    assert idf(10, 1) > idf(10, 5)
-
-
-def test_bm25_matches_the_formula_for_one_document() -> None:
-    scores = score_documents(["x"], {"x": {"d": 2}}, {"d": 4}, doc_count=2, avg_length=2.0)
-    k1, b = 1.2, 0.75
-    expected = math.log(1 + (2 - 1 + 0.5) / 1.5) * 2 * (k1 + 1) / (2 + k1 * (1 - b + b * 2))
-    assert scores["d"] == pytest.approx(expected)
 
 
 # --- ranking on both lexical stores -----------------------------------------------------

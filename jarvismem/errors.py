@@ -31,11 +31,39 @@ class InvalidPayloadError(JarvisMemError, ValueError):
     """A value has the wrong type or cannot be serialised; nothing was written."""
 
 
+# --- backends: what every backend failure is translated into ----------------------
+#
+# The backends (Redis, blob storage, HTTP services) translate their client
+# libraries' errors at the edge: nothing above jarvismem.backends sees a
+# redis-py, httpx, Azure SDK or OS error. Each failure is either *transient*
+# (worth retrying later) or *rejected* (would fail the same way again).
+
+
+class BackendUnavailableError(JarvisMemError):
+    """A configured backend cannot be reached right now (transient: retry later)."""
+
+
+class BackendRejectedError(JarvisMemError):
+    """The backend answered but refused the operation (wrong key type, script
+    error, malformed record): retrying later would fail the same way, so a
+    queued write that meets it is dead-lettered rather than retried forever."""
+
+
 # --- blob storage --------------------------------------------------------------
 
 
 class BlobError(JarvisMemError):
     """A blob backend failed (I/O error, service error)."""
+
+
+class BlobUnavailableError(BlobError, BackendUnavailableError):
+    """Blob storage failed in a way that may pass (disk full, I/O error, timeout,
+    connection lost, throttled, service error 5xx)."""
+
+
+class BlobRejectedError(BlobError, BackendRejectedError):
+    """Blob storage refused the operation (permission denied, read-only, a folder
+    in the way, an HTTP 4xx other than not-found/conflict)."""
 
 
 class BlobNotFoundError(BlobError, KeyError):
@@ -54,16 +82,6 @@ class InvalidBlobPathError(BlobError, ValueError):
 
 
 # --- redis-side tiers ------------------------------------------------------------
-
-
-class BackendUnavailableError(JarvisMemError):
-    """A configured backend cannot be reached right now."""
-
-
-class BackendRejectedError(JarvisMemError):
-    """The backend answered but refused the operation (wrong key type, script
-    error, malformed record): retrying later would fail the same way, so a
-    queued write that meets it is dead-lettered rather than retried forever."""
 
 
 class CheckpointConflictError(JarvisMemError):

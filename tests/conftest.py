@@ -122,6 +122,28 @@ async def real_redis(keyspace: KeySpace) -> AsyncIterator[Any]:
     await client.aclose()
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+async def unreachable_redis() -> AsyncIterator[Any]:
+    """A ``redis.asyncio`` client of a closed loopback port: every command is refused."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    client = aioredis.Redis(
+        host="127.0.0.1", port=closed_port(), retry=Retry(NoBackoff(), 0), socket_timeout=2.0
+    )
+    yield client
+    await client.aclose()
+
+
 @pytest.fixture
 async def fake_redis() -> AsyncIterator[Any]:
     """A fakeredis client on a private server: the fast unit layer, nothing shared."""

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
+import fakeredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -33,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, ConfigError
 from jarvismem.redaction import mask_url
+from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,9 @@ EMBEDDED_NOTE = "embedded in-process Redis stand-in (ephemeral: lost when the pr
 
 POOL_WAIT_SECONDS = 20.0
 """How long a command waits for a pooled connection when all are busy."""
+
+CONNECT_BACKOFF = Backoff(base=0.1, cap=2.0, jitter="none")
+"""Waits between start-up PINGs: one process waiting for its server, nothing to spread."""
 
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
 
@@ -119,8 +124,6 @@ _embedded_server: Any = None
 
 def embedded_redis() -> aioredis.Redis:
     """A client of the process-wide embedded server (fakeredis, with Lua)."""
-    import fakeredis
-
     global _embedded_server
     if _embedded_server is None:
         _embedded_server = fakeredis.FakeServer()
@@ -140,7 +143,6 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
     if is_embedded(client):
         return client
     attempts = (settings.redis_connect_retries if retries is None else max(0, retries)) + 1
-    delay = 0.1
     for attempt in range(1, attempts + 1):
         try:
             await asyncio.wait_for(client.ping(), timeout=5.0)
@@ -152,6 +154,7 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
                     f"Redis at {mask_url(settings.redis_url or '')} did not answer after "
                     f"{attempts} attempts: {type(exc).__name__}"
                 ) from None
+            delay = CONNECT_BACKOFF.delay(attempt - 1)
             log.warning(
                 "Redis at %s not reachable (%s); retrying in %.1fs (%d attempts left)",
                 mask_url(settings.redis_url or ""),
@@ -160,7 +163,10 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
                 attempts - attempt,
             )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        except RedisError as exc:
+            # Any other reply (a refused AUTH, a server error): waiting will not help.
+            await client.aclose()
+            raise translate_redis_error(exc, "Redis connect") from None
     raise AssertionError("unreachable")
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jarvismem.backends.redis import RedisClient
+from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
@@ -84,7 +84,9 @@ class RedisRecallStore:
     """Recall store on a ``redis.asyncio`` client (plain, cluster or fakeredis).
 
     ``keyspace``: the tenant's key maker. ``ttl_seconds``: expiry of a scope's
-    keys, refreshed on every write (``None`` = keep forever).
+    keys, refreshed on every write (``None`` = keep forever). Redis failures
+    raise :class:`~jarvismem.errors.BackendUnavailableError` or
+    :class:`~jarvismem.errors.BackendRejectedError`, never redis-py's errors.
     """
 
     def __init__(
@@ -104,6 +106,10 @@ class RedisRecallStore:
 
     async def write(self, request: WriteRequest) -> MemoryEntry:
         """Store or upsert an entry and re-index it atomically; returns it."""
+        async with redis_errors("recall write"):
+            return await self._write(request)
+
+    async def _write(self, request: WriteRequest) -> MemoryEntry:
         entries_key, postings_key = self.keys(
             request.namespace, request.agent_id, request.session_id
         )
@@ -130,6 +136,10 @@ class RedisRecallStore:
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
         """BM25 over the scope's index; recency breaks ties. Only matching entries come back."""
+        async with redis_errors("recall"):
+            return await self._recall(request)
+
+    async def _recall(self, request: RecallRequest) -> list[RecallResult]:
         tokens = list(dict.fromkeys(tokenize(request.query)))
         if not tokens:
             return []
@@ -168,7 +178,8 @@ class RedisRecallStore:
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first (one HGETALL)."""
         entries_key, _ = self.keys(namespace, agent_id, session_id)
-        raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
+        async with redis_errors("recall list_entries"):
+            raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
         entries = [MemoryEntry.model_validate_json(v) for v in raw.values()]
         return sorted(entries, key=lambda e: (e.created_at, e.id))
 
@@ -183,8 +194,9 @@ class RedisRecallStore:
         """Forget one entry and take it out of the index; returns whether it existed."""
         validate_id(entry_id, "entry id")
         entries_key, postings_key = self.keys(namespace, agent_id, session_id)
-        existed = await self._script(
-            keys=[entries_key, postings_key],
-            args=["del", entry_id, "", "{}", "[]", 0, self._ttl_ms],
-        )
+        async with redis_errors("recall delete"):
+            existed = await self._script(
+                keys=[entries_key, postings_key],
+                args=["del", entry_id, "", "{}", "[]", 0, self._ttl_ms],
+            )
         return bool(int(existed))

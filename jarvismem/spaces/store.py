@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -69,6 +68,7 @@ from jarvismem.errors import (
     SpaceTypeError,
 )
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.resilience import Backoff
 from jarvismem.spaces.models import (
     RESERVED_SPACES,
     TASKS,
@@ -89,6 +89,10 @@ CONTAINER_FIELD = "__container__"
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a spaces operation may take before :class:`BackendUnavailableError`."""
+
+CONFLICT_BACKOFF = Backoff(base=0.002, cap=0.2, jitter="full")
+"""Wait before re-reading after a lost compare-and-set: full jitter on an
+exponential window spreads racing writers apart."""
 
 T = TypeVar("T")
 
@@ -457,8 +461,7 @@ class SpacesStore:
                     )
                 attempt += 1
                 self.retries += 1
-                # Full jitter on an exponential window spreads racing writers apart.
-                await asyncio.sleep(random.uniform(0, min(0.2, 0.002 * 2**attempt)))
+                await asyncio.sleep(CONFLICT_BACKOFF.delay(attempt))
 
     async def _mutate(
         self, what: str, space_name: str, fn: Callable[[Space], T], *, strict: bool = False

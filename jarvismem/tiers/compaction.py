@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from redis.exceptions import RedisError
-
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import (
@@ -386,15 +384,15 @@ class Compactor:
         while True:
             await asyncio.sleep(self.policy.lock_ttl / 3)
             try:
-                if not await self._renew(keys=[self.lock_key], args=[token, ttl_ms]):
-                    lost.set()
-                    return
-            except (RedisError, OSError) as exc:
-                log.warning(
-                    "compaction of %s: lock renewal failed (%s)",
-                    self.workflow_id,
-                    type(exc).__name__,
-                )
+                async with redis_errors(f"compaction lock of {self.workflow_id}: renew"):
+                    renewed = await self._renew(keys=[self.lock_key], args=[token, ttl_ms])
+            except (BackendUnavailableError, BackendRejectedError) as exc:
+                # The next renewal may get through; the fenced save is the real guard.
+                log.warning("compaction of %s: lock renewal failed (%s)", self.workflow_id, exc)
+                continue
+            if not renewed:
+                lost.set()
+                return
 
     async def _check_lock(self, token: str, lost: asyncio.Event) -> None:
         # An early exit only: the fenced save checks the token again itself.
@@ -438,14 +436,11 @@ class Compactor:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
             try:
-                await self._release(keys=[self.lock_key], args=[token])
-            except (RedisError, OSError) as exc:
+                async with redis_errors(f"compaction lock of {self.workflow_id}: release"):
+                    await self._release(keys=[self.lock_key], args=[token])
+            except (BackendUnavailableError, BackendRejectedError) as exc:
                 # It expires on its own after lock_ttl.
-                log.warning(
-                    "compaction of %s: lock release failed (%s)",
-                    self.workflow_id,
-                    type(exc).__name__,
-                )
+                log.warning("compaction of %s: lock release failed (%s)", self.workflow_id, exc)
 
     async def _compact_locked(
         self,
@@ -535,19 +530,18 @@ class Compactor:
 
     async def _record_error(self, reason: str) -> None:
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
+            async with (
+                redis_errors(f"compaction state of {self.workflow_id}"),
+                self.redis.pipeline(transaction=False) as pipe,
+            ):
                 pipe.hset(
                     self.state_key,
                     mapping={"last_error": reason[:500], "last_error_at": repr(time.time())},
                 )
                 pipe.expire(self.state_key, self.ltm.ttl_seconds)
                 await pipe.execute()
-        except (RedisError, OSError) as exc:
-            log.warning(
-                "compaction of %s: could not record the error (%s)",
-                self.workflow_id,
-                type(exc).__name__,
-            )
+        except (BackendUnavailableError, BackendRejectedError) as exc:
+            log.warning("compaction of %s: could not record the error (%s)", self.workflow_id, exc)
 
     async def state(self) -> dict[str, Any]:
         """Shared compaction state: ``turns``, ``tokens`` since the last summary,

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 
@@ -101,7 +102,12 @@ class AppendResult:
 
 
 class EpisodicLedger:
-    """What happened, in order: a Redis Stream of one workflow's turns."""
+    """What happened, in order: a Redis Stream of one workflow's turns.
+
+    Every method raises jarvismem's errors only: a Redis failure is
+    :class:`~jarvismem.errors.BackendUnavailableError` (outage, timeout) or
+    :class:`~jarvismem.errors.BackendRejectedError` (a refusal that would repeat).
+    """
 
     def __init__(
         self,
@@ -154,10 +160,16 @@ class EpisodicLedger:
         return await self._append(entry, KeySpace.turn_field(step_id, agent_id, turn))
 
     async def append_encoded(self, args: list[str], dedupe_field: str) -> AppendResult:
-        """Append pre-encoded field/value pairs (``log_turn`` and the outbox replay)."""
-        reply = await _batcher_for(self.redis, self._script).call(
-            [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
-        )
+        """Append pre-encoded field/value pairs (``log_turn`` and the outbox replay).
+
+        Redis failures raise :class:`~jarvismem.errors.BackendUnavailableError`
+        (the append may or may not have landed; appending again is safe for a
+        deduplicated turn) or :class:`~jarvismem.errors.BackendRejectedError`.
+        """
+        async with redis_errors(f"ledger of {self.workflow_id}: append"):
+            reply = await _batcher_for(self.redis, self._script).call(
+                [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
+            )
         return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
 
     async def _append(self, entry: Mapping[str, Any], dedupe_field: str) -> AppendResult:
@@ -169,13 +181,15 @@ class EpisodicLedger:
         """The last ``count`` entries, oldest first. One XREVRANGE."""
         if count <= 0:
             return []
-        rows = await self.redis.xrevrange(self.key, count=count)
+        async with redis_errors(f"ledger of {self.workflow_id}: tail"):
+            rows = await self.redis.xrevrange(self.key, count=count)
         return [decode_entry(sid, fields) for sid, fields in reversed(rows)]
 
     async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` entries strictly after ``after_id`` (None: from the start)."""
         start = "-" if after_id is None else f"({after_id}"
-        rows = await self.redis.xrange(self.key, min=start, max="+", count=count)
+        async with redis_errors(f"ledger of {self.workflow_id}: range"):
+            rows = await self.redis.xrange(self.key, min=start, max="+", count=count)
         return [decode_entry(sid, fields) for sid, fields in rows]
 
     async def iter_history(
@@ -197,11 +211,14 @@ class EpisodicLedger:
 
     async def length(self) -> int:
         """Number of entries currently in the stream."""
-        return int(await self.redis.xlen(self.key))
+        async with redis_errors(f"ledger of {self.workflow_id}: length"):
+            return int(await self.redis.xlen(self.key))
 
     async def find_turn(self, step_id: str, agent_id: str, turn_id: str | int) -> str | None:
         """Stream id of a logged turn, or None."""
-        raw = await self.redis.hget(self.index_key, KeySpace.turn_field(step_id, agent_id, turn_id))
+        field = KeySpace.turn_field(step_id, agent_id, turn_id)
+        async with redis_errors(f"ledger of {self.workflow_id}: find turn"):
+            raw = await self.redis.hget(self.index_key, field)
         return None if raw is None else _text(raw)
 
 

@@ -39,7 +39,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +60,7 @@ from jarvismem.errors import (
     PayloadTooLargeError,
 )
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.resilience import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ MAX_REDUCE_DEPTH = 8
 SAVE_ATTEMPTS = 8
 """How often :meth:`LongTermMemory.save_summary` re-reads and retries when a
 concurrent save changed the blob copy under it (each retry means another save won)."""
+
+SAVE_BACKOFF = Backoff(base=0.002, cap=0.002 * 2 ** (SAVE_ATTEMPTS - 1), jitter="full")
+"""Wait before a retried save: saves that keep invalidating each other's conditions
+spread out instead of colliding again (the cap is the last retry's window)."""
 
 # The one Redis write of a summary. KEYS: summary hash, lock key. ARGV: ttl
 # seconds, op id, gen ('' = one more than the stored one), lock token ('' = no
@@ -133,34 +137,35 @@ return 1
 """
 
 
-class SummaryRecord(BaseModel):
-    """A summary and its provenance.
+class SummaryProvenance(BaseModel):
+    """Where a summary comes from: defined once, shared by every summary shape.
 
     ``from_id``/``to_id``: first and last ledger stream ids the summary covers
     (None when unknown); ``turns``: how many ledger entries went into it;
     ``updated_at``: epoch seconds of the save; ``summarizer``: which made it.
     """
 
+    from_id: str | None = None
+    to_id: str | None = None
+    turns: int = 0
+    updated_at: float | None = None
+    summarizer: str | None = None
+
+
+class SummaryRecord(SummaryProvenance):
+    """A summary (``text``) and its provenance."""
+
     model_config = ConfigDict(frozen=True)
 
     text: str
-    from_id: str | None = None
-    to_id: str | None = None
-    turns: int = 0
-    updated_at: float | None = None
-    summarizer: str | None = None
 
 
-class _Meta(BaseModel):
-    """Shape of the provenance blob (validated on read)."""
+class _Meta(SummaryProvenance):
+    """Shape of the provenance blob (validated on read): the provenance plus the
+    text's hash, the save's generation and its operation id."""
 
     model_config = ConfigDict(extra="ignore")
 
-    from_id: str | None = None
-    to_id: str | None = None
-    turns: int = 0
-    updated_at: float | None = None
-    summarizer: str | None = None
     text_sha256: str | None = None
     gen: int = 0
     op: str | None = None
@@ -378,9 +383,7 @@ class LongTermMemory:
         redis_gen: int | None = None
         for attempt in range(SAVE_ATTEMPTS):
             if attempt:
-                # Jittered backoff: saves that keep invalidating each other's
-                # conditions spread out instead of colliding again.
-                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+                await asyncio.sleep(SAVE_BACKOFF.delay(attempt))
             _, text_v, meta_v, meta = await self._blob_versions()
             blob_gen = meta.gen if meta is not None else 0
             if blob_gen == 0 and redis_gen is None:
@@ -771,6 +774,7 @@ __all__ = [
     "LongTermMemory",
     "SaveOutcome",
     "SummaryBase",
+    "SummaryProvenance",
     "SummaryRecord",
     "render_entry",
 ]

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import (
     AthenaRecallStore,
@@ -23,7 +23,6 @@ from jarvismem.recall import (
     WriteRequest,
     similarity_from_distance,
 )
-from jarvismem.recall.bm25 import idf, score_documents, tokenize
 from jarvismem.recall.models import MemoryEntry
 from jarvismem.recall.stores import DeletableRecallStore, entry_from_write, now_ms, rank
 
@@ -43,32 +42,6 @@ async def write(store: RecallStore, content: str, **kw: Any) -> str:
 async def contents(store: RecallStore, query: str, limit: int = 5) -> list[str]:
     found = await store.recall(RecallRequest(agent_id="a1", query=query, limit=limit))
     return [r.entry.content for r in found]
-
-
-# --- tokenizer and formula ----------------------------------------------------------------
-
-
-def test_tokenize_lowercases_drops_stopwords_and_plural_s() -> None:
-    assert tokenize("The Cats and THE dog's toys, café_bar!") == [
-        "cat",
-        "dog",
-        "s",
-        "toy",
-        "café",
-        "bar",
-    ]
-
-
-def test_idf_is_positive_and_rarer_is_higher() -> None:
-    assert idf(10, 10) > 0
-    assert idf(10, 1) > idf(10, 5)
-
-
-def test_bm25_matches_the_formula_for_one_document() -> None:
-    scores = score_documents(["x"], {"x": {"d": 2}}, {"d": 4}, doc_count=2, avg_length=2.0)
-    k1, b = 1.2, 0.75
-    expected = math.log(1 + (2 - 1 + 0.5) / 1.5) * 2 * (k1 + 1) / (2 + k1 * (1 - b + b * 2))
-    assert scores["d"] == pytest.approx(expected)
 
 
 # --- ranking on both lexical stores -----------------------------------------------------
@@ -294,3 +267,34 @@ async def test_athena_store_against_the_fake_server(tmp_path: Path) -> None:
     assert found[0].score > found[1].score
     distance = float(found[0].entry.metadata["distance"])
     assert found[0].score == pytest.approx(1 / (1 + distance))
+
+
+# --- Redis failures surface as jarvismem errors ---------------------------------------------
+
+
+async def test_the_redis_store_on_an_unreachable_server_raises_backend_unavailable(
+    unreachable_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(unreachable_redis, keyspace)
+    calls = [
+        ("recall write", lambda: store.write(WriteRequest(agent_id="a1", content="x"))),
+        ("recall", lambda: store.recall(RecallRequest(agent_id="a1", query="x"))),
+        ("recall list_entries", lambda: store.list_entries("a1")),
+        ("recall delete", lambda: store.delete("e1", agent_id="a1")),
+    ]
+    for what, call in calls:
+        with pytest.raises(BackendUnavailableError, match=f"^{what}: Redis unavailable"):
+            await call()
+
+
+@pytest.mark.integration
+async def test_a_scope_key_of_the_wrong_type_is_a_rejection(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(real_redis, keyspace)
+    entries_key, _ = store.keys("default", "a1", None)
+    await real_redis.set(entries_key, "not a hash")
+    with pytest.raises(BackendRejectedError, match="recall list_entries"):
+        await store.list_entries("a1")
+    with pytest.raises(BackendRejectedError, match="recall write"):
+        await store.write(WriteRequest(agent_id="a1", content="hello", id="e1"))

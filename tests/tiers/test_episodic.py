@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.errors import InvalidPayloadError
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.tiers.episodic import EpisodicLedger
 
@@ -151,3 +151,43 @@ async def test_entries_written_by_other_tools_still_decode(
     first, second = await led.tail(2)
     assert first["note"] == "1,2" and first["plain"] == "hello" and first["n"] == 7
     assert second["note"] == "1,2" and second["n"] == 7
+
+
+# --- Redis failures surface as jarvismem errors ---------------------------------------------
+
+
+@pytest.mark.integration
+async def test_a_ledger_key_of_the_wrong_type_is_a_rejection(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(real_redis, keyspace, workflow_id)
+    await real_redis.set(led.key, "not a stream")
+    calls = [
+        lambda: led.append_turn(
+            step_id="s", agent_id="a", turn_id=1, thought="t", action="", result=""
+        ),
+        lambda: led.tail(3),
+        lambda: led.range_after(None, 3),
+        lambda: led.length(),
+    ]
+    for call in calls:
+        # Retrying would meet the same key: a refusal, not an outage to queue through.
+        with pytest.raises(BackendRejectedError, match=f"ledger of {workflow_id}"):
+            await call()
+
+
+async def test_an_unreachable_server_is_unavailable_for_every_call(
+    unreachable_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(unreachable_redis, keyspace, workflow_id)
+    calls = [
+        lambda: led.append({"x": 1}),
+        lambda: led.tail(3),
+        lambda: led.range_after(None, 3),
+        lambda: led.length(),
+        lambda: led.find_turn("s", "a", 1),
+        lambda: led.full_history(),
+    ]
+    for call in calls:
+        with pytest.raises(BackendUnavailableError, match=f"ledger of {workflow_id}"):
+            await call()

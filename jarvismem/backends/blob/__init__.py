@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion, validate_blob_path
 from jarvismem.backends.blob.local import LocalBlobStorage
-
-if TYPE_CHECKING:
-    from jarvismem.settings import Settings
+from jarvismem.errors import ConfigError
+from jarvismem.settings import Settings
 
 __all__ = [
     "BlobStorage",
@@ -32,13 +29,14 @@ def create_blob_storage(settings: Settings) -> BlobStorage | None:
             inline_append_max_bytes=settings.storage_inline_append_max_bytes,
         )
     if settings.storage_backend == "azure":
-        from jarvismem.backends.blob.azure import AzureBlobStorage
-        from jarvismem.errors import ConfigError
-
         if settings.azure_storage_connection_string is None:
             raise ConfigError(
                 "AZURE_STORAGE_CONNECTION_STRING is required when STORAGE_BACKEND=azure"
             )
+        # Lazy on purpose: the module needs the optional azure extra (and it is
+        # slow to import), so jarvismem works without it unless azure is chosen.
+        from jarvismem.backends.blob.azure import AzureBlobStorage
+
         return AzureBlobStorage(
             settings.azure_storage_connection_string.get_secret_value(),
             settings.azure_storage_container,

@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 try:
+    import aiohttp
     from azure.core import MatchConditions
     from azure.core.exceptions import (
         AzureError,
@@ -56,6 +57,8 @@ from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
     BlobPreconditionFailedError,
+    BlobRejectedError,
+    BlobUnavailableError,
     InvalidBlobPathError,
     InvalidPayloadError,
     PayloadTooLargeError,
@@ -94,46 +97,65 @@ def _error_code(exc: BaseException) -> str:
     return str(getattr(code, "value", code) or "")
 
 
-@asynccontextmanager
-async def _azure_errors(
-    action: str, path: str, on_container_missing: Callable[[], None] | None = None
-) -> AsyncIterator[None]:
-    """Map Azure SDK exceptions to jarvismem errors (status and code, never URLs or keys).
+def _is_transient_status(status: int | None) -> bool:
+    """HTTP statuses worth retrying later: timeout, throttling, server errors but 501."""
+    return status is None or status in (408, 429) or (status >= 500 and status != 501)
 
-    ``on_container_missing`` is called when the service says the container
-    itself is gone (e.g. an emulator restarted empty), so it is created again
-    on the next call instead of every retry failing forever.
+
+def translate_azure_error(
+    exc: BaseException,
+    action: str,
+    path: str,
+    on_container_missing: Callable[[], None] | None = None,
+) -> BlobError:
+    """jarvismem's error for an Azure SDK, aiohttp or OS failure to ``action`` ``path``.
+
+    Not found and failed conditions keep their specific errors; the rest is
+    :class:`BlobUnavailableError` when it may pass (connection, timeout,
+    throttling, 5xx, a container that vanished and is created again next time)
+    and :class:`BlobRejectedError` when it would repeat (other 4xx: auth,
+    wrong blob type, bad request). Messages carry status and code, never URLs
+    or keys. ``on_container_missing`` is called when the service says the
+    container itself is gone (e.g. an emulator restarted empty), so it is
+    created again on the next call instead of every retry failing forever.
     """
-    try:
-        yield
-    except (BlobError, InvalidPayloadError, PayloadTooLargeError):
-        raise
-    except ResourceNotFoundError as exc:
+    if isinstance(exc, ResourceNotFoundError):
         if _error_code(exc) == "ContainerNotFound":
             if on_container_missing is not None:
                 on_container_missing()
             if action in ("read", "stat", "list"):
-                raise BlobNotFoundError(f"blob {path!r} not found (no container)") from None
-            raise BlobError(f"cannot {action} blob {path!r}: container not found") from None
-        raise BlobNotFoundError(f"blob {path!r} not found") from None
-    except (ResourceExistsError, ResourceModifiedError) as exc:
+                return BlobNotFoundError(f"blob {path!r} not found (no container)")
+            return BlobUnavailableError(f"cannot {action} blob {path!r}: container not found")
+        return BlobNotFoundError(f"blob {path!r} not found")
+    if isinstance(exc, ResourceExistsError | ResourceModifiedError):
+        code = _error_code(exc) or "conflict"
         if action == "write":
-            raise BlobPreconditionFailedError(
-                f"blob {path!r}: condition not met ({_error_code(exc) or 'conflict'})"
-            ) from None
-        raise BlobError(
-            f"cannot {action} blob {path!r}: {_error_code(exc) or 'conflict'}"
-        ) from None
-    except HttpResponseError as exc:
-        if exc.status_code == 412:
-            raise BlobPreconditionFailedError(f"blob {path!r}: condition not met") from None
-        raise BlobError(
-            f"cannot {action} blob {path!r}: HTTP {exc.status_code} {_error_code(exc)}".rstrip()
-        ) from None
-    except AzureError as exc:
-        raise BlobError(f"cannot {action} blob {path!r}: {type(exc).__name__}") from None
-    except OSError as exc:
-        raise BlobError(f"cannot {action} blob {path!r}: {type(exc).__name__}") from None
+            return BlobPreconditionFailedError(f"blob {path!r}: condition not met ({code})")
+        return BlobRejectedError(f"cannot {action} blob {path!r}: {code}")
+    if isinstance(exc, HttpResponseError):
+        status = exc.status_code
+        if status == 412:
+            return BlobPreconditionFailedError(f"blob {path!r}: condition not met")
+        message = f"cannot {action} blob {path!r}: HTTP {status} {_error_code(exc)}".rstrip()
+        if _is_transient_status(status):
+            return BlobUnavailableError(message)
+        return BlobRejectedError(message)
+    # Transport failures: the SDK's own (ServiceRequestError, ...), or aiohttp's
+    # and the OS's when one slips past the SDK (e.g. while a body streams).
+    return BlobUnavailableError(f"cannot {action} blob {path!r}: {type(exc).__name__}")
+
+
+@asynccontextmanager
+async def _azure_errors(
+    action: str, path: str, on_container_missing: Callable[[], None] | None = None
+) -> AsyncIterator[None]:
+    """Run a block of SDK calls with their errors translated (:func:`translate_azure_error`)."""
+    try:
+        yield
+    except (BlobError, InvalidPayloadError, PayloadTooLargeError):
+        raise
+    except (AzureError, aiohttp.ClientError, OSError) as exc:
+        raise translate_azure_error(exc, action, path, on_container_missing) from None
 
 
 class AzureBlobStorage:

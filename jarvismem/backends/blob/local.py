@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import errno
 import fcntl
 import os
 import secrets
@@ -53,6 +54,8 @@ from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
     BlobPreconditionFailedError,
+    BlobRejectedError,
+    BlobUnavailableError,
     InvalidBlobPathError,
     InvalidPayloadError,
 )
@@ -110,24 +113,60 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+# OS errors that can pass without anyone changing the files: the disk fills or
+# fails for a while, the process runs out of descriptors or memory, a network
+# file system stalls. Anything else (permissions, read-only, a name in the way,
+# a symlink loop) fails the same way until someone intervenes.
+_TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "EAGAIN",
+        "EBUSY",
+        "EDQUOT",
+        "EINTR",
+        "EIO",
+        "EMFILE",
+        "ENFILE",
+        "ENOBUFS",
+        "ENOMEM",
+        "ENOSPC",
+        "ESTALE",
+        "ETIMEDOUT",
+    )
+    if hasattr(errno, name)
+)
+
+
+def translate_os_error(exc: OSError, action: str, path: str) -> BlobError:
+    """jarvismem's error for an OS failure to ``action`` the blob ``path``.
+
+    Names the blob path, never the storage root. A missing file is
+    :class:`BlobNotFoundError`; transient failures (:data:`_TRANSIENT_ERRNOS`,
+    timeouts) :class:`BlobUnavailableError`; the rest :class:`BlobRejectedError`.
+    """
+    if isinstance(exc, FileNotFoundError):
+        return BlobNotFoundError(f"blob {path!r} not found")
+    if isinstance(exc, IsADirectoryError):
+        if action in ("read", "stat"):
+            return BlobNotFoundError(f"blob {path!r} not found (it is a folder)")
+        return BlobRejectedError(f"cannot {action} blob {path!r}: a folder has that name")
+    if isinstance(exc, NotADirectoryError):
+        return BlobRejectedError(f"cannot {action} blob {path!r}: a parent is a file")
+    reason = exc.strerror or type(exc).__name__
+    if isinstance(exc, TimeoutError) or exc.errno in _TRANSIENT_ERRNOS:
+        return BlobUnavailableError(f"cannot {action} blob {path!r}: {reason}")
+    return BlobRejectedError(f"cannot {action} blob {path!r}: {reason}")
+
+
 @contextmanager
 def _os_errors(action: str, path: str) -> Iterator[None]:
-    """Turn OS errors into jarvismem errors naming the blob path (not the root)."""
+    """Turn OS errors into jarvismem errors (:func:`translate_os_error`)."""
     try:
         yield
     except (BlobError, InvalidPayloadError):
         raise
-    except FileNotFoundError:
-        raise BlobNotFoundError(f"blob {path!r} not found") from None
-    except IsADirectoryError:
-        if action in ("read", "stat"):
-            raise BlobNotFoundError(f"blob {path!r} not found (it is a folder)") from None
-        raise BlobError(f"cannot {action} blob {path!r}: a folder has that name") from None
-    except NotADirectoryError:
-        raise BlobError(f"cannot {action} blob {path!r}: a parent is a file") from None
     except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise BlobError(f"cannot {action} blob {path!r}: {reason}") from None
+        raise translate_os_error(exc, action, path) from None
 
 
 _INLINE_TARGET_CACHE = 4096
@@ -189,7 +228,10 @@ class LocalBlobStorage:
     def _target(self, path: str) -> Path:
         """The resolved file for a validated path; refuses anything outside the root."""
         root = self._root_dir()
-        resolved = (root / path).resolve()
+        try:
+            resolved = (root / path).resolve()
+        except RuntimeError:  # Python 3.11 reports a symlink loop this way, not as OSError
+            raise BlobRejectedError(f"blob path {path!r}: symlink loop") from None
         if resolved == root or not resolved.is_relative_to(root):
             raise InvalidBlobPathError(f"blob path {path!r} resolves outside the storage root")
         return resolved
@@ -312,16 +354,16 @@ class LocalBlobStorage:
         validate_blob_prefix(prefix)
 
         def work() -> list[str]:
-            root = self._root_dir()
             # Walk only the deepest folder the prefix names, not the whole tree.
             base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-            start = root
-            if base:
-                start = (root / base).resolve()
-                if not start.is_relative_to(root):
-                    raise InvalidBlobPathError(f"prefix {prefix!r} resolves outside the root")
             found: list[str] = []
             with _os_errors("list", prefix):
+                root = self._root_dir()
+                start = root
+                if base:
+                    start = (root / base).resolve()
+                    if not start.is_relative_to(root):
+                        raise InvalidBlobPathError(f"prefix {prefix!r} resolves outside the root")
                 try:
                     self._walk(start, base, prefix, found)
                 except (FileNotFoundError, NotADirectoryError):
@@ -472,7 +514,9 @@ class LocalBlobStorage:
                 except BaseException as exc:
                     for _, _, future in batch:
                         if not future.done():
-                            future.set_exception(BlobError(f"append failed: {type(exc).__name__}"))
+                            future.set_exception(
+                                BlobUnavailableError(f"append failed: {type(exc).__name__}")
+                            )
                     raise
                 for (_path, items), error in zip(by_path.items(), outcomes, strict=True):
                     for _, future in items:
@@ -546,6 +590,11 @@ class LocalBlobStorage:
         """
         if not _HAVE_NOWAIT:
             return None
+        with _os_errors("read", path):
+            return self._read_inline_cached(path, wanted)
+
+    def _read_inline_cached(self, path: str, wanted: int | None) -> bytes | None:
+        """The body of :meth:`_read_inline` (OS errors translated by the caller)."""
         target = self._inline_targets.get(path)
         if target is None:
             target = self._target(path)  # lstat-only metadata work; refuses escapes

@@ -11,13 +11,24 @@ import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import pytest
+from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
 
 from jarvismem.backends.blob import create_blob_storage
-from jarvismem.backends.blob.azure import MAX_APPEND_BYTES, AzureBlobStorage
+from jarvismem.backends.blob.azure import (
+    MAX_APPEND_BYTES,
+    AzureBlobStorage,
+    translate_azure_error,
+)
 from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
     BlobError,
     BlobNotFoundError,
+    BlobPreconditionFailedError,
+    BlobRejectedError,
+    BlobUnavailableError,
     InvalidBlobPathError,
     PayloadTooLargeError,
 )
@@ -264,3 +275,64 @@ async def test_appends_from_four_processes_are_all_kept_intact(
     assert len(lines) - 1 == WRITERS * LINES_PER_WRITER
     assert all(seen[w] == set(range(LINES_PER_WRITER)) for w in range(WRITERS))
     assert len(await _raw_names(storage)) >= 5  # it really rolled over
+
+
+# --- SDK errors translated at the edge -----------------------------------------------------------
+
+
+def _http_error(status: int, code: str = "") -> HttpResponseError:
+    error = HttpResponseError(message=f"HTTP {status}")
+    error.status_code = status
+    error.error_code = code
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (_http_error(500), BlobUnavailableError),
+        (_http_error(503, "ServerBusy"), BlobUnavailableError),
+        (_http_error(429), BlobUnavailableError),
+        (_http_error(408), BlobUnavailableError),
+        (_http_error(403, "AuthorizationFailure"), BlobRejectedError),
+        (_http_error(400, "InvalidHeaderValue"), BlobRejectedError),
+        (_http_error(501), BlobRejectedError),
+        (_http_error(412), BlobPreconditionFailedError),
+        (ServiceRequestError("connection refused"), BlobUnavailableError),
+        (ServiceResponseError("connection reset"), BlobUnavailableError),
+        (aiohttp.ClientPayloadError("body cut short"), BlobUnavailableError),
+        (TimeoutError(), BlobUnavailableError),
+        (ConnectionResetError(104, "reset"), BlobUnavailableError),
+    ],
+)
+def test_sdk_errors_become_transient_or_rejected_blob_errors(
+    error: BaseException, expected: type[BlobError]
+) -> None:
+    translated = translate_azure_error(error, "read", "a/b.txt")
+    assert type(translated) is expected
+    assert "a/b.txt" in str(translated)
+    assert "127.0.0.1" not in str(translated) and "AccountKey" not in str(translated)
+
+
+@pytest.mark.integration
+async def test_appending_to_a_whole_blob_is_a_rejection(make_storage: Factory) -> None:
+    storage = make_storage()
+    await storage.write("doc.txt", b"whole")
+    # The service refuses an append block on a block blob: retrying cannot help.
+    with pytest.raises(BlobRejectedError) as caught:
+        await storage.append("doc.txt", b"more")
+    assert isinstance(caught.value, BackendRejectedError)
+    assert not isinstance(caught.value, BackendUnavailableError)
+    assert await storage.read("doc.txt") == b"whole"
+
+
+@pytest.mark.integration
+async def test_a_wrong_account_key_is_a_rejection(azurite_connection_string: str) -> None:
+    wrong = azurite_connection_string.replace("AccountKey=Eby8", "AccountKey=Xby8")
+    assert wrong != azurite_connection_string
+    storage = AzureBlobStorage(wrong, _container())
+    try:
+        with pytest.raises(BlobRejectedError, match="HTTP 403"):
+            await storage.write("doc.txt", b"x")
+    finally:
+        await storage.close()

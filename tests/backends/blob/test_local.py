@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import multiprocessing
 import os
 import random
@@ -15,11 +16,15 @@ from typing import Any
 import pytest
 
 from jarvismem.backends.blob import create_blob_storage
-from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.backends.blob.local import LocalBlobStorage, translate_os_error
 from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
     BlobError,
     BlobNotFoundError,
     BlobPreconditionFailedError,
+    BlobRejectedError,
+    BlobUnavailableError,
     InvalidBlobPathError,
 )
 from jarvismem.settings import load_settings
@@ -340,3 +345,70 @@ async def test_conditional_writes_from_several_processes_lose_no_update(tmp_path
         await asyncio.to_thread(child.join, 120)
         assert child.exitcode == 0
     assert await storage.read("counter.txt") == b"180"
+
+
+# --- OS errors translated at the edge -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (FileNotFoundError(errno.ENOENT, "gone"), BlobNotFoundError),
+        (OSError(errno.ENOSPC, "No space left on device"), BlobUnavailableError),
+        (OSError(errno.EIO, "Input/output error"), BlobUnavailableError),
+        (OSError(errno.EMFILE, "Too many open files"), BlobUnavailableError),
+        (TimeoutError("stalled"), BlobUnavailableError),
+        (PermissionError(errno.EACCES, "Permission denied"), BlobRejectedError),
+        (OSError(errno.EROFS, "Read-only file system"), BlobRejectedError),
+        (NotADirectoryError(errno.ENOTDIR, "Not a directory"), BlobRejectedError),
+        (IsADirectoryError(errno.EISDIR, "Is a directory"), BlobRejectedError),
+    ],
+)
+def test_os_errors_become_transient_or_rejected_blob_errors(
+    error: OSError, expected: type[BlobError]
+) -> None:
+    translated = translate_os_error(error, "write", "a/b.txt")
+    assert type(translated) is expected
+    assert "a/b.txt" in str(translated)
+
+
+async def test_a_full_disk_is_unavailable_and_leaves_the_old_content(
+    storage: LocalBlobStorage, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    await storage.write("doc.txt", b"old")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(BlobUnavailableError, match="No space left") as caught:
+        await storage.write("doc.txt", b"new")
+    # The durable writer queues what a transient failure refused.
+    assert isinstance(caught.value, BackendUnavailableError)
+    monkeypatch.undo()
+    assert await storage.read("doc.txt") == b"old"
+    assert _names(tmp_path / "root") == [".doc.txt.lock", "doc.txt"]  # no temp file left
+
+
+async def test_a_file_in_the_way_is_a_rejection(storage: LocalBlobStorage) -> None:
+    await storage.write("a", b"file")
+    calls: list[Callable[[], Awaitable[Any]]] = [
+        lambda: storage.write("a/b.txt", b"x"),
+        lambda: storage.append("a/b.jsonl", b"x"),
+        lambda: storage.read("a/b.txt"),
+    ]
+    for call in calls:
+        # Retrying cannot help until someone moves the file: not a transient failure.
+        with pytest.raises(BlobRejectedError, match="a/b") as caught:
+            await call()
+        assert isinstance(caught.value, BackendRejectedError)
+        assert not isinstance(caught.value, BackendUnavailableError)
+
+
+async def test_a_symlink_loop_is_a_rejection_not_a_runtime_error(
+    storage: LocalBlobStorage, tmp_path: Path
+) -> None:
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "loop").symlink_to(tmp_path / "root" / "loop")
+    with pytest.raises(BlobError):
+        await storage.read("loop/x.txt")

@@ -1,27 +1,42 @@
-"""Redis connections: URL schemes, TLS options, cluster, embedded default, retries, pooling."""
+"""Redis backend: connections (URL schemes, TLS options, cluster, embedded default,
+retries, pooling) and redis-py errors translated into jarvismem's at the edge."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import shutil
-import socket
 import ssl
 import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+import redis.exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
-from jarvismem.backends.redis import connect_redis, create_redis, is_embedded
-from jarvismem.errors import BackendUnavailableError, ConfigError
+from jarvismem.backends.redis import (
+    connect_redis,
+    create_redis,
+    is_embedded,
+    is_transient_redis_error,
+    redis_errors,
+    translate_redis_error,
+)
+from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
+    ConfigError,
+    InvalidPayloadError,
+    JarvisMemError,
+)
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
+from tests.conftest import REAL_REDIS_URL, closed_port, real_redis_available, require_backend
 
 PASSWORD = "hunter2-do-not-log"
 
@@ -35,14 +50,6 @@ def plain_client(settings: Settings) -> aioredis.Redis:
     client = create_redis(settings)
     assert isinstance(client, aioredis.Redis)
     return client
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # --- redis:// ---------------------------------------------------------------------------
@@ -285,3 +292,80 @@ async def test_closing_the_client_closes_its_pool() -> None:
     pool = client.connection_pool
     await client.aclose()
     assert all(not conn.is_connected for conn in pool._available_connections)
+
+
+# --- errors translated at the edge --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (redis_exc.ConnectionError("Connection refused"), True),
+        (redis_exc.TimeoutError("Timeout reading from socket"), True),
+        (TimeoutError(), True),
+        (ConnectionResetError(104, "reset"), True),
+        (redis_exc.BusyLoadingError("LOADING Redis is loading the dataset"), True),
+        (redis_exc.ResponseError("BUSY Redis is busy running a script"), True),
+        (redis_exc.ResponseError("OOM command not allowed when used memory > 'maxmemory'"), True),
+        (redis_exc.ReadOnlyError("READONLY You can't write against a read only replica"), True),
+        (redis_exc.ResponseError("CLUSTERDOWN The cluster is down"), True),
+        (redis_exc.NoScriptError("NOSCRIPT No matching script"), True),
+        (
+            redis_exc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
+            False,
+        ),
+        (redis_exc.ResponseError("ERR Error running script: user_script:1: bad"), False),
+    ],
+)
+def test_redis_errors_become_transient_or_rejected(error: Exception, transient: bool) -> None:
+    assert is_transient_redis_error(error) is transient
+    translated = translate_redis_error(error, "ledger append")
+    assert isinstance(translated, BackendUnavailableError if transient else BackendRejectedError)
+    assert isinstance(translated, JarvisMemError)
+    assert str(translated).startswith("ledger append: Redis ")
+    assert type(error).__name__ in str(translated)
+
+
+@pytest.mark.integration
+async def test_a_wrong_key_type_on_a_real_server_is_a_rejection(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    key = keyspace.ledger("wf-wrongtype")
+    await real_redis.set(key, "a string, not a stream")
+    with pytest.raises(BackendRejectedError, match="ledger read: Redis refused it") as caught:
+        async with redis_errors("ledger read"):
+            await real_redis.xrange(key)
+    # The original stays attached for debugging, but is not what callers catch.
+    assert isinstance(caught.value.__cause__, redis_exc.ResponseError)
+
+
+async def test_a_closed_port_is_unavailable(unreachable_redis: Any) -> None:
+    with pytest.raises(BackendUnavailableError, match="ping: Redis unavailable"):
+        async with redis_errors("ping"):
+            await unreachable_redis.ping()
+
+
+@pytest.mark.integration
+async def test_a_stalled_call_past_its_timeout_is_unavailable(real_redis: Any) -> None:
+    # BLPOP on an empty list blocks for 2 s: the 0.1 s bound must cut it short.
+    with pytest.raises(BackendUnavailableError, match="pop: Redis unavailable"):
+        async with redis_errors("pop", timeout=0.1):
+            await real_redis.blpop(["jm:never-pushed:" + uuid.uuid4().hex], timeout=2)
+
+
+async def test_jarvismem_errors_and_caller_bugs_pass_unchanged() -> None:
+    with pytest.raises(InvalidPayloadError):
+        async with redis_errors("save"):
+            raise InvalidPayloadError("bad value")
+    with pytest.raises(KeyError):
+        async with redis_errors("save"):
+            raise KeyError("a bug, not an outage")
+
+
+@pytest.mark.integration
+async def test_connect_refused_by_the_server_is_a_rejection_not_a_raw_error() -> None:
+    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+    # A database index the server does not have: retrying would not help.
+    settings = make_settings(redis_url=REAL_REDIS_URL.rsplit("/", 1)[0] + "/99999")
+    with pytest.raises(BackendRejectedError, match="Redis connect"):
+        await connect_redis(settings, retries=3)

@@ -1,0 +1,334 @@
+"""Compaction: the policy, the lock, rolling folds of the ledger into the summary,
+background scheduling, and Redis failures surfacing as jarvismem errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.backends.llm import LLMSummarizer
+from jarvismem.errors import BackendUnavailableError, LockNotAcquiredError
+from jarvismem.keys import KeySpace
+from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.tiers.compaction import CompactionPolicy, Compactor
+from jarvismem.tiers.episodic import EpisodicLedger
+from tests.tiers.conftest import TTL, RecordingSummarizer, make_ltm
+
+# --- compaction ------------------------------------------------------------------------------
+
+
+class Setup:
+    def __init__(self, redis: Any, blob: Any, keyspace: KeySpace, wf: str) -> None:
+        self.redis, self.keyspace, self.wf = redis, keyspace, wf
+        self.ledger = EpisodicLedger(redis, keyspace, wf, ttl_seconds=TTL)
+        self.ltm = make_ltm(redis, blob, keyspace, wf)
+        self.summarizer = RecordingSummarizer()
+
+    def compactor(self, **policy: Any) -> Compactor:
+        defaults: dict[str, Any] = {"every_turns": 5, "token_threshold": 10**6, "page_size": 4}
+        defaults.update(policy)
+        return Compactor(
+            self.redis,
+            self.ltm,
+            self.ledger,
+            self.summarizer,
+            self.keyspace,
+            self.wf,
+            CompactionPolicy(**defaults),
+        )
+
+    async def log(self, first: int, last: int, tokens: int = 0) -> list[str]:
+        ids = []
+        for i in range(first, last + 1):
+            res = await self.ledger.append_turn(
+                step_id="s1",
+                agent_id="a1",
+                turn_id=i,
+                thought=f"thought {i}",
+                action="act",
+                result=f"result {i}",
+                tokens=tokens,
+            )
+            ids.append(res.id)
+        return ids
+
+
+@pytest.fixture
+def setup(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> Setup:
+    return Setup(redis_client, local_blob, keyspace, workflow_id)
+
+
+def test_policy_due_at_n_turns() -> None:
+    policy = CompactionPolicy(every_turns=3, token_threshold=10**6)
+    assert [policy.is_due(n, 0) for n in (0, 2, 3, 4)] == [False, False, True, True]
+
+
+async def test_note_turn_says_due_at_the_nth_turn(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=3)
+    assert [compactor.note_turn(1) for _ in range(3)] == [False, False, True]
+
+
+async def test_note_turn_says_due_at_the_token_threshold(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=1000, token_threshold=100)
+    assert [compactor.note_turn(40) for _ in range(3)] == [False, False, True]
+
+
+def test_policy_from_settings() -> None:
+    from jarvismem.settings import load_settings
+
+    settings = load_settings(_env_file=None, compaction_every_turns=7, compaction_lock_ttl=9)
+    policy = CompactionPolicy.from_settings(settings)
+    assert (policy.every_turns, policy.lock_ttl) == (7, 9)
+
+
+async def test_compact_saves_summary_with_provenance(setup: Setup) -> None:
+    ids = await setup.log(1, 6)
+    result = await setup.compactor().compact()
+    assert (result.compacted, result.entries, result.from_id, result.to_id) == (
+        True,
+        6,
+        ids[0],
+        ids[-1],
+    )
+    record = await setup.ltm.load_summary_record()
+    assert record is not None
+    assert (record.from_id, record.to_id, record.turns) == (ids[0], ids[-1], 6)
+    assert record.summarizer == "recording"
+    assert [f"result {i}" in record.text for i in range(1, 7)] == [True] * 6
+
+
+async def test_rolling_compaction_reads_only_new_entries(setup: Setup) -> None:
+    first_ids = await setup.log(1, 3)
+    await setup.compactor().compact()
+    setup.summarizer.calls.clear()
+    new_ids = await setup.log(4, 5)
+    result = await setup.compactor().compact()
+    sent = "\n".join(text for text, _ in setup.summarizer.calls)
+    assert "result 4" in sent and "result 5" in sent
+    assert "result 1" not in sent
+    # Provenance keeps the first id of the whole rolling range.
+    assert (result.from_id, result.to_id) == (first_ids[0], new_ids[-1])
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 5
+    assert [record.text.count(f"result {i}") for i in range(1, 6)] == [1] * 5
+
+
+async def test_nothing_new_is_a_no_op(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    result = await setup.compactor().compact()
+    assert not result.compacted
+    assert "no new" in result.reason
+
+
+async def test_compaction_resets_counters(setup: Setup) -> None:
+    compactor = setup.compactor()
+    await setup.log(1, 3, tokens=10)
+    for _ in range(3):
+        compactor.note_turn(10)
+    await compactor.flush_counters()
+    assert (await compactor.state())["turns"] == 3
+    await compactor.compact()
+    state = await compactor.state()
+    assert (state["turns"], state["tokens"]) == (0, 0)
+    assert "last_compacted_at" in state
+
+
+async def test_concurrent_compactions_run_exactly_one(setup: Setup) -> None:
+    await setup.log(1, 3)
+    setup.summarizer.gate = asyncio.Event()
+    first = asyncio.create_task(setup.compactor().compact())
+    await setup.summarizer.started.wait()  # the first one holds the lock now
+    with pytest.raises(LockNotAcquiredError):
+        await setup.compactor().compact()
+    setup.summarizer.gate.set()
+    assert (await first).compacted
+    assert len(setup.summarizer.calls) == 1
+
+
+async def test_lock_expires_after_a_crashed_holder(setup: Setup) -> None:
+    await setup.log(1, 2)
+    # A holder that died without releasing: its lock only has its TTL left.
+    await setup.redis.set(setup.keyspace.ltm_lock(setup.wf), "dead-process", px=300)
+    compactor = setup.compactor()
+    with pytest.raises(LockNotAcquiredError):
+        await compactor.compact()
+    for _ in range(200):  # bounded wait for the TTL to run out
+        if not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf)):
+            break
+        await asyncio.sleep(0.05)
+    assert (await compactor.compact()).compacted
+
+
+async def test_lock_is_released_after_compaction(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
+
+
+async def test_failed_llm_keeps_the_old_summary(setup: Setup) -> None:
+    await setup.log(1, 2)
+    await setup.compactor().compact()
+    before = await setup.ltm.load_summary_record()
+    await setup.log(3, 4)
+    setup.summarizer.fail = True
+    compactor = setup.compactor()
+    result = await compactor.compact()
+    assert (result.compacted, result.failed) == (False, True)
+    assert await setup.ltm.load_summary_record() == before
+    assert "summarizer down" in (await compactor.state())["last_error"]
+    assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
+
+
+async def test_failed_real_llm_keeps_the_old_summary(
+    setup: Setup, fake_llm: FakeLLMServer, llm_summarizer: LLMSummarizer
+) -> None:
+    await setup.ltm.save_summary("old summary")
+    await setup.log(1, 2)
+    fake_llm.mode = "error"
+    setup.summarizer = llm_summarizer  # type: ignore[assignment]
+    result = await setup.compactor().compact()
+    assert result.failed
+    assert await setup.ltm.load_summary() == "old summary"
+
+
+async def test_progress_is_reported_per_page(setup: Setup) -> None:
+    await setup.log(1, 6)
+    seen: list[int] = []
+    await setup.compactor(page_size=4).compact(progress=lambda done, _total: seen.append(done))
+    assert seen == [4, 6]
+
+
+async def test_maybe_schedule_compacts_in_the_background_when_due(setup: Setup) -> None:
+    await setup.log(1, 5)
+    compactor = setup.compactor(every_turns=5)
+    tasks = []
+    for _ in range(5):
+        compactor.note_turn(1)
+        task = compactor.maybe_schedule()
+        if task is not None:
+            tasks.append(task)
+            await task
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 5
+
+
+async def test_maybe_schedule_does_nothing_when_disabled(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=1, enabled=False)
+    compactor.note_turn(1)
+    assert compactor.maybe_schedule() is None
+
+
+async def test_one_background_task_per_workflow_in_a_process(setup: Setup) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.gate = asyncio.Event()
+    one, two = setup.compactor(every_turns=1), setup.compactor(every_turns=1)
+    one.note_turn(1)
+    two.note_turn(1)
+    task = one.maybe_schedule()
+    assert task is not None
+    assert two.maybe_schedule() is None
+    setup.summarizer.gate.set()
+    await task
+
+
+async def test_background_failure_is_logged_not_raised(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.fail = True
+    compactor = setup.compactor(every_turns=1)
+    compactor.note_turn(1)
+    task = compactor.maybe_schedule()
+    assert task is not None
+    with caplog.at_level(logging.WARNING):
+        await task  # does not raise
+    assert "summarizer down" in caplog.text
+
+
+async def test_aclose_pushes_pending_counters(setup: Setup) -> None:
+    compactor = setup.compactor(every_turns=100)
+    compactor.note_turn(3)
+    compactor.note_turn(4)
+    await compactor.aclose()
+    state = await setup.compactor().state()
+    assert (state["turns"], state["tokens"]) == (2, 7)
+
+
+# --- through the facade ---------------------------------------------------------------------------
+
+
+async def test_log_turn_triggers_background_compaction_via_the_runtime(
+    redis_client: Any,
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    tmp_path: Path,
+    fake_llm: FakeLLMServer,
+) -> None:
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.settings import load_settings
+
+    settings = load_settings(
+        _env_file=None,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "outbox",
+        compaction_every_turns=3,
+        llm_base_url=fake_llm.url,
+        llm_max_retries=0,
+    )
+    async with MemoryRuntime(settings, redis=redis_client, blob=local_blob) as runtime:
+        mem = runtime.memory(workflow_id, "s1", "a1")
+        for i in range(1, 4):
+            await mem.log_turn(i, f"thought {i}", "act", f"result {i}")
+        compactor = runtime._workflows[workflow_id].compactor
+        assert compactor is not None
+        await asyncio.gather(*compactor._tasks)
+        bundle = await mem.rehydrate_bundle()
+    assert bundle["ltm_summary"] is not None
+    assert bundle["ltm_summary"].startswith("SUMMARY:")
+    [request] = fake_llm.completion_requests()
+    assert "[turn 3] thought 3 → act = result 3" in request.json["messages"][-1]["content"]
+    await runtime.summarizer.aclose()  # type: ignore[attr-defined]
+
+
+# --- Redis failures surface as jarvismem errors -------------------------------------------------
+
+
+async def test_compaction_on_an_unreachable_redis_raises_backend_unavailable(
+    unreachable_redis: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    setup = Setup(unreachable_redis, local_blob, keyspace, workflow_id)
+    compactor = setup.compactor()
+    with pytest.raises(BackendUnavailableError, match=f"compaction lock of {workflow_id}"):
+        await compactor.compact()
+    with pytest.raises(BackendUnavailableError, match=f"compaction state of {workflow_id}"):
+        await compactor.state()
+    compactor.note_turn(5)
+    with pytest.raises(BackendUnavailableError, match=f"compaction counters of {workflow_id}"):
+        await compactor.flush_counters()
+    # Not lost: the counted turn is pushed again next time.
+    assert compactor._pending_turns == 1
+
+
+async def test_a_state_hash_redis_refuses_is_logged_when_recording_a_failure(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.fail = True
+    compactor = setup.compactor()
+    await setup.redis.set(compactor.state_key, "not a hash")
+    with caplog.at_level(logging.WARNING):
+        result = await compactor.compact()
+    assert result.failed
+    # Translated at the edge: the log names jarvismem's reading of the refusal.
+    assert "could not record the error" in caplog.text
+    assert f"compaction state of {setup.wf}: Redis refused it" in caplog.text
+    assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))

@@ -1,0 +1,123 @@
+"""WorkingScratchpad: appends and reads on blob storage, goal findings carried across
+steps, bounded rendering, and blob failures surfacing as jarvismem errors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.errors import BackendRejectedError, BlobRejectedError, InvalidPayloadError
+from jarvismem.keys import KeySpace
+from jarvismem.tiers.working import WorkingScratchpad
+
+
+def pad_of(
+    blob: Any, keyspace: KeySpace, wf: str, step: str = "s1", **kw: Any
+) -> WorkingScratchpad:
+    return WorkingScratchpad(blob, keyspace, wf, step, "a1", **kw)
+
+
+@pytest.fixture
+def pad(blob_storage: Any, keyspace: KeySpace, workflow_id: str) -> WorkingScratchpad:
+    return pad_of(blob_storage, keyspace, workflow_id)
+
+
+async def test_entries_read_back_in_order_with_their_data(pad: WorkingScratchpad) -> None:
+    assert await pad.read_all() == []
+    await pad.write("note", {"k": [1, 2]})
+    await pad.append_turn("t1", {"thought": "hm", "action": "look", "result": "ok"}, ts=5.0)
+    first, second = await pad.read_all()
+    assert (first["type"], first["scope"], first["data"]) == ("note", "step", {"k": [1, 2]})
+    assert (second["type"], second["turn_id"], second["ts"]) == ("turn", "t1", 5.0)
+    assert await pad.read_recent() == [first, second]
+
+
+async def test_goal_findings_are_kept_in_their_own_blob_too(pad: WorkingScratchpad) -> None:
+    await pad.write("note", "step only")
+    await pad.write("finding", "the key is under the mat", scope="goal")
+    assert [r["data"] for r in await pad.goal_findings()] == ["the key is under the mat"]
+    assert [r["data"] for r in await pad.read_all()] == ["step only", "the key is under the mat"]
+
+
+@pytest.mark.parametrize(
+    ("entry_type", "data", "scope"),
+    [("note", "x", "forever"), ("", "x", "step"), ("note", {1, 2}, "step")],
+)
+async def test_bad_entries_are_refused_before_anything_is_written(
+    pad: WorkingScratchpad, entry_type: str, data: Any, scope: Any
+) -> None:
+    with pytest.raises(InvalidPayloadError):
+        await pad.write(entry_type, data, scope=scope)
+    assert await pad.read_all() == []
+
+
+async def test_a_torn_line_is_skipped_with_a_warning(
+    pad: WorkingScratchpad, caplog: pytest.LogCaptureFixture
+) -> None:
+    await pad.write("note", "before")
+    await pad.blob.append(pad.path, b'\n{"ts": 1, "type": "no')  # a crash mid-record
+    await pad.write("note", "after")
+    with caplog.at_level(logging.WARNING):
+        records = await pad.read_all()
+    assert [r["data"] for r in records] == ["before", "after"]
+    assert "skipped 1 torn or unreadable line" in caplog.text
+
+
+async def test_notes_put_goals_first_keep_the_newest_and_stay_in_budget(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    pad = pad_of(local_blob, keyspace, workflow_id, budget_chars=600)
+    await pad.write("finding", "goal one", scope="goal")
+    for i in range(200):
+        await pad.append_turn(str(i), {"thought": f"thought {i}", "result": "r"}, ts=float(i))
+    notes = await pad.get_notes()
+    assert len(notes) <= 600
+    assert notes.startswith("## Goal findings\n- **finding:** goal one")
+    assert "### Turn 199" in notes and "### Turn 0\n" not in notes
+
+
+async def test_a_re_run_turn_is_rendered_once_with_its_last_copy(pad: WorkingScratchpad) -> None:
+    await pad.append_turn("7", {"thought": "first try"}, ts=1.0)
+    await pad.append_turn("7", {"thought": "second try"}, ts=2.0)
+    notes = await pad.get_notes()
+    assert notes.count("### Turn 7") == 1
+    assert "second try" in notes and "first try" not in notes
+
+
+async def test_later_steps_see_every_steps_goal_findings(
+    blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    await pad_of(blob_storage, keyspace, workflow_id, "s1").write("f", "from s1", scope="goal")
+    await pad_of(blob_storage, keyspace, workflow_id, "s2").write("f", "from s2", scope="goal")
+    later = pad_of(blob_storage, keyspace, workflow_id, "s3")
+    found = await later.workflow_goal_findings()
+    assert [(r["step_id"], r["agent_id"], r["data"]) for r in found] == [
+        ("s1", "a1", "from s1"),
+        ("s2", "a1", "from s2"),
+    ]
+
+
+async def test_the_redactor_runs_before_anything_is_stored(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    pad = pad_of(
+        local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("hunter2", "[secret]")
+    )
+    await pad.write("note", {"login": ["user", "hunter2"]})
+    assert b"hunter2" not in await local_blob.read(pad.path)
+    [record] = await pad.read_all()
+    assert record["data"] == {"login": ["user", "[secret]"]}
+
+
+async def test_a_blob_store_that_refuses_writes_raises_a_jarvismem_error(
+    tmp_path: Path, keyspace: KeySpace, workflow_id: str
+) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    pad = pad_of(LocalBlobStorage(tmp_path / "file" / "root"), keyspace, workflow_id)
+    with pytest.raises(BlobRejectedError) as caught:
+        await pad.write("note", "x")
+    assert isinstance(caught.value, BackendRejectedError)

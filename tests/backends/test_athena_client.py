@@ -428,6 +428,16 @@ async def test_retry_waits_grow_with_equal_jitter(caplog: pytest.LogCaptureFixtu
         assert ceiling / 2 - 0.005 <= delay <= ceiling + 0.005
 
 
+async def test_cancelled_request_is_not_retried(server: FakeAthenaServer) -> None:
+    # Cancellation (close(), a caller's timeout) must end the call, never start another attempt.
+    server.mode = "hang"
+    async with AthenaClient(server.url, timeout=2.0, max_retries=3, backoff=0.01) as c:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await c.health()
+    assert len(server.requests_to("GET", "/health")) == 1
+
+
 async def test_redirect_not_followed_so_credentials_stay_home() -> None:
     seen: list[str] = []
 

@@ -3,13 +3,16 @@
 * :mod:`.config`: :class:`AthenaTierConfig`, the tunables and their defaults;
 * :mod:`.gate`: the per-client limit on write requests, and what close() waits for;
 * :mod:`.session`: one session per (tenant, user, agent), created once;
-* :mod:`.delivery`: the outbox delivery loop, circuit breaker and effectively-once markers;
+* :mod:`.circuit`: closed/open/half-open, with backoff and cooldown;
+* :mod:`.markers`: effectively-once claims and sent-marks in Redis;
+* :mod:`.delivery`: the outbox delivery loop, using both;
 * :mod:`.reads`: context and search reads;
 * :mod:`.memory`: :class:`AthenaMemory`, composing them, with the writes.
 
 This package only re-exports; the parts import each other directly.
 """
 
+from jarvismem.tiers.athena.circuit import CircuitState
 from jarvismem.tiers.athena.config import (
     ATHENA_CONCURRENT_WRITES,
     CLAIM_LEASE_SECONDS,
@@ -19,7 +22,6 @@ from jarvismem.tiers.athena.config import (
     MARKER_TIMEOUT,
     AthenaTierConfig,
 )
-from jarvismem.tiers.athena.delivery import CircuitState
 from jarvismem.tiers.athena.memory import AthenaMemory
 
 __all__ = [

@@ -1,18 +1,10 @@
 """Delivery of one agent's Athena outbox: in order, effectively once, behind a circuit breaker.
 
 One background task per memory replays the outbox through the agent's
-session. Consecutive failures back off exponentially (one
-:class:`~jarvismem.resilience.Backoff`); past a threshold the circuit opens for
-a cooldown, then one trial record decides whether it closes again.
-
-Effectively-once: the Athena server does not deduplicate, so before sending
-an event the deliverer claims its idempotency key in Redis (``SET NX`` with a
-short lease), marks it sent afterwards (kept for the workflow TTL) and
-releases the claim if the send failed. A turn's keys are derived from
-(namespace, workflow, step, agent, turn, kind), so a re-logged turn, from any
-view or process sharing Redis, is sent once. Without Redis (or while it is
-down) delivery is at-least-once. A crash after a send and before its mark
-sends that event again once the lease expires.
+session, claiming each event first (:mod:`.markers`) so a turn logged twice is
+sent once, and leaving Athena alone while the circuit (:mod:`.circuit`) says so.
+Records Athena refuses for good are dropped and counted; records stamped for
+another destination are set aside, never sent.
 """
 
 from __future__ import annotations
@@ -20,48 +12,31 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import socket
 import time
-import uuid
 import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox, OutboxDrainer
-from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
     AthenaNotFoundError,
     AthenaUnsupportedError,
-    BackendRejectedError,
-    BackendUnavailableError,
     InvalidPayloadError,
 )
-from jarvismem.keys import KeySpace
-from jarvismem.resilience import Backoff, CircuitBreaker
-from jarvismem.tiers.athena.config import (
-    CLAIM_LEASE_SECONDS,
-    KERNEL_BUSY_GAP,
-    MARKER_TIMEOUT,
-)
+from jarvismem.tiers.athena.circuit import DeliveryCircuit
+from jarvismem.tiers.athena.config import KERNEL_BUSY_GAP
 from jarvismem.tiers.athena.gate import RequestGate
-from jarvismem.tiers.athena.session import RELEASE_IF_OWNER, AthenaSessions, text
+from jarvismem.tiers.athena.markers import DeliveryMarkers
+from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
 
-__all__ = ["AthenaDelivery", "CircuitState", "DeliveryCircuit", "DeliveryMarkers"]
+__all__ = ["AthenaDelivery"]
 
 log = logging.getLogger(__name__)
-
-CircuitState = Literal["closed", "open", "half_open"]
-
-_CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
-"""Who holds a delivery claim: this host and process (a claim is ``pending:<host>:<pid>:<id>``)."""
-
-_SENT = "sent"
 
 # Process-wide on purpose: two memories of one agent (two runtimes, or a
 # runtime and a CLI command, in one process) share an outbox file, and both
@@ -80,198 +55,9 @@ def _drain_lock(path: Path) -> asyncio.Lock:
     return lock
 
 
-def _claimant_is_dead(claim: str) -> bool:
-    """True for a claim taken on this host by a process that no longer exists."""
-    parts = claim.split(":")
-    if len(parts) != 4 or parts[0] != "pending" or parts[1] != socket.gethostname():
-        return False  # another machine's claim: only its lease can end it
-    try:
-        pid = int(parts[2])
-    except ValueError:
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # alive (owned by another user)
-    return False
-
-
 def _append_line(path: Path, line: str) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(line)
-
-
-class DeliveryCircuit:
-    """Closed, open or half-open, with the time of the next delivery attempt.
-
-    Below ``failure_threshold`` consecutive failures, the next attempt waits
-    out ``backoff`` (through a :class:`CircuitBreaker`); at the threshold (or
-    when a half-open trial fails) the circuit opens for ``cooldown`` seconds.
-    One success closes it. The clock is injectable for tests.
-    """
-
-    def __init__(
-        self,
-        *,
-        failure_threshold: int,
-        cooldown: float,
-        backoff: Backoff,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._breaker = CircuitBreaker(backoff, clock=clock)
-        self._threshold = max(1, failure_threshold)
-        self._cooldown = cooldown
-        self._clock = clock
-        self.state: CircuitState = "closed"
-        self.open_until = 0.0
-        self.next_attempt = 0.0
-
-    @property
-    def failures(self) -> int:
-        """Consecutive failures so far."""
-        return self._breaker.failures
-
-    @property
-    def is_closed(self) -> bool:
-        """True while deliveries flow normally."""
-        return self.state == "closed"
-
-    def reported_state(self) -> CircuitState:
-        """The state as ``health()`` shows it: an open circuit past its cooldown is half-open."""
-        if self.state == "open" and self._clock() >= self.open_until:
-            return "half_open"
-        return self.state
-
-    def wait(self) -> float:
-        """Seconds until the next attempt (<= 0: now)."""
-        return self.next_attempt - self._clock()
-
-    def half_open(self) -> None:
-        """The cooldown is over: the next delivery is a trial."""
-        self.state = "half_open"
-
-    def record_success(self) -> bool:
-        """Close the circuit; True if it was recovering (worth a log line)."""
-        recovering = self.state != "closed" or self._breaker.failures > 0
-        self.state = "closed"
-        self._breaker.record_success()
-        return recovering
-
-    def record_failure(self) -> float | None:
-        """Count a failure; the backoff it set, or None when the circuit is now open."""
-        backoff = self._breaker.record_failure()
-        now = self._clock()
-        if self.state == "half_open" or self._breaker.failures >= self._threshold:
-            self.state = "open"
-            self.open_until = self.next_attempt = now + self._cooldown
-            return None
-        self.next_attempt = now + backoff
-        return backoff
-
-    def pause(self, seconds: float) -> None:
-        """No attempt for ``seconds`` (an unexpected error; not a delivery failure)."""
-        self.next_attempt = self._clock() + seconds
-
-
-class DeliveryMarkers:
-    """Claims and sent-marks of idempotency keys in Redis (see the module doc).
-
-    Best effort throughout: when Redis fails, delivery goes on without a
-    claim (at-least-once) and a warning is logged once.
-    """
-
-    def __init__(
-        self,
-        redis: RedisClient | None,
-        keys: KeySpace,
-        destination: str,
-        *,
-        dedupe_ttl: int,
-        gate: RequestGate,
-    ) -> None:
-        self._redis = redis
-        self._keys = keys
-        self._dest = destination
-        self._dedupe_ttl = max(1, int(dedupe_ttl))
-        self._gate = gate
-        self._warned = False
-
-    async def claim(self, key: str | None) -> str | None:
-        """A claim token ("" = no Redis: send without one), or None when already sent.
-
-        A claim held by another deliverer (another process delivering its own
-        copy of the turn) is waited for: it ends sent, released, or expired.
-        """
-        if key is None or self._redis is None:
-            return ""
-        redis = self._redis
-        marker = self._keys.athena_sent(self._dest, key)
-        token = f"pending:{_CLAIMANT}:{uuid.uuid4().hex}"
-        delay = 0.05
-        while True:
-            try:
-                async with redis_errors("Athena delivery claim", MARKER_TIMEOUT):
-                    if await redis.set(marker, token, nx=True, px=int(CLAIM_LEASE_SECONDS * 1000)):
-                        return token
-                    current = text(await redis.get(marker))
-            except (BackendUnavailableError, BackendRejectedError) as exc:
-                self._failed(exc)
-                return ""
-            if current == _SENT:
-                return None
-            if current is not None and _claimant_is_dead(current):
-                # Its deliverer was killed on this machine mid-send: the event may
-                # or may not have reached Athena; waiting out the lease would only
-                # stall the queue. Take the claim over (compare-and-delete first).
-                await self._best_effort("takeover", self._delete_if, key, current)
-                continue
-            if current is not None:
-                if self._gate.closed:
-                    raise asyncio.CancelledError
-                await asyncio.sleep(delay)
-                delay = min(1.0, delay * 2)
-
-    async def mark_sent(self, key: str | None, claim: str) -> None:
-        """Remember that ``key`` was sent (for the dedupe TTL)."""
-        if key is not None and claim:
-            await self._best_effort("mark", self._set_sent, key, claim)
-
-    async def release(self, key: str | None, claim: str) -> None:
-        """Give ``claim`` up: the event was not sent (or not known to be)."""
-        if key is not None and claim:
-            await self._best_effort("release", self._delete_if, key, claim)
-
-    async def _set_sent(self, key: str, claim: str) -> None:
-        assert self._redis is not None
-        await self._redis.set(self._keys.athena_sent(self._dest, key), _SENT, ex=self._dedupe_ttl)
-
-    async def _delete_if(self, key: str, claim: str) -> None:
-        assert self._redis is not None
-        marker = self._keys.athena_sent(self._dest, key)
-        await self._redis.eval(RELEASE_IF_OWNER, 1, marker, claim)
-
-    async def _best_effort(
-        self, what: str, op: Callable[[str, str], Awaitable[None]], key: str, claim: str
-    ) -> None:
-        # A lost mark only means the lease expires and a later copy of the
-        # turn may be sent again (at-least-once), never a lost event.
-        try:
-            async with redis_errors(f"Athena delivery {what}", MARKER_TIMEOUT):
-                await op(key, claim)
-        except (BackendUnavailableError, BackendRejectedError) as exc:
-            self._failed(exc)
-
-    def _failed(self, exc: Exception) -> None:
-        if not self._warned:
-            self._warned = True
-            log.warning(
-                "Athena delivery markers unavailable (%s); delivery is at-least-once meanwhile",
-                exc,
-            )
 
 
 class AthenaDelivery:

@@ -35,13 +35,11 @@ from jarvismem.errors import (
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.redaction import Redactor, mask_url, no_redaction
 from jarvismem.resilience import Backoff
+from jarvismem.tiers.athena.circuit import DeliveryCircuit
 from jarvismem.tiers.athena.config import CLOSE_GRACE_SECONDS, AthenaTierConfig
-from jarvismem.tiers.athena.delivery import (
-    AthenaDelivery,
-    DeliveryCircuit,
-    DeliveryMarkers,
-)
+from jarvismem.tiers.athena.delivery import AthenaDelivery
 from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus

@@ -6,8 +6,9 @@
 * :mod:`.circuit`: closed/open/half-open, with backoff and cooldown;
 * :mod:`.markers`: effectively-once claims and sent-marks in Redis;
 * :mod:`.delivery`: the outbox delivery loop, using both;
+* :mod:`.writes`: the outbox records of writes (validated, redacted, keyed);
 * :mod:`.reads`: context and search reads;
-* :mod:`.memory`: :class:`AthenaMemory`, composing them, with the writes.
+* :mod:`.memory`: :class:`AthenaMemory`, composing them.
 
 This package only re-exports; the parts import each other directly.
 """

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import json
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from jarvismem.backends.athena import EVENT_TYPES, AthenaClient
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import RedisClient
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
     AthenaError,
-    InvalidPayloadError,
     JarvisMemError,
 )
 from jarvismem.keys import KeySpace, validate_id
@@ -43,20 +40,11 @@ from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
+from jarvismem.tiers.athena.writes import event_record, interaction_record, turn_record
 
 __all__ = ["AthenaMemory"]
 
 log = logging.getLogger(__name__)
-
-
-def _check_meta(metadata: dict[str, Any]) -> dict[str, str]:
-    for key, value in metadata.items():
-        if not isinstance(value, str):
-            raise InvalidPayloadError(
-                f"metadata {key!r} must be a string (Athena accepts only string values), "
-                f"got {type(value).__name__}"
-            )
-    return dict(metadata)
 
 
 class AthenaMemory:
@@ -314,17 +302,7 @@ class AthenaMemory:
         self, user_message: str, agent_response: str | None = None
     ) -> None:
         """Queue one user message and, optionally, the agent's answer."""
-        if not isinstance(user_message, str):
-            raise InvalidPayloadError("user_message must be a string")
-        if agent_response is not None and not isinstance(agent_response, str):
-            raise InvalidPayloadError("agent_response must be a string or None")
-        record: dict[str, Any] = {
-            "kind": "interaction",
-            "user_message": self._redactor(user_message),
-            "agent_response": None if agent_response is None else self._redactor(agent_response),
-            "idempotency_key": uuid.uuid4().hex,
-        }
-        await self._enqueue(record)
+        await self._enqueue(interaction_record(user_message, agent_response, self._redactor))
 
     async def on_task_assigned(self, task_id: str, description: str, **metadata: str) -> None:
         """Note that a task was assigned to the agent."""
@@ -388,42 +366,19 @@ class AthenaMemory:
         keys, so Athena gets each event once. Returns False when the record was
         dropped (outbox full or the local disk failing; counted in ``health()``).
         """
-        redactor = no_redaction if redacted else self._redactor
-        turn = str(turn_id)
-        agent = self._agent if agent_id is None else agent_id
-        events = []
-        for etype, value in (("thought", thought), ("action", action), ("observation", result)):
-            if value in (None, ""):
-                continue
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
-            events.append(
-                {
-                    "type": etype,
-                    "content": redactor(text),
-                    "metadata": {"turn_id": turn},
-                    "idempotency_key": self._keys.athena_event_key(
-                        workflow_id, step_id, agent, turn, etype
-                    ),
-                }
-            )
-        if not events:
-            return True
-        return await self._enqueue({"kind": "events", "events": events})
+        record = turn_record(
+            self._keys,
+            turn_id,
+            (thought, action, result),
+            no_redaction if redacted else self._redactor,
+            workflow_id=workflow_id,
+            step_id=step_id,
+            agent_id=self._agent if agent_id is None else agent_id,
+        )
+        return True if record is None else await self._enqueue(record)
 
     async def _queue_event(self, etype: str, content: str, metadata: dict[str, Any]) -> None:
-        if etype not in EVENT_TYPES:
-            raise InvalidPayloadError(f"invalid event type {etype!r}")
-        if not isinstance(content, str):
-            raise InvalidPayloadError(f"content must be a string, got {type(content).__name__}")
-        meta = {k: self._redactor(v) for k, v in _check_meta(metadata).items()}
-        record = {
-            "kind": "event",
-            "type": etype,
-            "content": self._redactor(content),
-            "metadata": meta,
-            "idempotency_key": uuid.uuid4().hex,
-        }
-        await self._enqueue(record)
+        await self._enqueue(event_record(etype, content, metadata, self._redactor))
 
     async def _enqueue(self, record: dict[str, Any]) -> bool:
         self._delivery.note_write()

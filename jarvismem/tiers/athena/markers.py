@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
+from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.config import CLAIM_LEASE_SECONDS, MARKER_TIMEOUT
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.session import RELEASE_IF_OWNER, text
@@ -34,6 +35,9 @@ _CLAIMANT = f"{socket.gethostname()}:{os.getpid()}"
 """Who holds a delivery claim: this host and process (a claim is ``pending:<host>:<pid>:<id>``)."""
 
 _SENT = "sent"
+
+_CLAIMANT_POLL = Backoff(base=0.05, cap=1.0, jitter="none")
+"""How often a deliverer waiting for another one's claim to end looks again."""
 
 
 def _claimant_is_dead(claim: str) -> bool:
@@ -90,7 +94,7 @@ class DeliveryMarkers:
         redis = self._redis
         marker = self._keys.athena_sent(self._dest, key)
         token = f"pending:{_CLAIMANT}:{uuid.uuid4().hex}"
-        delay = 0.05
+        waits = 0
         while True:
             try:
                 async with redis_errors("Athena delivery claim", MARKER_TIMEOUT):
@@ -111,8 +115,8 @@ class DeliveryMarkers:
             if current is not None:
                 if self._gate.closed:
                     raise asyncio.CancelledError
-                await asyncio.sleep(delay)
-                delay = min(1.0, delay * 2)
+                await asyncio.sleep(_CLAIMANT_POLL.delay(waits))
+                waits += 1
 
     async def mark_sent(self, key: str | None, claim: str) -> None:
         """Remember that ``key`` was sent (for the dedupe TTL)."""

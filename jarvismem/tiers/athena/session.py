@@ -12,17 +12,20 @@ import asyncio
 import logging
 import uuid
 import weakref
-from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
+from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.gate import RequestGate
 
 __all__ = ["RELEASE_IF_OWNER", "AthenaSessions", "text"]
 
 log = logging.getLogger(__name__)
+
+_CREATOR_POLL = Backoff(base=0.02, cap=0.2, factor=1.5, jitter="none")
+"""How often a process waiting for another one's new session looks for its id."""
 
 _WHAT = "Athena session cache"
 """Names the Redis operations here in translated errors (redis-py's stay in backends/)."""
@@ -40,7 +43,7 @@ return 0
 # event loop (a lock serves one loop).
 _local_sessions: dict[str, str] = {}
 _local_locks: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Any, asyncio.Lock]
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -125,7 +128,7 @@ class AthenaSessions:
         if cached:
             return cached
         token = uuid.uuid4().hex
-        delay = 0.02
+        waits = 0
         while True:
             async with redis_errors(_WHAT):
                 locked = await redis.set(self._lock_key, token, nx=True, px=self._lock_ttl_ms)
@@ -144,8 +147,8 @@ class AthenaSessions:
                     async with redis_errors(_WHAT):
                         await redis.eval(RELEASE_IF_OWNER, 1, self._lock_key, token)
             # Someone else is creating it: wait for their id instead of making another.
-            await asyncio.sleep(delay)
-            delay = min(0.2, delay * 1.5)
+            await asyncio.sleep(_CREATOR_POLL.delay(waits))
+            waits += 1
             cached = await self._cached(redis, stale)
             if cached:
                 return cached

@@ -52,10 +52,13 @@ EXEMPT: dict[str, tuple[str, str]] = {
     ),
     # Fake servers: every Athena and LLM test talks to them over real HTTP.
     "jarvismem/testing/fake_athena.py": (
-        "tests/backends/test_athena_client.py",
+        "tests/backends/test_athena.py",
         "jarvismem.testing.fake_athena",
     ),
-    "jarvismem/testing/fake_llm.py": ("tests/backends/test_llm.py", "jarvismem.testing.fake_llm"),
+    "jarvismem/testing/fake_llm.py": (
+        "tests/backends/llm/test_client.py",
+        "jarvismem.testing.fake_llm",
+    ),
 }
 
 

@@ -20,10 +20,8 @@ Retry policy (why it differs per endpoint):
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
-import random
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -49,6 +47,7 @@ from jarvismem.errors import (
     InvalidPayloadError,
 )
 from jarvismem.redaction import mask_url
+from jarvismem.resilience import Backoff, retrying
 from jarvismem.settings import Settings, load_settings
 
 __all__ = [
@@ -74,6 +73,23 @@ _MAX_MESSAGE = 300
 
 _M = TypeVar("_M", bound=BaseModel)
 _RetryPolicy = Literal["read", "write"]
+
+_MAX_BACKOFF = 2.0
+"""Longest wait between two attempts of one request, s."""
+
+
+class _FailedAttempt(Exception):
+    """Carries an attempt's error through the retry loop with its verdict.
+
+    Whether a failure may be repeated depends on what failed (a refused
+    connection never reached the server) and on the route's policy, not on the
+    error class the caller sees; the loop unwraps it before raising.
+    """
+
+    def __init__(self, error: AthenaError, *, retryable: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.retryable = retryable
 
 
 def _check_str_map(value: dict[str, str] | None, what: str) -> dict[str, str]:
@@ -165,7 +181,8 @@ class AthenaClient:
             raise ConfigError("Athena max_retries must be >= 0")
         self._base_url = base_url.rstrip("/")
         self._max_retries = max_retries
-        self._backoff = max(0.0, backoff)
+        # Equal jitter: many clients hit by one outage do not retry in lock-step.
+        self._retry_backoff = Backoff(base=max(0.0, backoff), cap=_MAX_BACKOFF, jitter="equal")
         self._auth: dict[str, str] = {}
         if api_key:
             self._auth["X-API-Key"] = api_key
@@ -365,34 +382,10 @@ class AthenaClient:
         params: dict[str, str | int] | None = None,
         auth: bool = True,
     ) -> dict[str, Any]:
-        attempt = 0
-        while True:
-            try:
-                return await self._once(method, path, json_body, params, auth)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                # The request never reached the server: safe to repeat for any route.
-                error: AthenaError = AthenaUnavailableError(
-                    f"Athena {method} {path}: cannot connect ({type(exc).__name__})"
-                )
-                retryable = True
-            except httpx.TimeoutException as exc:
-                error = AthenaUnavailableError(
-                    f"Athena {method} {path}: timed out ({type(exc).__name__})"
-                )
-                retryable = policy == "read"
-            except httpx.TransportError as exc:
-                error = AthenaUnavailableError(
-                    f"Athena {method} {path}: network error ({type(exc).__name__})"
-                )
-                retryable = policy == "read"
-            except (AthenaServerError, AthenaUnavailableError) as exc:
-                error = exc
-                # 5xx / 429 / malformed bodies: repeat only what cannot change state.
-                retryable = policy == "read"
-            if not retryable or attempt >= self._max_retries:
-                raise error
-            delay = min(2.0, self._backoff * (2**attempt)) * (0.5 + random.random() / 2)
-            attempt += 1
+        """One request with the endpoint's retry policy (see the module doc)."""
+
+        def log_retry(exc: BaseException, attempt: int, delay: float) -> None:
+            error = exc.error if isinstance(exc, _FailedAttempt) else exc
             log.info(
                 "Athena %s %s failed (%s); retry %d/%d in %.2fs",
                 method,
@@ -402,7 +395,49 @@ class AthenaClient:
                 self._max_retries,
                 delay,
             )
-            await asyncio.sleep(delay)
+
+        try:
+            async for attempt in retrying(
+                attempts=self._max_retries + 1,
+                backoff=self._retry_backoff,
+                retry_if=lambda exc: isinstance(exc, _FailedAttempt) and exc.retryable,
+                on_retry=log_retry,
+            ):
+                with attempt:
+                    return await self._attempt(method, path, policy, json_body, params, auth)
+        except _FailedAttempt as failed:
+            raise failed.error from None
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _attempt(
+        self,
+        method: str,
+        path: str,
+        policy: _RetryPolicy,
+        json_body: dict[str, Any] | None,
+        params: dict[str, str | int] | None,
+        auth: bool,
+    ) -> dict[str, Any]:
+        """One attempt; a failure that may be worth repeating comes out as :class:`_FailedAttempt`.
+
+        Other errors (4xx, 501) pass through: repeating them cannot help.
+        """
+        read = policy == "read"
+        try:
+            return await self._once(method, path, json_body, params, auth)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            # The request never reached the server: safe to repeat for any route.
+            error = f"Athena {method} {path}: cannot connect ({type(exc).__name__})"
+            raise _FailedAttempt(AthenaUnavailableError(error), retryable=True) from None
+        except httpx.TimeoutException as exc:
+            error = f"Athena {method} {path}: timed out ({type(exc).__name__})"
+            raise _FailedAttempt(AthenaUnavailableError(error), retryable=read) from None
+        except httpx.TransportError as exc:
+            error = f"Athena {method} {path}: network error ({type(exc).__name__})"
+            raise _FailedAttempt(AthenaUnavailableError(error), retryable=read) from None
+        except (AthenaServerError, AthenaUnavailableError) as exc:
+            # 5xx / 429 / malformed bodies: repeat only what cannot change state.
+            raise _FailedAttempt(exc, retryable=read) from None
 
     async def _once(
         self,

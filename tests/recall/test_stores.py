@@ -1,4 +1,4 @@
-"""Store behaviour: BM25 ranking on both lexical stores, and Athena's distance mapping.
+"""Store behaviour: BM25 ranking on both lexical stores.
 
 The Redis index layout, TTL and real-server behaviour: test_redis_store.py.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +14,11 @@ import pytest
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import (
-    AthenaRecallStore,
     InMemoryRecallStore,
     RecallRequest,
     RecallStore,
     RedisRecallStore,
     WriteRequest,
-    similarity_from_distance,
 )
 from jarvismem.recall.models import MemoryEntry
 from jarvismem.recall.stores import DeletableRecallStore, entry_from_write, now_ms, rank
@@ -168,105 +165,6 @@ async def test_in_memory_concurrent_upserts_keep_one_entry() -> None:
     )
     [kept] = await store.list_entries("a1")
     assert (kept.id, kept.created_at) == (entry.id, entry.created_at)
-
-
-# --- Athena: L2 distance to similarity ------------------------------------------------------
-
-
-class StandInAthena:
-    """Duck-typed AthenaMemory: records observations, answers searches from a script."""
-
-    def __init__(self, hits: list[dict[str, Any]]) -> None:
-        self.hits = hits
-        self.observations: list[tuple[str, dict[str, str]]] = []
-        self.searches: list[tuple[str, int]] = []
-
-    async def record_observation(self, content: str, **metadata: str) -> None:
-        self.observations.append((content, metadata))
-
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
-        self.searches.append((query, limit))
-        return list(self.hits)
-
-
-def _hit(content: str, distance: float, source_type: str = "cognitive_chain") -> dict[str, Any]:
-    return {
-        "content": content,
-        "similarity_score": distance,
-        "source_type": source_type,
-        "source_id": content.replace(" ", "-"),
-        "timestamp": "2025-01-01T00:00:00Z",
-    }
-
-
-def test_similarity_is_higher_for_smaller_distance() -> None:
-    assert similarity_from_distance(0.0) == 1.0
-    assert similarity_from_distance(1.0) == 0.5
-    assert similarity_from_distance(0.2) > similarity_from_distance(3.0)
-
-
-async def test_athena_recall_sorts_by_similarity_descending() -> None:
-    athena = StandInAthena(
-        [
-            _hit("far", 2.0),
-            _hit("closest", 0.1),
-            _hit("Ada [Person]", 0, "ltm_node"),
-            _hit("mid", 0.5),
-        ]
-    )
-    store = AthenaRecallStore(athena)
-    found = await store.recall(RecallRequest(agent_id="a1", query="q", limit=4))
-    assert [r.entry.content for r in found] == ["closest", "mid", "far", "Ada [Person]"]
-    assert [r.score for r in found] == [1 / 1.1, 1 / 1.5, 1 / 3.0, 0.0]
-    assert found[0].entry.metadata["distance"] == "0.1"
-    assert athena.searches == [("q", 4)]
-
-
-async def test_athena_recall_cuts_to_the_limit_after_sorting() -> None:
-    athena = StandInAthena([_hit("b", 0.9), _hit("a", 0.3), _hit("c", 1.5)])
-    found = await AthenaRecallStore(athena).recall(RecallRequest(agent_id="a1", query="q", limit=2))
-    assert [r.entry.content for r in found] == ["a", "b"]
-
-
-async def test_athena_write_sends_an_observation_with_labels() -> None:
-    athena = StandInAthena([])
-    store = AthenaRecallStore(athena)
-    entry = await store.write(
-        WriteRequest(agent_id="a1", session_id="s1", content="likes tea", metadata={"k": "v"})
-    )
-    assert athena.observations == [
-        ("likes tea", {"k": "v", "memory_id": entry.id, "namespace": "default", "session_id": "s1"})
-    ]
-    assert await store.list_entries("a1", "s1") == [entry]
-
-
-async def test_athena_store_against_the_fake_server(tmp_path: Path) -> None:
-    fake = pytest.importorskip("jarvismem.testing.fake_athena")
-    from jarvismem.backends.athena import AthenaClient
-    from jarvismem.backends.outbox import Outbox
-    from jarvismem.tiers.athena import AthenaMemory
-
-    with fake.FakeAthenaServer() as server:
-        async with AthenaClient(server.url, timeout=2.0, max_retries=1, backoff=0.01) as client:
-            memory = await AthenaMemory.create(
-                "recall-agent", client, outbox=Outbox(tmp_path / "out.jsonl")
-            )
-            try:
-                store = AthenaRecallStore(memory)
-                await store.write(WriteRequest(agent_id="recall-agent", content="tea with lemon"))
-                await memory.flush(timeout=5.0)
-                assert [e["content"] for _, e in server.events] == ["tea with lemon"]
-                server.add_chain("default", "jarvismem", "drinks", "tea with lemon")
-                server.add_chain("default", "jarvismem", "cars", "red sports cars go fast")
-                found = await store.recall(
-                    RecallRequest(agent_id="recall-agent", query="tea lemon", limit=2)
-                )
-            finally:
-                await memory.close()
-    assert found[0].entry.content == "tea with lemon"
-    assert found[0].score > found[1].score
-    distance = float(found[0].entry.metadata["distance"])
-    assert found[0].score == pytest.approx(1 / (1 + distance))
 
 
 # --- Redis failures surface as jarvismem errors ---------------------------------------------

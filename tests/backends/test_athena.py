@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -12,6 +13,7 @@ from jarvismem.backends.athena import AthenaClient, get_athena_client
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
+    AthenaError,
     AthenaNotFoundError,
     AthenaServerError,
     AthenaUnavailableError,
@@ -344,6 +346,96 @@ async def test_event_post_retried_when_connection_refused(server: FakeAthenaServ
         await c.add_event(sid, "action", "deliver once")
     assert transport.refused == 1
     assert [e["content"] for e in server.stm("acme", "alice", "agent1")] == ["deliver once"]
+
+
+class _Failing(httpx.AsyncBaseTransport):
+    """Fails the first ``times`` requests with ``failure`` (an exception or a status)."""
+
+    def __init__(self, failure: Exception | int, times: int = 100) -> None:
+        self.failure = failure
+        self.times = times
+        self.calls = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls <= self.times:
+            if isinstance(self.failure, int):
+                return httpx.Response(self.failure, json={"message": "busy"})
+            raise self.failure
+        return httpx.Response(200, json={"sessionId": "s1", "status": "ok"})
+
+
+def _unsent(kind: type[httpx.TransportError]) -> httpx.TransportError:
+    return kind("simulated", request=httpx.Request("GET", "http://athena.test/"))
+
+
+@pytest.mark.parametrize(
+    ("failure", "read_calls", "write_calls"),
+    [
+        # Never reached the server: repeated for every route.
+        (httpx.ConnectError, 3, 3),
+        (httpx.ConnectTimeout, 3, 3),
+        # May have reached it: repeated for reads only.
+        (httpx.ReadTimeout, 3, 1),
+        (httpx.ReadError, 3, 1),
+        (429, 3, 1),
+        (503, 3, 1),
+        # A refusal repeats the same way: never repeated.
+        (400, 1, 1),
+        (501, 1, 1),
+    ],
+)
+async def test_retry_policy_per_failure_and_route(
+    failure: type[httpx.TransportError] | int, read_calls: int, write_calls: int
+) -> None:
+    for call, expected in (("read", read_calls), ("write", write_calls)):
+        transport = _Failing(failure if isinstance(failure, int) else _unsent(failure))
+        async with AthenaClient(
+            "http://athena.test", transport=transport, max_retries=2, backoff=0.001
+        ) as c:
+            with pytest.raises(AthenaError) as info:
+                if call == "read":
+                    await c.health()
+                else:
+                    await c.create_session("t", "u")
+        # The caller sees the translated error itself, never a retry wrapper.
+        assert type(info.value).__module__ == "jarvismem.errors"
+        assert transport.calls == expected, call
+
+
+async def test_retry_succeeds_once_the_failure_passes() -> None:
+    transport = _Failing(503, times=2)
+    async with AthenaClient(
+        "http://athena.test", transport=transport, max_retries=2, backoff=0.001
+    ) as c:
+        assert (await c.health())["status"] == "ok"
+    assert transport.calls == 3
+
+
+async def test_retry_waits_grow_with_equal_jitter(caplog: pytest.LogCaptureFixture) -> None:
+    transport = _Failing(503)
+    caplog.set_level(logging.INFO, logger="jarvismem.backends.athena")
+    async with AthenaClient(
+        "http://athena.test", transport=transport, max_retries=3, backoff=0.04
+    ) as c:
+        with pytest.raises(AthenaServerError):
+            await c.health()
+    delays = [float(r.getMessage().rsplit(" in ", 1)[1].rstrip("s")) for r in caplog.records]
+    assert len(delays) == 3
+    for attempt, delay in enumerate(delays):
+        ceiling = min(2.0, 0.04 * 2**attempt)
+        # Logged with two decimals: allow the rounding.
+        assert ceiling / 2 - 0.005 <= delay <= ceiling + 0.005
+
+
+async def test_cancelled_request_is_not_retried(server: FakeAthenaServer) -> None:
+    # Cancellation (close(), a caller's timeout) must end the call, never start another attempt.
+    server.mode = "hang"
+    async with AthenaClient(server.url, timeout=2.0, max_retries=3, backoff=0.01) as c:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await c.health()
+    assert len(server.requests_to("GET", "/health")) == 1
 
 
 async def test_redirect_not_followed_so_credentials_stay_home() -> None:

@@ -1,0 +1,109 @@
+"""The Athena tier's tunables: one frozen object, passed down by whoever builds the tier.
+
+The defaults live here as module constants (there is no package-wide defaults
+module yet); :meth:`AthenaTierConfig.from_settings` maps a :class:`Settings`
+onto them, so the tier itself never reads the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jarvismem.settings import Settings
+
+__all__ = [
+    "ATHENA_CONCURRENT_WRITES",
+    "CLAIM_LEASE_SECONDS",
+    "CLOSE_GRACE_SECONDS",
+    "DEFAULT_DEDUPE_TTL",
+    "KERNEL_BUSY_GAP",
+    "MARKER_TIMEOUT",
+    "AthenaTierConfig",
+]
+
+KERNEL_BUSY_GAP = 0.05
+"""Seconds after a write during which delivery yields to the kernel."""
+
+CLAIM_LEASE_SECONDS = 60.0
+"""Lease of a delivery claim: longer than one send with its retries; a deliverer
+that died mid-send delays that event's redelivery by at most this long."""
+
+MARKER_TIMEOUT = 2.0
+"""Seconds a claim or mark may take before delivery goes on without it (at-least-once)."""
+
+CLOSE_GRACE_SECONDS = 60.0
+"""How long close() lets an Athena request in flight finish. Requests are never
+cancelled mid-flight: that could deliver an event and still replay it, and a
+cancelled request can leave a dead connection in the HTTP pool for good."""
+
+ATHENA_CONCURRENT_WRITES = 32
+"""Session creations and deliveries in flight per client (below the HTTP pool's
+100 connections, so a write never queues inside the pool; waiting for this
+limit can be cancelled safely, waiting inside the pool cannot)."""
+
+DEFAULT_DEDUPE_TTL = 7 * 86_400
+"""How long a sent-marker is kept, s (the runtime passes the workflow TTL)."""
+
+DEFAULT_TENANT_ID = "default"
+DEFAULT_USER_ID = "jarvismem"
+DEFAULT_FAILURE_THRESHOLD = 5
+DEFAULT_COOLDOWN = 30.0
+DEFAULT_RETRY_BASE = 0.5
+DEFAULT_RETRY_CAP = 30.0
+DEFAULT_SESSION_LOCK_TTL = 30.0
+# Where a memory built without an outbox keeps one, and its bounds: the same
+# values as the OUTBOX_* settings' defaults.
+DEFAULT_OUTBOX_DIR = Path(".jarvismem/outbox")
+DEFAULT_OUTBOX_MAX_ENTRIES = 100_000
+DEFAULT_OUTBOX_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_OUTBOX_FSYNC = False
+
+
+@dataclass(frozen=True, slots=True)
+class AthenaTierConfig:
+    """Everything about one agent's Athena tier that is not a collaborator.
+
+    Attributes:
+        tenant_id, user_id: Athena tenant and user of the session.
+        failure_threshold: consecutive delivery failures that open the circuit.
+        cooldown: seconds the circuit stays open before one trial delivery.
+        retry_base, retry_cap: exponential backoff between failed deliveries, s.
+        session_lock_ttl: expiry of the session-creation lock, s (a crashed
+            creator cannot block others longer than this).
+        dedupe_ttl: how long Redis remembers that an event was sent, s.
+        outbox_dir, outbox_max_entries, outbox_max_bytes, outbox_fsync: the
+            default outbox, used only when no outbox is handed to the memory.
+    """
+
+    tenant_id: str = DEFAULT_TENANT_ID
+    user_id: str = DEFAULT_USER_ID
+    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
+    cooldown: float = DEFAULT_COOLDOWN
+    retry_base: float = DEFAULT_RETRY_BASE
+    retry_cap: float = DEFAULT_RETRY_CAP
+    session_lock_ttl: float = DEFAULT_SESSION_LOCK_TTL
+    dedupe_ttl: int = DEFAULT_DEDUPE_TTL
+    outbox_dir: Path = DEFAULT_OUTBOX_DIR
+    outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
+    outbox_max_bytes: int | None = DEFAULT_OUTBOX_MAX_BYTES
+    outbox_fsync: bool = DEFAULT_OUTBOX_FSYNC
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AthenaTierConfig:
+        """The tier's config under ``settings`` (tenant, user, workflow TTL, outbox)."""
+        return cls(
+            tenant_id=settings.athena_tenant_id,
+            user_id=settings.athena_user_id,
+            dedupe_ttl=settings.ttl_seconds,
+            outbox_dir=Path(settings.outbox_path),
+            outbox_max_entries=settings.outbox_max_entries,
+            outbox_max_bytes=settings.outbox_max_bytes,
+            outbox_fsync=settings.outbox_fsync_effective,
+        )
+
+    def replace(self, **changes: Any) -> AthenaTierConfig:
+        """A copy with ``changes`` (field names; an unknown name raises TypeError)."""
+        return dataclasses.replace(self, **changes) if changes else self

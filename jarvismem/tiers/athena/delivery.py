@@ -1,0 +1,304 @@
+"""Delivery of one agent's Athena outbox: in order, effectively once, behind a circuit breaker.
+
+One background task per memory replays the outbox through the agent's
+session, claiming each event first (:mod:`.markers`) so a turn logged twice is
+sent once, and leaving Athena alone while the circuit (:mod:`.circuit`) says so.
+Records Athena refuses for good are dropped and counted; records stamped for
+another destination are set aside, never sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.outbox import Outbox, OutboxDrainer
+from jarvismem.errors import (
+    AthenaAuthError,
+    AthenaBadRequestError,
+    AthenaNotFoundError,
+    AthenaUnsupportedError,
+    InvalidPayloadError,
+)
+from jarvismem.tiers.athena.circuit import DeliveryCircuit
+from jarvismem.tiers.athena.config import KERNEL_BUSY_GAP
+from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.markers import DeliveryMarkers
+from jarvismem.tiers.athena.session import AthenaSessions
+from jarvismem.tiers.athena.status import TierStatus
+
+__all__ = ["AthenaDelivery"]
+
+log = logging.getLogger(__name__)
+
+# Process-wide on purpose: two memories of one agent (two runtimes, or a
+# runtime and a CLI command, in one process) share an outbox file, and both
+# draining it at once would send its records twice. Held weakly (a lock nobody
+# holds or waits for is dropped) and per event loop (a lock serves one loop).
+_drain_locks: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Path, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+
+
+def _drain_lock(path: Path) -> asyncio.Lock:
+    locks = _drain_locks.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+    lock = locks.get(path)
+    if lock is None:
+        lock = locks[path] = asyncio.Lock()
+    return lock
+
+
+def _append_line(path: Path, line: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+class AthenaDelivery:
+    """The background delivery of one memory's outbox to its session.
+
+    ``destination``: records stamped for another one are set aside, never sent.
+    """
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        destination: str,
+        outbox: Outbox,
+        client: AthenaClient,
+        sessions: AthenaSessions,
+        markers: DeliveryMarkers,
+        circuit: DeliveryCircuit,
+        gate: RequestGate,
+        status: TierStatus,
+        retry_cap: float,
+    ) -> None:
+        self._agent = agent_id
+        self._dest = destination
+        self._outbox = outbox
+        self._client = client
+        self._sessions = sessions
+        self._markers = markers
+        self._gate = gate
+        self._status = status
+        self._retry_cap = retry_cap
+        self.circuit = circuit
+        self._drainer = OutboxDrainer(outbox, self._send, batch=50)
+        self._last_activity = 0.0
+        self._flushing = False
+        self._wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def delivered(self) -> int:
+        """Records delivered (or dropped as refused) since this memory started."""
+        return self._drainer.delivered
+
+    def note_write(self) -> None:
+        """The kernel just wrote: delivery yields to it for a moment."""
+        self._last_activity = time.monotonic()
+
+    def wake(self) -> None:
+        """A record was queued: deliver it if the circuit allows."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the background task (once; not after close)."""
+        if self.task is not None or self._gate.closed:
+            return
+        self.task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"jarvismem-athena-{self._agent}"
+        )
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Try to deliver every pending write now; returns how many were delivered.
+
+        Stops at the first failure (the rest stays queued) or after ``timeout``
+        seconds (an interrupted record is delivered again later).
+        """
+        before = self._drainer.delivered
+        self._flushing = True
+        try:
+            async with asyncio.timeout(timeout):
+                await self._drain(None)
+        except TimeoutError:
+            pass
+        finally:
+            self._flushing = False
+        return self._drainer.delivered - before
+
+    def count_failure(self, error: BaseException) -> None:
+        """One more consecutive failure: back off, or open the circuit."""
+        was_open = self.circuit.state == "open"
+        last = self._status.note(error)
+        backoff = self.circuit.record_failure()
+        if backoff is None:
+            if not was_open:
+                log.warning(
+                    "Athena circuit open after %d failures (%s); %d writes pending",
+                    self.circuit.failures,
+                    last,
+                    len(self._outbox),
+                )
+            return
+        log.warning(
+            "Athena delivery failed (%s); %d pending, retry in %.1fs",
+            last,
+            len(self._outbox),
+            backoff,
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        try:
+            await self._outbox.load()  # what a previous run left counts as pending
+        except OSError as exc:
+            self._status.note(exc)
+            log.warning("Athena outbox %s unreadable: %s", self._outbox.path.name, exc)
+        while not self._gate.closed:
+            wait = self.circuit.wait()
+            if wait > 0:
+                await asyncio.sleep(wait)  # backoff / open circuit: writes keep queueing
+                if self.circuit.state == "open":
+                    self.circuit.half_open()
+                    # Half-open: one trial record decides.
+                    await self._safe_drain(1)
+                    if not self.circuit.is_closed:
+                        continue
+            if not len(self._outbox):
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            await self._safe_drain(None)
+
+    async def _safe_drain(self, max_records: int | None) -> None:
+        try:
+            await self._drain(max_records)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the loop must survive anything (disk full, a bug)
+            self._status.note(exc)
+            self.circuit.pause(self._retry_cap)
+            log.warning("Athena delivery loop error: %s", self._status.last_error)
+
+    async def _drain(self, max_records: int | None = None) -> int:
+        """One delivery run under the per-outbox lock; updates the circuit breaker."""
+        async with _drain_lock(self._outbox.path):
+            delivered = await self._drainer.run_once(max_records)
+            error = self._drainer.last_error
+        if error is None:
+            if self.circuit.record_success():
+                log.warning("Athena delivery recovered; circuit closed")
+            return delivered
+        self.count_failure(error)
+        return delivered
+
+    # --- one record ----------------------------------------------------------------------
+
+    async def _send(self, record: dict[str, Any]) -> None:
+        """Deliver one outbox record; return normally to ack (or drop) it."""
+        if self._gate.closed:
+            # Stop at a record boundary: the record stays queued for the next run.
+            raise asyncio.CancelledError
+        if record.get("dest") != self._dest:
+            await self._misdirect(record)
+            return
+        await self._yield_to_kernel()
+        await self._send_to_session(record)
+
+    async def _yield_to_kernel(self) -> None:
+        """Let the agent's own turns go first.
+
+        Delivery shares the event loop with the kernel, and each record costs
+        up to three HTTP requests of CPU. While the kernel is busy (a write in
+        the last ``KERNEL_BUSY_GAP`` seconds) records go out at most one per
+        gap; when it is idle, as fast as Athena answers. ``flush()`` does not wait.
+        """
+        if self._flushing:
+            return
+        if time.monotonic() - self._last_activity < KERNEL_BUSY_GAP:
+            await asyncio.sleep(KERNEL_BUSY_GAP)
+
+    async def _send_to_session(self, record: dict[str, Any]) -> None:
+        try:
+            await self._post(await self._sessions.current(), record)
+        except AthenaNotFoundError:
+            await self._post(await self._sessions.renew(self._sessions.session_id), record)
+        except AthenaAuthError:
+            raise  # keep it: fixing the credentials makes it deliverable
+        except (AthenaBadRequestError, AthenaUnsupportedError, InvalidPayloadError) as exc:
+            # Retrying cannot fix it; dropping keeps the queue moving.
+            self._status.rejected += 1
+            self._status.note(exc)
+            log.warning("Athena refused a %s record; dropped it: %s", record.get("kind"), exc)
+
+    async def _post(self, session_id: str, record: dict[str, Any]) -> None:
+        kind = record.get("kind")
+        if kind == "event":
+            await self._once(record.get("idempotency_key"), self._event_post(session_id, record))
+        elif kind == "events":
+            # Each event is claimed on its own: a redelivery after a failure (or
+            # a crash) mid-record skips the events already sent.
+            for event in record.get("events", []):
+                await self._once(event.get("idempotency_key"), self._event_post(session_id, event))
+        elif kind == "interaction":
+            await self._once(
+                record.get("idempotency_key"),
+                lambda: self._client.add_interaction(
+                    session_id, record.get("user_message", ""), record.get("agent_response")
+                ),
+            )
+        else:
+            raise InvalidPayloadError(f"unknown outbox record kind {kind!r}")
+
+    def _event_post(self, session_id: str, event: dict[str, Any]) -> Callable[[], Awaitable[None]]:
+        return lambda: self._client.add_event(
+            session_id,
+            event["type"],
+            event.get("content", ""),
+            metadata=event.get("metadata") or {},
+            idempotency_key=event.get("idempotency_key"),
+        )
+
+    async def _once(self, key: Any, post: Callable[[], Awaitable[None]]) -> None:
+        """Send one event unless it was sent already: claim its key, send, mark it sent."""
+        if self._gate.closed:
+            raise asyncio.CancelledError  # stop between events; the record stays queued
+        key = key if isinstance(key, str) else None
+        claim = await self._markers.claim(key)
+        if claim is None:
+            self._status.duplicates_skipped += 1
+            return
+        try:
+            await self._gate.run(post)
+        except BaseException:
+            # Not sent (or not known to be): let a retry, here or elsewhere, send it.
+            await self._markers.release(key, claim)
+            raise
+        await self._markers.mark_sent(key, claim)
+
+    async def _misdirect(self, record: dict[str, Any]) -> None:
+        """A record stamped for another destination: never sent here; set aside and counted."""
+        self._status.misdirected += 1
+        dead = self._outbox.path.with_name(self._outbox.path.name + ".misdirected")
+        log.warning(
+            "Athena outbox %s holds a record for another destination; not sent to %s, "
+            "moved to %s (%d so far)",
+            self._outbox.path.name,
+            self._dest,
+            dead.name,
+            self._status.misdirected,
+        )
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        try:
+            await asyncio.to_thread(_append_line, dead, line)
+        except OSError as exc:
+            log.warning("could not keep the misdirected record: %s", exc)

@@ -1,0 +1,62 @@
+"""The way every Athena write request of one memory goes out.
+
+Session creations and deliveries pass a per-client concurrency limit, are
+counted while in flight (so closing lets them finish instead of cancelling
+them mid-request), and are refused once the memory is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.tiers.athena.config import ATHENA_CONCURRENT_WRITES
+
+__all__ = ["RequestGate"]
+
+_T = TypeVar("_T")
+
+# Process-wide on purpose: the limit belongs to the client (its HTTP pool),
+# which every agent's memory in the process shares. Keyed weakly by event loop
+# (a semaphore serves one loop) and by client, so neither outlives its owner.
+_write_slots: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[AthenaClient, asyncio.Semaphore]
+] = weakref.WeakKeyDictionary()
+
+
+def _write_slot(client: AthenaClient, limit: int) -> asyncio.Semaphore:
+    slots = _write_slots.setdefault(asyncio.get_running_loop(), weakref.WeakKeyDictionary())
+    slot = slots.get(client)
+    if slot is None:
+        slot = slots[client] = asyncio.Semaphore(limit)
+    return slot
+
+
+class RequestGate:
+    """Write requests of one memory: limited per client, counted, stopped by :meth:`close`."""
+
+    def __init__(self, client: AthenaClient, *, limit: int = ATHENA_CONCURRENT_WRITES) -> None:
+        self._client = client
+        self._limit = limit
+        self.in_flight = 0
+        """Requests sent and not yet answered."""
+        self.closed = False
+        """Set by the memory's close(): no new request starts."""
+
+    def close(self) -> None:
+        """Refuse every later request (those in flight finish)."""
+        self.closed = True
+
+    async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one write request; cancelled (nothing sent) if closed while waiting for a slot."""
+        async with _write_slot(self._client, self._limit):
+            if self.closed:
+                raise asyncio.CancelledError  # closed while waiting: nothing was sent
+            self.in_flight += 1
+            try:
+                return await call()
+            finally:
+                self.in_flight -= 1

@@ -1,0 +1,462 @@
+"""Tier 4: what the agent knows from earlier sessions, kept by the Athena service.
+
+Writes (thoughts, actions, observations, interactions, task and meeting hooks)
+never wait for Athena: each is redacted, tagged with an idempotency key,
+stamped with its destination (tenant, user, agent, server) and appended to the
+durable local :class:`Outbox` of that destination; one background task per
+:class:`AthenaMemory` delivers the outbox in order (``delivery``). Reads
+(context, search) go straight to the server (``reads``). One session per
+(tenant, user, agent) is reused across runs (``session``).
+
+This module composes those parts and owns the writes, the lifecycle and the
+health report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import RedisClient
+from jarvismem.errors import (
+    AthenaAuthError,
+    AthenaBadRequestError,
+    AthenaError,
+    JarvisMemError,
+)
+from jarvismem.keys import KeySpace, validate_id
+from jarvismem.redaction import Redactor, mask_url, no_redaction
+from jarvismem.resilience import Backoff
+from jarvismem.tiers.athena.circuit import DeliveryCircuit
+from jarvismem.tiers.athena.config import CLOSE_GRACE_SECONDS, AthenaTierConfig
+from jarvismem.tiers.athena.delivery import AthenaDelivery
+from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.markers import DeliveryMarkers
+from jarvismem.tiers.athena.reads import AthenaReads
+from jarvismem.tiers.athena.session import AthenaSessions
+from jarvismem.tiers.athena.status import TierStatus
+from jarvismem.tiers.athena.writes import event_record, interaction_record, turn_record
+
+__all__ = ["AthenaMemory"]
+
+log = logging.getLogger(__name__)
+
+
+class AthenaMemory:
+    """The Athena tier of one agent. Build it with :meth:`create` (or construct and :meth:`start`).
+
+    Tunables come in one :class:`AthenaTierConfig` (``config``); the keyword
+    ``**overrides`` replace single fields of it (``tenant_id="acme"``,
+    ``retry_base=0.01``...), an unknown name raises ``TypeError``.
+    """
+
+    _start_task: asyncio.Task[AthenaMemory] | None
+
+    @classmethod
+    async def create(
+        cls,
+        agent_id: str,
+        client: AthenaClient,
+        redis_store: RedisClient | None = None,
+        *,
+        keyspace: KeySpace | None = None,
+        config: AthenaTierConfig | None = None,
+        outbox: Outbox | None = None,
+        redactor: Callable[[str], str] | None = None,
+        strict: bool = True,
+        **overrides: Any,
+    ) -> AthenaMemory:
+        """Resolve (or create once) the agent's session and start background delivery.
+
+        Args:
+            agent_id: the agent; with tenant and user it names the Athena session.
+            client: the Athena client (shared; not closed by :meth:`close`).
+            redis_store: caches the session id across processes and deduplicates
+                deliveries; None caches the id in this process only.
+            keyspace: key namespace (default ``KeySpace()``).
+            config: the tier's tunables (default ``AthenaTierConfig()``).
+            outbox: where pending writes wait; default a file under
+                ``config.outbox_dir``.
+            redactor: applied to every text before it is queued (default: none).
+            strict: raise bad credentials or a refused session (4xx). Without
+                it they are kept in ``health()`` and retried with backoff while
+                writes stay queued (what ``log_turn`` needs: a rotated key must
+                not lose writes).
+            overrides: single fields of ``config``.
+
+        If Athena cannot be reached now, the memory is still returned: writes
+        queue in the outbox and the session is resolved on first delivery.
+        """
+        self = cls(
+            agent_id,
+            client,
+            redis_store,
+            keyspace=keyspace,
+            config=config,
+            outbox=outbox,
+            redactor=redactor,
+            owns_outbox=outbox is None,
+            **overrides,
+        )
+        try:
+            await self._resolve_at_start(strict)
+        except BaseException:
+            if self._owns_outbox:
+                await self._outbox.close()
+            raise
+        self._delivery.start()
+        return self
+
+    def __init__(
+        self,
+        agent_id: str,
+        client: AthenaClient,
+        redis_store: RedisClient | None = None,
+        *,
+        keyspace: KeySpace | None = None,
+        config: AthenaTierConfig | None = None,
+        outbox: Outbox | None = None,
+        redactor: Callable[[str], str] | None = None,
+        owns_outbox: bool = False,
+        **overrides: Any,
+    ) -> None:
+        """Plain construction, no I/O to Athena; use :meth:`create` (or :meth:`start`),
+        which also resolves the session and starts delivery. Arguments as for :meth:`create`.
+
+        ``owns_outbox``: a failed :meth:`create` closes the outbox (the default
+        one always; a given one only when the caller hands it over).
+        """
+        cfg = (config or AthenaTierConfig()).replace(**overrides)
+        self.config = cfg
+        self._agent = validate_id(agent_id, "agent_id")
+        tenant = validate_id(cfg.tenant_id, "tenant_id")
+        user = validate_id(cfg.user_id, "user_id")
+        self._client = client
+        self._keys = keyspace or KeySpace()
+        # Where every record of this memory is bound to go; records carry it and
+        # one stamped for another destination is never sent here.
+        self._dest = KeySpace.athena_destination(tenant, user, self._agent, client.base_url)
+        self._redactor: Redactor = redactor or no_redaction
+        self._owns_outbox = owns_outbox or outbox is None
+        if outbox is None:
+            outbox = Outbox(
+                cfg.outbox_dir / self._keys.athena_outbox_file(self._dest),
+                max_entries=cfg.outbox_max_entries,
+                max_bytes=cfg.outbox_max_bytes,
+                fsync=cfg.outbox_fsync,
+            )
+        self._outbox = outbox
+        self._status = TierStatus()
+        self._gate = RequestGate(client)
+        self._sessions = AthenaSessions(
+            client,
+            redis_store,
+            self._keys,
+            tenant_id=tenant,
+            user_id=user,
+            agent_id=self._agent,
+            lock_ttl=cfg.session_lock_ttl,
+            gate=self._gate,
+        )
+        self._delivery = AthenaDelivery(
+            agent_id=self._agent,
+            destination=self._dest,
+            outbox=outbox,
+            client=client,
+            sessions=self._sessions,
+            markers=DeliveryMarkers(
+                redis_store, self._keys, self._dest, dedupe_ttl=cfg.dedupe_ttl, gate=self._gate
+            ),
+            circuit=DeliveryCircuit(
+                failure_threshold=cfg.failure_threshold,
+                cooldown=cfg.cooldown,
+                # One deliverer per outbox: nothing to spread, so no jitter.
+                backoff=Backoff(base=cfg.retry_base, cap=cfg.retry_cap, jitter="none"),
+            ),
+            gate=self._gate,
+            status=self._status,
+            retry_cap=cfg.retry_cap,
+        )
+        self._reads = AthenaReads(client, self._sessions, self._status)
+        self._disk_burst = 0
+        self._start_task = None
+
+    @property
+    def session_id(self) -> str:
+        """The Athena session in use ("" until resolved; may change if the server forgets it)."""
+        return self._sessions.session_id
+
+    @property
+    def _closed(self) -> bool:
+        return self._gate.closed
+
+    @property
+    def outbox(self) -> Outbox:
+        """The durable outbox of this memory's destination."""
+        return self._outbox
+
+    @property
+    def destination(self) -> str:
+        """``tenant/user/agent/server-hash``: where this memory's records go."""
+        return self._dest
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[AthenaMemory]:
+        """Resolve the session and deliver in the background; no I/O before returning.
+
+        The returned task completes (with this memory) once the first session
+        attempt is over; it never fails because of Athena (errors go to
+        :meth:`health` and are retried). Writes may be queued at once.
+        """
+        if self._start_task is None:
+
+            async def opened() -> AthenaMemory:
+                try:
+                    await self._resolve_at_start(strict=False)
+                except Exception as exc:  # a bug or a Redis oddity must not stop delivery
+                    self._status.note(exc)
+                    log.warning("Athena start of agent %s failed: %s", self._agent, exc)
+                if not self._closed:
+                    self._delivery.start()
+                return self
+
+            self._start_task = asyncio.get_running_loop().create_task(
+                opened(), name=f"jarvismem-athena-start-{self._agent}"
+            )
+        return self._start_task
+
+    async def _resolve_at_start(self, strict: bool) -> None:
+        try:
+            await self._sessions.current()
+        except (AthenaAuthError, AthenaBadRequestError) as exc:
+            if strict:
+                raise
+            self._delivery.count_failure(exc)
+            log.warning(
+                "Athena refused the session of agent %s (%s); writes stay queued",
+                self._agent,
+                self._status.last_error,
+            )
+        except AthenaError as exc:
+            log.warning(
+                "Athena unreachable at start (%s); writes will queue", self._status.note(exc)
+            )
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """Try to deliver every pending write now; returns how many were delivered.
+
+        Stops at the first failure (the rest stays queued) or after ``timeout``
+        seconds (an interrupted record is delivered again later).
+        """
+        return await self._delivery.flush(timeout)
+
+    async def close(self, *, grace: float = CLOSE_GRACE_SECONDS) -> None:
+        """Stop background delivery and close the outbox (pending writes stay on disk).
+
+        A send in flight may finish first (up to ``grace`` seconds): cancelling
+        it mid-request could deliver it and still replay it later (a duplicate).
+        """
+        if self._closed:
+            return
+        self._gate.close()
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._start_task, self._delivery.task) if t]
+        for task in tasks:
+            if task.done():
+                continue
+            if self._gate.in_flight and grace > 0:
+                # A request in flight ends by itself (the client's timeouts bound
+                # it); the task then stops at the next record or event.
+                await asyncio.wait({task}, timeout=grace)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._delivery.task = None
+        try:
+            await self._outbox.close()
+        except OSError as exc:  # a broken disk must not break shutdown
+            log.warning("Athena outbox %s: close failed: %s", self._outbox.path.name, exc)
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def record_thought(self, content: str, **metadata: str) -> None:
+        """Queue a ``thought`` event."""
+        await self._queue_event("thought", content, metadata)
+
+    async def record_action(self, content: str, **metadata: str) -> None:
+        """Queue an ``action`` event."""
+        await self._queue_event("action", content, metadata)
+
+    async def record_observation(self, content: str, **metadata: str) -> None:
+        """Queue an ``observation`` event (remembered facts: lets Athena build memory)."""
+        await self._queue_event("observation", content, metadata)
+
+    async def record_interaction(
+        self, user_message: str, agent_response: str | None = None
+    ) -> None:
+        """Queue one user message and, optionally, the agent's answer."""
+        await self._enqueue(interaction_record(user_message, agent_response, self._redactor))
+
+    async def on_task_assigned(self, task_id: str, description: str, **metadata: str) -> None:
+        """Note that a task was assigned to the agent."""
+        await self._queue_event(
+            "action",
+            f"Task {task_id} assigned: {description}",
+            {**metadata, "event": "task_assigned", "task_id": task_id},
+        )
+
+    async def on_task_completed(self, task_id: str, result: str, **metadata: str) -> None:
+        """Note that a task finished, with its result."""
+        await self._queue_event(
+            "observation",
+            f"Task {task_id} completed: {result}",
+            {**metadata, "event": "task_completed", "task_id": task_id},
+        )
+
+    async def on_task_deleted(self, task_id: str, **metadata: str) -> None:
+        """Note that a task was removed."""
+        await self._queue_event(
+            "action",
+            f"Task {task_id} deleted",
+            {**metadata, "event": "task_deleted", "task_id": task_id},
+        )
+
+    async def on_meeting_noted(self, title: str, notes: str, **metadata: str) -> None:
+        """Remember meeting notes."""
+        await self._queue_event(
+            "observation",
+            f"Meeting {title}: {notes}",
+            {**metadata, "event": "meeting_noted", "title": title},
+        )
+
+    async def on_hitl_resolved(self, request_id: str, decision: str, **metadata: str) -> None:
+        """Remember a human-in-the-loop decision."""
+        await self._queue_event(
+            "observation",
+            f"Human decision on {request_id}: {decision}",
+            {**metadata, "event": "hitl_resolved", "request_id": request_id},
+        )
+
+    async def record_turn(
+        self,
+        turn_id: str | int,
+        thought: Any,
+        action: Any,
+        result: Any,
+        *,
+        redacted: bool = False,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> bool:
+        """Queue one kernel turn as thought, action and observation events.
+
+        One outbox record for the three events: a single durable append on the
+        ``log_turn`` path instead of three. Non-string values are sent as JSON.
+        ``redacted``: the caller already redacted the values (``log_turn`` has).
+        ``workflow_id``, ``step_id``, ``agent_id`` (default: this memory's
+        agent) identify the turn: logging it again gives the same idempotency
+        keys, so Athena gets each event once. Returns False when the record was
+        dropped (outbox full or the local disk failing; counted in ``health()``).
+        """
+        record = turn_record(
+            self._keys,
+            turn_id,
+            (thought, action, result),
+            no_redaction if redacted else self._redactor,
+            workflow_id=workflow_id,
+            step_id=step_id,
+            agent_id=self._agent if agent_id is None else agent_id,
+        )
+        return True if record is None else await self._enqueue(record)
+
+    async def _queue_event(self, etype: str, content: str, metadata: dict[str, Any]) -> None:
+        await self._enqueue(event_record(etype, content, metadata, self._redactor))
+
+    async def _enqueue(self, record: dict[str, Any]) -> bool:
+        self._delivery.note_write()
+        if self._closed:
+            raise JarvisMemError("AthenaMemory is closed")
+        record["dest"] = self._dest
+        try:
+            accepted = await self._outbox.put(record)
+        except OSError as exc:
+            self._disk_failed(exc)
+            return False
+        if self._disk_burst:
+            log.warning(
+                "Athena outbox %s accepts records again; %d dropped",
+                self._outbox.path.name,
+                self._disk_burst,
+            )
+            self._disk_burst = 0
+        if accepted:
+            self._delivery.wake()
+        return accepted
+
+    def _disk_failed(self, exc: OSError) -> None:
+        """A local disk error (ENOSPC, EACCES, EROFS...): count a drop, warn once per burst.
+
+        Athena is best effort: the turn is in the ledger already, so losing its
+        Athena copy must not fail ``log_turn``.
+        """
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        self._outbox.dropped += 1
+        self._disk_burst += 1
+        self._status.note_text(f"OSError({code}): {exc.strerror or exc}")
+        if self._disk_burst == 1:
+            log.warning(
+                "Athena outbox %s cannot be written (%s, errno %s: %s); dropping Athena "
+                "records until it can",
+                self._outbox.path.name,
+                code,
+                exc.errno,
+                exc.strerror,
+            )
+
+    # --- reads --------------------------------------------------------------------------
+
+    async def get_memory_context(
+        self, limit: int = 10, query: str | None = None, *, strict: bool = False
+    ) -> dict[str, Any] | None:
+        """The agent's Athena context, or None when unavailable or unsupported.
+
+        See :meth:`AthenaReads.get_memory_context`.
+        """
+        return await self._reads.get_memory_context(limit, query, strict=strict)
+
+    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+        """Search Athena's memory; hits with ``distance`` and ``similarity``.
+
+        See :meth:`AthenaReads.search`.
+        """
+        return await self._reads.search(query, limit)
+
+    # --- status -------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Circuit state, pending/dropped counts and the last error (no secrets)."""
+        status = self._status
+        circuit = self._delivery.circuit
+        return {
+            "tier": "athena",
+            "url": mask_url(self._client.base_url),
+            "session_id": self.session_id,
+            "circuit": circuit.reported_state(),
+            "consecutive_failures": circuit.failures,
+            "pending": len(self._outbox),
+            "dropped": self._outbox.dropped,
+            "rejected": status.rejected,
+            "misdirected": status.misdirected,
+            "duplicates_skipped": status.duplicates_skipped,
+            "delivered": self._delivery.delivered,
+            "unsupported": sorted(status.unsupported),
+            "last_error": status.last_error,
+        }

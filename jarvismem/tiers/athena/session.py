@@ -1,0 +1,168 @@
+"""One Athena session per (tenant, user, agent), created once and reused across runs.
+
+The session id is cached in Redis, and a Redis lock makes sure concurrent
+first uses (tasks or processes) create exactly one session. Without Redis (or
+while it is down) the id is cached in this process, under one creation lock
+per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import weakref
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError
+from jarvismem.keys import KeySpace
+from jarvismem.resilience import Backoff
+from jarvismem.tiers.athena.gate import RequestGate
+
+__all__ = ["RELEASE_IF_OWNER", "AthenaSessions", "text"]
+
+log = logging.getLogger(__name__)
+
+_CREATOR_POLL = Backoff(base=0.02, cap=0.2, factor=1.5, jitter="none")
+"""How often a process waiting for another one's new session looks for its id."""
+
+_WHAT = "Athena session cache"
+"""Names the Redis operations here in translated errors (redis-py's stay in backends/)."""
+
+RELEASE_IF_OWNER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+"""Delete a lock or claim only if we still own it (it may have expired and moved on)."""
+
+# Process-wide on purpose: without Redis, this process is the only place two
+# memories of one agent can meet, so the id (and the lock that lets one of them
+# create it) must outlive any one memory. Ids are a few bytes per agent; the
+# locks are held weakly (one nobody holds or waits for is dropped) and per
+# event loop (a lock serves one loop).
+_local_sessions: dict[str, str] = {}
+_local_locks: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+
+
+def _local_lock(key: str) -> asyncio.Lock:
+    locks = _local_locks.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
+    lock = locks.get(key)
+    if lock is None:
+        lock = locks[key] = asyncio.Lock()
+    return lock
+
+
+def text(value: bytes | str | None) -> str | None:
+    """A Redis reply as text (clients may or may not decode responses)."""
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class AthenaSessions:
+    """Resolves, caches and renews the session of one (tenant, user, agent).
+
+    Attributes:
+        session_id: the session in use; "" until resolved.
+    """
+
+    def __init__(
+        self,
+        client: AthenaClient,
+        redis: RedisClient | None,
+        keys: KeySpace,
+        *,
+        tenant_id: str,
+        user_id: str,
+        agent_id: str,
+        lock_ttl: float,
+        gate: RequestGate,
+    ) -> None:
+        self._client = client
+        self._redis = redis
+        self._tenant, self._user, self._agent = tenant_id, user_id, agent_id
+        self._key = keys.athena_session(tenant_id, user_id, agent_id)
+        self._lock_key = keys.athena_session_lock(tenant_id, user_id, agent_id)
+        self._lock_ttl_ms = max(1000, int(lock_ttl * 1000))
+        self._gate = gate
+        self.session_id = ""
+
+    async def current(self) -> str:
+        """The session id, resolving it now if Athena was unreachable before."""
+        if not self.session_id:
+            self.session_id = await self.ensure()
+        return self.session_id
+
+    async def renew(self, stale: str) -> str:
+        """A new session in place of ``stale``, which the server no longer knows."""
+        log.warning("Athena forgot session of agent %s; using a new one", self._agent)
+        self.session_id = await self.ensure(stale=stale)
+        return self.session_id
+
+    async def ensure(self, stale: str | None = None) -> str:
+        """The cached session id, or a new one made by exactly one creator.
+
+        ``stale`` is an id the server no longer knows: a cache holding it counts
+        as empty, and the new id replaces it only if nobody replaced it first.
+        """
+        if self._redis is None:
+            return await self._ensure_local(stale)
+        try:
+            return await self._ensure_shared(self._redis, stale)
+        except (BackendUnavailableError, BackendRejectedError) as exc:
+            # Redis down: fall back to this process's cache rather than stall Athena.
+            cause = type(exc.__cause__ or exc).__name__
+            log.warning("Redis unavailable for the Athena session cache (%s)", cause)
+            return await self._ensure_local(stale)
+
+    async def _cached(self, redis: RedisClient, stale: str | None) -> str | None:
+        async with redis_errors(_WHAT):
+            cached = text(await redis.get(self._key))
+        return cached if cached and cached != stale else None
+
+    async def _ensure_shared(self, redis: RedisClient, stale: str | None) -> str:
+        cached = await self._cached(redis, stale)
+        if cached:
+            return cached
+        token = uuid.uuid4().hex
+        waits = 0
+        while True:
+            async with redis_errors(_WHAT):
+                locked = await redis.set(self._lock_key, token, nx=True, px=self._lock_ttl_ms)
+            if locked:
+                try:
+                    cached = await self._cached(redis, stale)
+                    if cached:
+                        return cached
+                    session_id = await self._create()
+                    async with redis_errors(_WHAT):
+                        # No TTL: the session is reused for as long as the server knows it.
+                        await redis.set(self._key, session_id)
+                    log.info("Athena session created for agent %s", self._agent)
+                    return session_id
+                finally:
+                    async with redis_errors(_WHAT):
+                        await redis.eval(RELEASE_IF_OWNER, 1, self._lock_key, token)
+            # Someone else is creating it: wait for their id instead of making another.
+            await asyncio.sleep(_CREATOR_POLL.delay(waits))
+            waits += 1
+            cached = await self._cached(redis, stale)
+            if cached:
+                return cached
+
+    async def _ensure_local(self, stale: str | None) -> str:
+        async with _local_lock(self._key):
+            cached = _local_sessions.get(self._key)
+            if cached and cached != stale:
+                return cached
+            session_id = await self._create()
+            _local_sessions[self._key] = session_id
+            return session_id
+
+    async def _create(self) -> str:
+        return await self._gate.run(
+            lambda: self._client.create_session(self._tenant, self._user, self._agent)
+        )

@@ -1,0 +1,130 @@
+"""Athena delivery: ordered and durable through outages, behind the circuit, each turn once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from jarvismem.backends.outbox import Outbox
+from jarvismem.testing.fake_athena import FakeAthenaServer
+from tests.tiers.athena.conftest import MakeMemory, contents, wait_for
+
+
+async def test_writes_delivered_in_order_with_idempotency_keys(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client)
+    await mem.record_thought("t0")
+    await mem.record_action("a1", tool="search")
+    await mem.record_observation("o2")
+    await mem.on_task_assigned("task-1", "write report")
+    await mem.record_interaction("hello", "hi")
+    await wait_for(lambda: len(server.events) == 6)
+    assert contents(server) == [
+        "t0",
+        "a1",
+        "o2",
+        "Task task-1 assigned: write report",
+        "hello",
+        "hi",
+    ]
+    events = [ev for _, ev in server.events]
+    keys = [ev["metadata"]["idempotency_key"] for ev in events[:4]]
+    assert len(set(keys)) == 4
+    assert events[1]["metadata"]["tool"] == "search"
+    assert events[3]["metadata"]["task_id"] == "task-1"
+
+
+async def test_writes_kept_in_outbox_during_outage_and_delivered_after(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, failure_threshold=100)
+    server.mode = "error500"
+    for i in range(5):
+        await mem.record_observation(f"fact {i}")
+    await wait_for(lambda: mem.health()["consecutive_failures"] >= 2)
+    assert mem.health()["pending"] == 5
+    assert server.events == []
+    server.mode = "ok"
+    await wait_for(lambda: mem.health()["pending"] == 0)
+    assert contents(server) == [f"fact {i}" for i in range(5)]
+
+
+async def test_pending_writes_survive_close_and_are_sent_by_next_memory(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, cooldown=60)
+    server.mode = "error500"
+    await mem.record_thought("left behind")
+    await wait_for(lambda: mem.health()["consecutive_failures"] >= 1)
+    await mem.close()
+    server.mode = "ok"
+    await make_memory(redis_client)
+    await wait_for(lambda: len(server.events) == 1)
+    assert contents(server) == ["left behind"]
+
+
+async def test_circuit_opens_after_consecutive_failures(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, failure_threshold=3, cooldown=60)
+    server.mode = "error500"
+    await mem.record_thought("x")
+    await wait_for(lambda: mem.health()["circuit"] == "open")
+    attempts = len(server.requests_to("POST", "/events"))
+    assert attempts == 3
+    await mem.record_thought("y")
+    await asyncio.sleep(0.1)  # give a (wrong) closed-circuit loop the chance to retry
+    assert len(server.requests_to("POST", "/events")) == attempts
+
+
+async def test_circuit_half_opens_and_closes_after_cooldown(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, failure_threshold=1, cooldown=0.2)
+    server.mode = "error500"
+    await mem.record_thought("x")
+    await wait_for(lambda: mem.health()["consecutive_failures"] >= 1)
+    server.mode = "ok"
+    await wait_for(lambda: len(server.events) == 1)
+    await wait_for(lambda: mem.health()["circuit"] == "closed")
+
+
+async def test_flush_delivers_now_and_returns_count(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, failure_threshold=1, cooldown=60)
+    server.mode = "error500"
+    await mem.record_thought("a")
+    await wait_for(lambda: mem.health()["circuit"] == "open")
+    await mem.record_thought("b")
+    server.mode = "ok"
+    assert await mem.flush(timeout=5) == 2
+    assert contents(server) == ["a", "b"]
+    assert mem.health()["circuit"] == "closed"
+
+
+async def test_rejected_record_is_dropped_and_queue_moves_on(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client)
+    await mem.flush()
+    server.fail_next(1, status=400)
+    await mem.record_thought("refused")
+    await mem.record_thought("accepted")
+    await wait_for(lambda: len(server.events) == 1)
+    assert contents(server) == ["accepted"]
+    assert mem.health()["rejected"] == 1
+
+
+async def test_turn_logged_twice_is_sent_once(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, tmp_path: Path
+) -> None:
+    first = await make_memory(redis_client)
+    second = await make_memory(redis_client, outbox=Outbox(tmp_path / "other.jsonl"))
+    for mem in (first, second):
+        await mem.record_turn("7", "think", "act", "saw", workflow_id="wf", step_id="s1")
+        await mem.flush(timeout=5)
+    assert contents(server) == ["think", "act", "saw"]
+    assert second.health()["duplicates_skipped"] == 3

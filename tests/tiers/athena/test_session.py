@@ -1,0 +1,193 @@
+"""Athena sessions: one per (tenant, user, agent), cached in Redis, renewed when forgotten."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.outbox import Outbox
+from jarvismem.keys import KeySpace
+from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.session import AthenaSessions
+from tests.conftest import REAL_REDIS_URL
+from tests.tiers.athena.conftest import AGENT, TENANT, USER, MakeMemory, wait_for
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _sessions(client: AthenaClient, redis: Any, keyspace: KeySpace) -> AthenaSessions:
+    return AthenaSessions(
+        client,
+        redis,
+        keyspace,
+        tenant_id=TENANT,
+        user_id=USER,
+        agent_id=AGENT,
+        lock_ttl=30.0,
+        gate=RequestGate(client),
+    )
+
+
+async def test_session_created_once_under_concurrent_creates(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, tmp_path: Path
+) -> None:
+    memories = await asyncio.gather(
+        *(make_memory(redis_client, outbox=Outbox(tmp_path / f"{i}.jsonl")) for i in range(20))
+    )
+    assert server.sessions_created == 1
+    assert len({m.session_id for m in memories}) == 1
+
+
+async def test_session_created_once_without_redis_in_one_process(
+    server: FakeAthenaServer, make_memory: MakeMemory, tmp_path: Path
+) -> None:
+    # A namespace of its own: the process-wide cache must not answer from an earlier test.
+    keyspace = KeySpace("t" + os.urandom(6).hex())
+    await asyncio.gather(
+        *(
+            make_memory(None, keyspace=keyspace, outbox=Outbox(tmp_path / f"{i}.jsonl"))
+            for i in range(5)
+        )
+    )
+    assert server.sessions_created == 1
+
+
+async def test_cached_session_reused_by_new_memory(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, keyspace: KeySpace
+) -> None:
+    first = await make_memory(redis_client)
+    await first.close()
+    second = await make_memory(redis_client)
+    assert second.session_id == first.session_id
+    assert server.sessions_created == 1
+    stored = await redis_client.get(keyspace.athena_session(TENANT, USER, AGENT))
+    assert stored.decode() == first.session_id
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    import redis.asyncio as aioredis
+    from jarvismem.backends.athena import AthenaClient
+    from jarvismem.backends.outbox import Outbox
+    from jarvismem.keys import KeySpace
+    from jarvismem.tiers.athena import AthenaMemory
+
+    async def main(url, redis_url, ns, outbox):
+        r = aioredis.Redis.from_url(redis_url)
+        c = AthenaClient(url)
+        m = await AthenaMemory.create("agent1", c, r, keyspace=KeySpace(ns), tenant_id="acme",
+                                      user_id="alice", outbox=Outbox(Path(outbox)))
+        print(m.session_id)
+        await m.close(); await c.aclose(); await r.aclose()
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+async def test_session_created_once_across_two_processes(
+    server: FakeAthenaServer, real_redis: Any, keyspace: KeySpace, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(i: int) -> subprocess.Popen[bytes]:
+        args = [server.url, REAL_REDIS_URL, keyspace.namespace, str(tmp_path / f"p{i}.jsonl")]
+        return subprocess.Popen(
+            [sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, env=env
+        )
+
+    procs = [run(0), run(1)]
+    outs = [await asyncio.to_thread(p.communicate, timeout=60) for p in procs]
+    ids = {out.decode().strip() for out, _ in outs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(ids) == 1
+    assert server.sessions_created == 1
+
+
+async def test_forgotten_session_is_recreated_and_cache_replaced(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, keyspace: KeySpace
+) -> None:
+    mem = await make_memory(redis_client)
+    old = mem.session_id
+    server.forget_session(old)
+    await mem.record_thought("after restart of the server")
+    await wait_for(lambda: len(server.events) == 1)
+    assert mem.session_id != old
+    assert server.events[0][0] == mem.session_id
+    stored = await redis_client.get(keyspace.athena_session(TENANT, USER, AGENT))
+    assert stored.decode() == mem.session_id
+
+
+async def test_unreachable_redis_falls_back_to_the_process_cache(
+    server: FakeAthenaServer,
+    client: AthenaClient,
+    keyspace: KeySpace,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Nothing listens on port 1: every command fails to connect.
+    down = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    try:
+        sessions = _sessions(client, down, keyspace)
+        first = await sessions.ensure()
+        again = await _sessions(client, down, keyspace).ensure()
+    finally:
+        await down.aclose()
+    assert first == again
+    assert server.sessions_created == 1
+    assert "Redis unavailable for the Athena session cache (ConnectionError)" in caplog.text
+
+
+async def test_refusing_redis_falls_back_to_the_process_cache(
+    server: FakeAthenaServer, client: AthenaClient, real_redis: Any, keyspace: KeySpace
+) -> None:
+    # A session key of the wrong type: every GET is refused (WRONGTYPE), which
+    # must not stop the tier from getting a session.
+    await real_redis.rpush(keyspace.athena_session(TENANT, USER, AGENT), "not-an-id")
+    sessions = _sessions(client, real_redis, keyspace)
+    assert await sessions.current() == sessions.session_id != ""
+    assert server.sessions_created == 1
+
+
+async def test_renew_replaces_only_the_stale_id(
+    server: FakeAthenaServer, client: AthenaClient, redis_client: Any, keyspace: KeySpace
+) -> None:
+    sessions = _sessions(client, redis_client, keyspace)
+    old = await sessions.current()
+    fresh = await sessions.renew(old)
+    assert fresh != old and sessions.session_id == fresh
+    # Another holder of the same stale id finds the replacement instead of making a third.
+    other = _sessions(client, redis_client, keyspace)
+    assert await other.ensure(stale=old) == fresh
+    assert server.sessions_created == 2
+
+
+async def test_session_creation_refused_once_the_gate_closes(
+    server: FakeAthenaServer, client: AthenaClient, keyspace: KeySpace
+) -> None:
+    gate = RequestGate(client)
+    sessions = AthenaSessions(
+        client,
+        None,
+        KeySpace("t" + os.urandom(6).hex()),
+        tenant_id=TENANT,
+        user_id=USER,
+        agent_id=AGENT,
+        lock_ttl=30.0,
+        gate=gate,
+    )
+    gate.close()
+    with pytest.raises(asyncio.CancelledError):
+        await sessions.current()
+    assert server.sessions_created == 0

@@ -68,6 +68,8 @@ class MemoryRuntime(MemoryEngine):
         recall_store: RecallStore | None = None,
         policy: MemoryPolicy | None = None,
         owns_clients: bool = False,
+        recent_workflows: int = RECENT_WORKFLOWS,
+        live_athena_agents: int = ATHENA_RECENT_AGENTS,
     ) -> None:
         super().__init__(
             settings if settings is not None else default_settings(),
@@ -79,6 +81,8 @@ class MemoryRuntime(MemoryEngine):
             recall_store=recall_store,
             policy=policy,
             owns_clients=owns_clients,
+            recent_workflows=recent_workflows,
+            live_athena_agents=live_athena_agents,
         )
 
     @classmethod

@@ -35,6 +35,8 @@ def test_a_runtime_is_an_engine_configured_from_the_environment_by_default() -> 
     rt = MemoryRuntime()
     assert isinstance(rt, MemoryEngine)
     assert rt.settings is default_settings() is default_settings()
+    bounded = MemoryRuntime(recent_workflows=3, live_athena_agents=2)
+    assert bounded.recent_workflows == 3
 
 
 async def test_views_of_one_runtime_share_clients_and_workflow_state(

@@ -65,7 +65,7 @@ class MemoryEngine:
         recall_store: where remembered facts go; by default BM25 in Redis (with Redis).
         policy: the recall policy; by default :class:`MemoryPolicy`'s defaults.
         owns_clients: close the clients (and summarizer) in :meth:`close`.
-        recent_workflows, athena_agents: LRU bounds of the per-workflow and
+        recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
             per-agent state kept alive without a user.
     """
 
@@ -82,7 +82,7 @@ class MemoryEngine:
         policy: MemoryPolicy | None = None,
         owns_clients: bool = False,
         recent_workflows: int = RECENT_WORKFLOWS,
-        athena_agents: int = ATHENA_RECENT_AGENTS,
+        live_athena_agents: int = ATHENA_RECENT_AGENTS,
     ) -> None:
         self.settings = settings
         self.keyspace = KeySpace(settings.jarvismem_namespace)
@@ -119,7 +119,7 @@ class MemoryEngine:
             factory = AthenaFactory(
                 athena, redis, keyspace=self.keyspace, settings=settings, redactor=self.redactor
             )
-            self.athena_agents = AthenaAgents(factory, max_live=athena_agents)
+            self.athena_agents = AthenaAgents(factory, max_live=live_athena_agents)
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
 

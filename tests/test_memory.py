@@ -66,6 +66,25 @@ def test_documented_constructor_accepts_positional_and_keyword_backends(
         assert mem.working is not None and mem.episodic is not None and mem.ltm is not None
 
 
+async def test_the_drop_in_constructor_takes_settings_and_leaves_caller_clients_open(
+    settings: Settings, workflow_id: str, redis_client: Any
+) -> None:
+    mem = UnifiedMemory(workflow_id, "s1", "a1", redis_client, settings=settings)
+    assert mem.runtime.settings is settings
+    assert mem.runtime.keyspace.namespace == settings.jarvismem_namespace
+    await mem.log_turn(1, "t", "a", "r")
+    await mem.close()  # closes its private engine, not the caller's client
+    assert mem.runtime.closed and await redis_client.ping()
+
+
+def test_backends_or_settings_with_a_runtime_are_refused(settings: Settings) -> None:
+    rt = MemoryRuntime(settings)
+    with pytest.raises(TypeError, match="not both"):
+        UnifiedMemory("wf", "s1", "a1", runtime=rt, settings=settings)
+    with pytest.raises(TypeError, match="not both"):
+        UnifiedMemory("wf", "s1", "a1", object(), runtime=rt)
+
+
 async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow_id: str) -> None:
     mem = view(settings, workflow_id)
     assert (mem.working, mem.episodic, mem.ltm) == (None, None, None)

@@ -5,13 +5,14 @@ connections once with :class:`MemoryRuntime` (``await MemoryRuntime.from_env()``
 and hands out cheap per-step views with ``runtime.memory(workflow, step, agent)``.
 """
 
-from jarvismem.backends.athena import AthenaClient, get_athena_client
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob import BlobStorage, LocalBlobStorage, create_blob_storage
+from jarvismem.bundle import Bundle
 from jarvismem.errors import JarvisMemError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.memory import UnifiedMemory
 from jarvismem.recall.policy import MemoryPolicy
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.runtime import MemoryRuntime, get_athena_client
 from jarvismem.settings import Settings, load_settings
 from jarvismem.tiers.athena import AthenaMemory
 from jarvismem.tiers.episodic import EpisodicLedger
@@ -22,6 +23,7 @@ __all__ = [
     "AthenaClient",
     "AthenaMemory",
     "BlobStorage",
+    "Bundle",
     "EpisodicLedger",
     "JarvisMemError",
     "KeySpace",

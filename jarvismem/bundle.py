@@ -1,16 +1,23 @@
-"""Reading the rehydrate bundle: every tier at once, each with its own timeout.
+"""The rehydrate bundle: every tier of one step read at once, each with its own timeout.
 
 A tier that fails or times out yields its empty default, is logged at
 WARNING, and is named in the bundle's ``degraded`` entry with the reason.
+:func:`read_bundle` works on the tiers and shared workflow state it is given,
+so it does not depend on the memory view that calls it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypedDict, TypeVar
 
+from jarvismem.engine.workflow import WorkflowState
+from jarvismem.settings import Settings
+from jarvismem.spaces.store import SpacesStore
+from jarvismem.tiers.athena import AthenaMemory
+from jarvismem.tiers.checkpoints import Checkpoint
 from jarvismem.tiers.pending import (
     merge_recent,
     newer_checkpoint,
@@ -18,30 +25,60 @@ from jarvismem.tiers.pending import (
     queued_checkpoint,
     queued_turns,
 )
-
-if TYPE_CHECKING:
-    from jarvismem.memory import UnifiedMemory
+from jarvismem.tiers.working import WorkingScratchpad
 
 log = logging.getLogger(__name__)
 
-BUNDLE_DEFAULTS: dict[str, Any] = {
-    "ltm_summary": None,
-    "recent_turns": [],
-    "checkpoint": None,
-    "scratchpad": "",
-    "athena_context": None,
-}
-"""The five documented keys and their empty defaults."""
+T = TypeVar("T")
 
 
-def empty_bundle() -> dict[str, Any]:
-    """A bundle with every documented key at its empty default (fresh list)."""
-    return {**BUNDLE_DEFAULTS, "recent_turns": []}
+class Bundle(TypedDict):
+    """Everything an agent needs to carry on after a crash (``rehydrate_bundle``).
+
+    Every key is always present; a tier that is off, empty, failing or timed
+    out leaves its empty default.
+
+    Keys:
+        ltm_summary: the workflow's long-term summary (Redis, else its blob
+            copy); None.
+        recent_turns: the last ``ledger_tail`` ledger entries, oldest first,
+            values with their original types, then turns still queued in the
+            local outbox; [].
+        checkpoint: this step's last saved state (a queued newer save wins); None.
+        scratchpad: markdown of the step's scratchpad (goal findings, then the
+            most recent turns and notes, within the scratchpad budget); "".
+        athena_context: Athena short-term events and mid-term chains; None.
+        spaces: the agent's cognitive spaces, once it wrote any; None.
+        degraded: tier -> reason, for every tier that failed or timed out and
+            every outbox still holding writes; {}.
+    """
+
+    ltm_summary: str | None
+    recent_turns: list[dict[str, Any]]
+    checkpoint: str | None
+    scratchpad: str
+    athena_context: dict[str, Any] | None
+    spaces: dict[str, Any] | None
+    degraded: dict[str, str]
+
+
+def empty_bundle() -> Bundle:
+    """A bundle with every key at its empty default (fresh containers)."""
+    return {
+        "ltm_summary": None,
+        "recent_turns": [],
+        "checkpoint": None,
+        "scratchpad": "",
+        "athena_context": None,
+        "spaces": None,
+        "degraded": {},
+    }
 
 
 async def _guarded(
-    tier: str, coro: Awaitable[Any], timeout: float, degraded: dict[str, str]
-) -> Any:
+    tier: str, coro: Awaitable[T], timeout: float, degraded: dict[str, str]
+) -> T | None:
+    """``coro``'s value, or None with ``degraded[tier]`` set when it fails or times out."""
     try:
         async with asyncio.timeout(timeout):
             return await coro
@@ -53,17 +90,35 @@ async def _guarded(
     return None
 
 
-async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
-    """The bundle of ``mem`` (see ``UnifiedMemory.rehydrate_bundle``)."""
+async def read_bundle(
+    workflow: WorkflowState,
+    step_id: str,
+    ledger_tail: int,
+    *,
+    settings: Settings,
+    working: WorkingScratchpad | None = None,
+    athena: Callable[[], Awaitable[AthenaMemory | None]] | None = None,
+    spaces: SpacesStore | None = None,
+) -> Bundle:
+    """Read the bundle of one step from the tiers given, all at once.
+
+    Args:
+        workflow: the workflow's shared state (ledger, checkpoints, long-term
+            memory, and the durable writers whose queued records are merged in).
+        step_id: the step whose checkpoint is read.
+        ledger_tail: how many recent ledger turns to return (0: none).
+        settings: the per-tier timeouts (``tier_timeout_*``).
+        working: the step's scratchpad, when the working tier is on.
+        athena: returns the agent's AthenaMemory, when Athena is configured
+            (called inside the Athena tier's timeout).
+        spaces: the agent's cognitive spaces store, when Redis is configured.
+    """
     if isinstance(ledger_tail, bool) or not isinstance(ledger_tail, int) or ledger_tail < 0:
         raise ValueError("ledger_tail must be a non-negative int")
-    rt = mem.runtime
-    s = rt.settings
-    wf = mem._wf
+    s = settings
+    wf = workflow
     degraded: dict[str, str] = {}
-    jobs: dict[str, Awaitable[Any]] = {}
 
-    rt.ensure_background()
     # Writes queued during an outage (by this process or a crashed one on this
     # machine) belong in the bundle: give the deliverer a moment to replay
     # them, then merge what is still queued with what the backends return.
@@ -77,55 +132,61 @@ async def read_bundle(mem: UnifiedMemory, ledger_tail: int) -> dict[str, Any]:
             if writer is wf.redis_writer:
                 queued = records
 
-    if mem.ltm is not None:
-        jobs["ltm_summary"] = _guarded("ltm", mem.ltm.load_summary(), s.tier_timeout_ltm, degraded)
-    if mem.episodic is not None and ledger_tail > 0:
-        jobs["recent_turns"] = _guarded(
-            "episodic", mem.episodic.tail(ledger_tail), s.tier_timeout_episodic, degraded
+    # Only the tiers that are on are read (each a task of the gather below).
+    jobs: dict[str, Awaitable[Any]] = {}
+    if wf.ltm is not None:
+        jobs["ltm"] = _guarded("ltm", wf.ltm.load_summary(), s.tier_timeout_ltm, degraded)
+    if wf.ledger is not None and ledger_tail > 0:
+        jobs["episodic"] = _guarded(
+            "episodic", wf.ledger.tail(ledger_tail), s.tier_timeout_episodic, degraded
         )
     if wf.redis_writer is not None:
         jobs["checkpoint"] = _guarded(
-            "checkpoint", wf.checkpoints(mem.step_id).load(), s.tier_timeout_checkpoint, degraded
+            "checkpoint", wf.checkpoints(step_id).load(), s.tier_timeout_checkpoint, degraded
         )
-    if mem.working is not None:
-        jobs["scratchpad"] = _guarded(
-            "working", mem.working.get_notes(), s.tier_timeout_working, degraded
+    if working is not None:
+        jobs["working"] = _guarded("working", working.get_notes(), s.tier_timeout_working, degraded)
+    if athena is not None:
+        jobs["athena"] = _guarded(
+            "athena", _athena_context(athena), s.tier_timeout_athena, degraded
         )
-    if rt.athena is not None:
-        jobs["athena_context"] = _guarded(
-            "athena", _athena_context(mem), s.tier_timeout_athena, degraded
-        )
-    spaces = mem.spaces
     if spaces is not None:
         jobs["spaces"] = _guarded(
             "spaces", _spaces_snapshot(spaces), s.tier_timeout_episodic, degraded
         )
+    read = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
 
-    names = list(jobs)
-    values = await asyncio.gather(*jobs.values())
     bundle = empty_bundle()
-    bundle["spaces"] = None
-    for name, value in zip(names, values, strict=True):
-        if name == "checkpoint":
-            value = newer_checkpoint(value, queued_checkpoint(queued, mem.step_id))
-            value = None if value is None else value.state
-        elif name == "recent_turns":
-            value = merge_recent(value or [], queued_turns(queued), ledger_tail)
-        if value is None:
-            continue
-        bundle[name] = value
+    if read.get("ltm") is not None:
+        bundle["ltm_summary"] = read["ltm"]
+    if "episodic" in read:
+        # Queued turns count even when the ledger read failed.
+        bundle["recent_turns"] = merge_recent(
+            read["episodic"] or [], queued_turns(queued), ledger_tail
+        )
+    if "checkpoint" in read:
+        latest: Checkpoint | None = newer_checkpoint(
+            read["checkpoint"], queued_checkpoint(queued, step_id)
+        )
+        bundle["checkpoint"] = None if latest is None else latest.state
+    if read.get("working") is not None:
+        bundle["scratchpad"] = read["working"]
+    bundle["athena_context"] = read.get("athena")
+    bundle["spaces"] = read.get("spaces")
     bundle["degraded"] = degraded
     return bundle
 
 
-async def _athena_context(mem: UnifiedMemory) -> dict[str, Any] | None:
-    athena = await mem.runtime.athena_memory(mem.agent_id)
-    if athena is None:
+async def _athena_context(
+    athena: Callable[[], Awaitable[AthenaMemory | None]],
+) -> dict[str, Any] | None:
+    memory = await athena()
+    if memory is None:
         return None
-    return await athena.get_memory_context(strict=True)
+    return await memory.get_memory_context(strict=True)
 
 
-async def _spaces_snapshot(store: Any) -> dict[str, Any] | None:
+async def _spaces_snapshot(store: SpacesStore) -> dict[str, Any] | None:
     """The agent's spaces, or None when it never wrote any (container rev 0)."""
     container = await store.load()
     return None if container.rev == 0 else dict(container.to_dict())

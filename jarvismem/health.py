@@ -1,8 +1,9 @@
 """Health: is each backend configured, reachable, how fast, and what is queued.
 
-Used by ``UnifiedMemory.health()``, ``MemoryRuntime.health()`` and the
-``jarvismem status`` command. Never includes a secret: URLs are masked and
-error texts come from exception types and server messages only.
+Functions over an engine's clients and outboxes (and a view's tiers), used by
+``UnifiedMemory.health()``, ``MemoryRuntime.health()`` and the ``jarvismem
+status`` command. Never includes a secret: URLs are masked and error texts come
+from exception types and server messages only.
 """
 
 from __future__ import annotations
@@ -10,16 +11,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded
+from jarvismem.engine.core import MemoryEngine
+from jarvismem.engine.workflow import WorkflowState
 from jarvismem.redaction import mask_url
-
-if TYPE_CHECKING:
-    from jarvismem.memory import UnifiedMemory
-    from jarvismem.runtime import MemoryRuntime
+from jarvismem.tiers.working import WorkingScratchpad
 
 PROBE_TIMEOUT = 3.0
+"""Seconds a backend has to answer a health probe before it counts as unreachable."""
 
 
 async def _probe(fn: Callable[[], Awaitable[Any]]) -> tuple[bool, float | None, str | None, Any]:
@@ -34,16 +35,16 @@ async def _probe(fn: Callable[[], Awaitable[Any]]) -> tuple[bool, float | None, 
     return True, round((time.perf_counter() - start) * 1000, 3), None, value
 
 
-async def _redis_health(rt: MemoryRuntime) -> dict[str, Any]:
-    if rt.redis is None:
+async def _redis_health(engine: MemoryEngine) -> dict[str, Any]:
+    if engine.redis is None:
         return {"configured": False}
-    s = rt.settings
-    if is_embedded(rt.redis):
+    s = engine.settings
+    if is_embedded(engine.redis):
         backend, where = "embedded", EMBEDDED_NOTE
     else:
         backend = "redis-cluster" if s.redis_cluster else "redis"
         where = mask_url(s.redis_url or "") if s.redis_url else "client passed in"
-    ok, latency, reason, _ = await _probe(rt.redis.ping)
+    ok, latency, reason, _ = await _probe(engine.redis.ping)
     return {
         "configured": True,
         "backend": backend,
@@ -54,10 +55,10 @@ async def _redis_health(rt: MemoryRuntime) -> dict[str, Any]:
     }
 
 
-async def _blob_health(rt: MemoryRuntime) -> dict[str, Any]:
-    if rt.blob is None:
+async def _blob_health(engine: MemoryEngine) -> dict[str, Any]:
+    if engine.blob is None:
         return {"configured": False}
-    blob = rt.blob
+    blob = engine.blob
     ok, latency, reason, _ = await _probe(lambda: blob.exists("health/probe"))
     out: dict[str, Any] = {
         "configured": True,
@@ -67,16 +68,16 @@ async def _blob_health(rt: MemoryRuntime) -> dict[str, Any]:
         "reason": reason,
     }
     if blob.name == "local":
-        out["where"] = str(rt.settings.storage_base_path)
+        out["where"] = str(engine.settings.storage_base_path)
     elif blob.name == "azure":
-        out["where"] = f"container {rt.settings.azure_storage_container}"
+        out["where"] = f"container {engine.settings.azure_storage_container}"
     return out
 
 
-async def _athena_health(rt: MemoryRuntime) -> dict[str, Any]:
-    if rt.athena is None:
+async def _athena_health(engine: MemoryEngine) -> dict[str, Any]:
+    if engine.athena is None:
         return {"configured": False}
-    athena = rt.athena
+    athena = engine.athena
     ok, latency, reason, value = await _probe(athena.health_detailed)
     out: dict[str, Any] = {
         "configured": True,
@@ -92,39 +93,43 @@ async def _athena_health(rt: MemoryRuntime) -> dict[str, Any]:
     return out
 
 
-async def _llm_health(rt: MemoryRuntime) -> dict[str, Any]:
-    client = getattr(rt.summarizer, "client", None)
+async def _llm_health(engine: MemoryEngine) -> dict[str, Any]:
+    client = getattr(engine.summarizer, "client", None)
     if client is None:
-        return {"configured": False, "summarizer": getattr(rt.summarizer, "name", "extractive")}
+        return {"configured": False, "summarizer": getattr(engine.summarizer, "name", "extractive")}
     ok, latency, reason, _ = await _probe(client.ping)
     return {
         "configured": True,
-        "summarizer": rt.summarizer.name,
-        "where": mask_url(rt.settings.llm_base_url or ""),
-        "model": rt.settings.llm_model,
+        "summarizer": engine.summarizer.name,
+        "where": mask_url(engine.settings.llm_base_url or ""),
+        "model": engine.settings.llm_model,
         "reachable": ok,
         "latency_ms": latency,
         "reason": reason,
     }
 
 
-def _outboxes(rt: MemoryRuntime) -> dict[str, Any]:
+def _outboxes(engine: MemoryEngine) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for writer in rt.open_writers():
+    for writer in engine.open_writers():
         out[writer.name] = writer.health()
-    for agent_id, task in rt._athena_memories.items():
-        if task.done() and task.exception() is None:
-            out[f"athena[{agent_id}]"] = task.result().health()
+    if engine.athena_agents is not None:
+        for agent_id, memory in engine.athena_agents.started():
+            out[f"athena[{agent_id}]"] = memory.health()
     return out
 
 
-async def runtime_health(rt: MemoryRuntime) -> dict[str, Any]:
-    """Health of every backend of a runtime and of its outboxes."""
+async def engine_health(engine: MemoryEngine) -> dict[str, Any]:
+    """Health of every backend of an engine and of its outboxes.
+
+    ``ok`` is False (and ``reasons`` says why) when a configured backend does
+    not answer or an outbox holds, dropped or dead-lettered writes.
+    """
     redis, blob, athena, llm = await asyncio.gather(
-        _redis_health(rt), _blob_health(rt), _athena_health(rt), _llm_health(rt)
+        _redis_health(engine), _blob_health(engine), _athena_health(engine), _llm_health(engine)
     )
     backends = {"redis": redis, "blob": blob, "athena": athena, "llm": llm}
-    outboxes = _outboxes(rt)
+    outboxes = _outboxes(engine)
     reasons = [
         f"{name}: {b['reason']}"
         for name, b in backends.items()
@@ -150,20 +155,22 @@ async def runtime_health(rt: MemoryRuntime) -> dict[str, Any]:
         "ok": not reasons,
         "degraded": bool(reasons),
         "reasons": reasons,
-        "namespace": rt.keyspace.namespace,
-        "embedded": rt.embedded,
+        "namespace": engine.keyspace.namespace,
+        "embedded": engine.embedded,
         "backends": backends,
         "outboxes": outboxes,
     }
 
 
-async def memory_health(mem: UnifiedMemory) -> dict[str, Any]:
-    """Runtime health plus which tiers are active for this view."""
-    out = await runtime_health(mem.runtime)
+async def memory_health(
+    engine: MemoryEngine, workflow: WorkflowState, working: WorkingScratchpad | None
+) -> dict[str, Any]:
+    """Engine health plus which tiers are active for one view (its workflow and scratchpad)."""
+    out = await engine_health(engine)
     out["tiers"] = {
-        "working": mem.working is not None,
-        "episodic": mem.episodic is not None,
-        "ltm": mem.ltm is not None,
-        "athena": mem.runtime.athena is not None,
+        "working": working is not None,
+        "episodic": workflow.ledger is not None,
+        "ltm": workflow.ltm is not None,
+        "athena": engine.athena is not None,
     }
     return out

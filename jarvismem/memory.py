@@ -14,27 +14,44 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.bundle import read_bundle
-from jarvismem.errors import BackendUnavailableError, InvalidPayloadError
+from jarvismem.bundle import Bundle, read_bundle
+from jarvismem.engine.core import MemoryEngine
+from jarvismem.errors import BackendUnavailableError, InvalidPayloadError, RecallStoreMissingError
+from jarvismem.health import memory_health
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
+from jarvismem.recall.models import MemoryEntry, RecallResult
+from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_turn
+from jarvismem.recall.prompt import preflight as build_preflight
+from jarvismem.recall.stores import RecallStore
+from jarvismem.settings import Settings, load_settings
+from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import WorkingScratchpad
 
-if TYPE_CHECKING:
-    from jarvismem.backends.athena import AthenaClient
-    from jarvismem.recall.models import MemoryEntry, RecallResult
-    from jarvismem.recall.prompt import Preflight
-    from jarvismem.recall.stores import RecallStore
-    from jarvismem.runtime import MemoryRuntime
-    from jarvismem.spaces.store import SpacesStore
-    from jarvismem.tiers.longterm import LongTermMemory
-
 log = logging.getLogger(__name__)
+
+# The drop-in constructor ``UnifiedMemory(wf, step, agent, redis, blob)`` is an
+# entry point like ``MemoryRuntime.from_env``: without settings given, it reads
+# them from the environment. Read once per process and kept: views made per
+# step then share one Settings object, and so one summarizer (one LLM HTTP
+# client, see ``engine.core.shared_summarizer``) instead of one per step.
+_default_settings: Settings | None = None
+
+
+def default_settings() -> Settings:
+    """Settings from the environment, read once per process."""
+    global _default_settings
+    if _default_settings is None:
+        _default_settings = load_settings()
+    return _default_settings
 
 
 class UnifiedMemory:
@@ -42,8 +59,11 @@ class UnifiedMemory:
 
     ``UnifiedMemory(workflow_id, step_id, agent_id, redis_store=None,
     blob_storage=None, athena_client=None)`` builds the tiers from the given
-    clients (which it does not close). ``MemoryRuntime.memory(...)`` builds it
-    from a runtime that owns the connections.
+    clients (which it does not close) on a private engine, configured by
+    ``settings`` (default: read from the environment once per process).
+    ``MemoryRuntime.memory(...)`` (or ``runtime=`` any
+    :class:`~jarvismem.engine.MemoryEngine`) builds it on a shared engine that
+    owns the connections.
     """
 
     def __init__(
@@ -55,19 +75,28 @@ class UnifiedMemory:
         blob_storage: BlobStorage | None = None,
         athena_client: AthenaClient | None = None,
         *,
-        runtime: MemoryRuntime | None = None,
+        runtime: MemoryEngine | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.step_id = validate_id(step_id, "step_id")
         self.agent_id = validate_id(agent_id, "agent_id")
         self._owns_runtime = runtime is None
         if runtime is None:
-            from jarvismem.runtime import MemoryRuntime
-
-            # A private runtime around the caller's clients; it never closes them.
-            runtime = MemoryRuntime(redis=redis_store, blob=blob_storage, athena=athena_client)
-        elif redis_store is not None or blob_storage is not None or athena_client is not None:
-            raise TypeError("pass either backends or runtime=, not both")
+            # A private engine around the caller's clients; it never closes them.
+            runtime = MemoryEngine(
+                settings if settings is not None else default_settings(),
+                redis=redis_store,
+                blob=blob_storage,
+                athena=athena_client,
+            )
+        elif (
+            redis_store is not None
+            or blob_storage is not None
+            or athena_client is not None
+            or settings is not None
+        ):
+            raise TypeError("pass either backends (and settings) or runtime=, not both")
         self.runtime = rt = runtime
         self._wf = rt.workflow(self.workflow_id)
         s = rt.settings
@@ -276,8 +305,6 @@ class UnifiedMemory:
     def spaces(self) -> SpacesStore | None:
         """The agent's cognitive spaces (world beliefs, task agenda); lazy, no I/O until used."""
         if self._spaces is None and self.runtime.redis is not None:
-            from jarvismem.spaces.store import SpacesStore
-
             self._spaces = SpacesStore(
                 self.runtime.redis,
                 self.runtime.keyspace,
@@ -323,8 +350,6 @@ class UnifiedMemory:
         context: Mapping[str, str] | None = None,
     ) -> list[RecallResult]:
         """The policy's ``max_entries`` most relevant remembered facts ([] when disabled)."""
-        from jarvismem.recall.prompt import recall_for_turn
-
         return await recall_for_turn(
             self.runtime.recall_store,
             self.runtime.policy,
@@ -349,11 +374,9 @@ class UnifiedMemory:
         Rehydrates the bundle, recalls by policy, and assembles the prompt;
         calls no LLM.
         """
-        from jarvismem.recall.prompt import preflight
-
         bundle = await self.rehydrate_bundle(ledger_tail)
         recalled = await self.recall(user_message, session_id=session_id, context=context)
-        return preflight(
+        return build_preflight(
             instructions,
             user_message,
             bundle=bundle,
@@ -371,8 +394,6 @@ class UnifiedMemory:
         context: Mapping[str, str] | None = None,
     ) -> MemoryEntry | None:
         """After a turn: store ``"User: …\nAssistant: …"`` when the policy captures conversation."""
-        from jarvismem.recall.prompt import capture_conversation
-
         return await capture_conversation(
             self.runtime.recall_store,
             self.runtime.policy,
@@ -386,8 +407,6 @@ class UnifiedMemory:
     def _recall_store(self) -> RecallStore:
         store = self.runtime.recall_store
         if store is None:
-            from jarvismem.errors import RecallStoreMissingError
-
             raise RecallStoreMissingError(
                 "no recall store: give the runtime Redis or pass recall_store="
             )
@@ -395,21 +414,31 @@ class UnifiedMemory:
 
     # --- recovery ----------------------------------------------------------------------------
 
-    async def rehydrate_bundle(self, ledger_tail: int = 10) -> dict[str, Any]:
+    async def rehydrate_bundle(self, ledger_tail: int = 10) -> Bundle:
         """Everything needed to carry on after a crash, read from all tiers at once.
 
-        Keys: ``ltm_summary``, ``recent_turns``, ``checkpoint``, ``scratchpad``,
-        ``athena_context`` (empty defaults None, [], None, "", None), plus
-        ``spaces`` (dict or None) and ``degraded`` ({tier: reason} for tiers
-        that failed or timed out).
+        See :class:`~jarvismem.bundle.Bundle` for its keys: ``ltm_summary``,
+        ``recent_turns``, ``checkpoint``, ``scratchpad``, ``athena_context``,
+        ``spaces`` (empty defaults None, [], None, "", None, None) and
+        ``degraded`` ({tier: reason} for tiers that failed or timed out).
         """
-        return await read_bundle(self, ledger_tail)
+        rt = self.runtime
+        if isinstance(ledger_tail, bool) or not isinstance(ledger_tail, int) or ledger_tail < 0:
+            raise ValueError("ledger_tail must be a non-negative int")
+        rt.ensure_background()
+        return await read_bundle(
+            self._wf,
+            self.step_id,
+            ledger_tail,
+            settings=rt.settings,
+            working=self.working,
+            athena=None if rt.athena is None else partial(rt.athena_memory, self.agent_id),
+            spaces=self.spaces,
+        )
 
     async def health(self) -> dict[str, Any]:
         """Per-tier state: active, backend, reachable, latency, outbox, reasons."""
-        from jarvismem.health import memory_health
-
-        return await memory_health(self)
+        return await memory_health(self.runtime, self._wf, self.working)
 
     async def compact_now(self) -> dict[str, Any]:
         """Run long-term compaction for this workflow now (waits for it)."""

@@ -66,6 +66,25 @@ def test_documented_constructor_accepts_positional_and_keyword_backends(
         assert mem.working is not None and mem.episodic is not None and mem.ltm is not None
 
 
+async def test_the_drop_in_constructor_takes_settings_and_leaves_caller_clients_open(
+    settings: Settings, workflow_id: str, redis_client: Any
+) -> None:
+    mem = UnifiedMemory(workflow_id, "s1", "a1", redis_client, settings=settings)
+    assert mem.runtime.settings is settings
+    assert mem.runtime.keyspace.namespace == settings.jarvismem_namespace
+    await mem.log_turn(1, "t", "a", "r")
+    await mem.close()  # closes its private engine, not the caller's client
+    assert mem.runtime.closed and await redis_client.ping()
+
+
+def test_backends_or_settings_with_a_runtime_are_refused(settings: Settings) -> None:
+    rt = MemoryRuntime(settings)
+    with pytest.raises(TypeError, match="not both"):
+        UnifiedMemory("wf", "s1", "a1", runtime=rt, settings=settings)
+    with pytest.raises(TypeError, match="not both"):
+        UnifiedMemory("wf", "s1", "a1", object(), runtime=rt)
+
+
 async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow_id: str) -> None:
     mem = view(settings, workflow_id)
     assert (mem.working, mem.episodic, mem.ltm) == (None, None, None)
@@ -300,23 +319,6 @@ async def test_a_custom_redactor_is_applied(
     await rt.close()
 
 
-# --- views share one runtime -------------------------------------------------------------------
-
-
-async def test_views_of_one_runtime_share_clients_and_workflow_state(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
-) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client, blob=blob_storage)
-    a = rt.memory(workflow_id, "s1", "a1")
-    b = rt.memory(workflow_id, "s2", "a2")
-    assert a.episodic is b.episodic
-    assert a.runtime.redis is b.runtime.redis
-    await a.log_turn(1, "x", "y", "z")
-    await b.log_turn(1, "x", "y", "z")
-    assert len(await b.episodic.tail(10)) == 2  # type: ignore[union-attr]
-    await rt.close()
-
-
 async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_budget(
     tmp_path: Path, keyspace: KeySpace, workflow_id: str, blob_storage: Any
 ) -> None:
@@ -361,20 +363,3 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     assert await writer.flush(timeout=5.0) and applied == [0, 1, 2]
     await other.close()
     await writer.close()
-
-
-async def test_a_long_lived_runtime_does_not_keep_every_workflow_it_ever_saw(
-    settings: Settings, redis_client: Any
-) -> None:
-    import gc
-
-    from jarvismem.runtime import RECENT_WORKFLOWS
-
-    rt = MemoryRuntime(settings, redis=redis_client)
-    for i in range(RECENT_WORKFLOWS + 50):
-        await rt.memory(f"wf-{i}", "s1", "a1").log_turn(1, "t", "a", "r")
-    gc.collect()
-    assert len(rt._workflows) <= RECENT_WORKFLOWS + 1
-    kept = rt.memory("wf-0", "s1", "a1")  # evicted, then used again: same data
-    assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
-    await rt.close()

@@ -20,7 +20,6 @@ Retry policy (why it differs per endpoint):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any, Literal, TypeVar
 
@@ -48,7 +47,7 @@ from jarvismem.errors import (
 )
 from jarvismem.redaction import mask_url
 from jarvismem.resilience import Backoff, retrying
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
 
 __all__ = [
     "EVENT_TYPES",
@@ -59,8 +58,6 @@ __all__ = [
     "EventType",
     "MidTermChain",
     "StmEvent",
-    "close_athena_clients",
-    "get_athena_client",
 ]
 
 log = logging.getLogger(__name__)
@@ -487,44 +484,3 @@ class AthenaClient:
         if status >= 500:
             raise AthenaServerError(f"{where}: {message}", status=status, code=code)
         raise AthenaUnavailableError(f"{where}: unexpected status", status=status)
-
-
-# --- one client per process ---------------------------------------------------------------
-
-_clients: dict[tuple[str, str, str], AthenaClient] = {}
-
-
-def _fingerprint(secret: str | None) -> str:
-    # The cache key holds a digest, not the secret itself.
-    return hashlib.sha256(secret.encode()).hexdigest() if secret else ""
-
-
-def get_athena_client(settings: Settings | None = None) -> AthenaClient | None:
-    """The process's client for ``ATHENA_URL``, or None when Athena is not configured.
-
-    Args:
-        settings: the settings to use; None loads them from the environment.
-
-    Returns one cached :class:`AthenaClient` per (URL, API key, JWT), so every
-    caller shares one connection pool. A cached client that was closed is
-    replaced by a fresh one.
-    """
-    settings = settings if settings is not None else load_settings()
-    if not settings.athena_url:
-        return None
-    key_secret = settings.athena_api_key.get_secret_value() if settings.athena_api_key else None
-    jwt_secret = settings.athena_jwt_token.get_secret_value() if settings.athena_jwt_token else None
-    cache_key = (settings.athena_url, _fingerprint(key_secret), _fingerprint(jwt_secret))
-    client = _clients.get(cache_key)
-    if client is None or client.is_closed:
-        client = AthenaClient.from_settings(settings)
-        _clients[cache_key] = client
-    return client
-
-
-async def close_athena_clients() -> None:
-    """Close every cached client (process shutdown, or between test event loops)."""
-    clients = list(_clients.values())
-    _clients.clear()
-    for client in clients:
-        await client.aclose()

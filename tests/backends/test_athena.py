@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from jarvismem.backends.athena import AthenaClient, get_athena_client
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -21,7 +21,6 @@ from jarvismem.errors import (
     InvalidIdError,
     InvalidPayloadError,
 )
-from jarvismem.settings import load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer, embed
 
 API_KEY = "test-key-0123456789"
@@ -450,26 +449,6 @@ async def test_redirect_not_followed_so_credentials_stay_home() -> None:
         with pytest.raises(AthenaUnavailableError, match="redirect"):
             await c.create_session("t", "u")
     assert seen == ["athena.test"]
-
-
-def test_get_athena_client_is_none_without_url() -> None:
-    assert get_athena_client(load_settings(_env_file=None, athena_url=None)) is None
-
-
-async def test_get_athena_client_caches_one_client_per_url_and_key() -> None:
-    settings = load_settings(_env_file=None, athena_url="http://athena.test:8080")
-    first = get_athena_client(settings)
-    assert first is not None
-    assert get_athena_client(settings) is first
-    other = get_athena_client(
-        load_settings(_env_file=None, athena_url="http://athena.test:8080", athena_api_key="k" * 12)
-    )
-    assert other is not None and other is not first
-    await first.aclose()
-    replacement = get_athena_client(settings)
-    assert replacement is not None and replacement is not first
-    await replacement.aclose()
-    await other.aclose()
 
 
 def test_repr_hides_credentials() -> None:

@@ -1,0 +1,182 @@
+"""What every view of one workflow shares inside a process.
+
+A :class:`WorkflowState` holds the workflow's ledger, its durable writers (Redis
+and blob, each with its outbox), its checkpoint stores, its long-term memory and
+its compactor. It is given the clients and outboxes it uses; it never reaches
+back into the engine that made it, so a state nobody uses is freed at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.llm import Summarizer
+from jarvismem.backends.outbox import Outbox
+from jarvismem.errors import BackendRejectedError
+from jarvismem.keys import KeySpace
+from jarvismem.redaction import Redactor
+from jarvismem.settings import Settings
+from jarvismem.tiers.checkpoints import CheckpointStore
+from jarvismem.tiers.compaction import CompactionPolicy, Compactor
+from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.episodic import EpisodicLedger
+from jarvismem.tiers.longterm import LongTermMemory
+
+
+class _RedisApplier:
+    """Applies the Redis outbox records of one workflow (turns and checkpoints).
+
+    Kept apart from :class:`WorkflowState` on purpose: the writer holds this
+    object, not the state, so a state nobody uses is freed at once (no
+    reference cycle through a bound method keeping its outboxes open).
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        keyspace: KeySpace,
+        settings: Settings,
+        workflow_id: str,
+        ledger: EpisodicLedger,
+    ) -> None:
+        self.redis = redis
+        self.keyspace = keyspace
+        self.settings = settings
+        self.workflow_id = workflow_id
+        self.ledger = ledger
+        self.checkpoints: dict[str, CheckpointStore] = {}
+
+    def checkpoint_store(self, step_id: str) -> CheckpointStore:
+        store = self.checkpoints.get(step_id)
+        if store is None:
+            store = CheckpointStore(
+                self.redis,
+                self.keyspace,
+                self.workflow_id,
+                step_id,
+                ttl_seconds=self.settings.ttl_seconds,
+                max_bytes=self.settings.max_checkpoint_bytes,
+            )
+            self.checkpoints[step_id] = store
+        return store
+
+    async def __call__(self, record: dict[str, Any]) -> Any:
+        op = record.get("op")
+        if op == "turn":
+            return await self.ledger.append_encoded(record["args"], record["field"])
+        if op == "checkpoint":
+            # Replayed and live-queued saves alike: idempotent by op id, and
+            # skipped when a newer save is stored (monotonic).
+            return await self.checkpoint_store(record["step"]).save_validated(
+                record["state"],
+                ts=record["ts"],
+                stamp=record.get("stamp") or int(float(record["ts"]) * 1_000_000),
+                op_id=record.get("opid") or f"legacy-{record['ts']!r}",
+                replay=True,
+            )
+        raise BackendRejectedError(f"unknown outbox record op {op!r}")
+
+
+class _BlobApplier:
+    """Applies the blob outbox records of one workflow (scratchpad appends)."""
+
+    def __init__(self, blob: BlobStorage) -> None:
+        self.blob = blob
+
+    async def __call__(self, record: dict[str, Any]) -> bool:
+        if record.get("op") != "append":
+            raise BackendRejectedError(f"unknown outbox record op {record.get('op')!r}")
+        await self.blob.append(record["path"], record["data"].encode("utf-8"))
+        return True
+
+
+class WorkflowState:
+    """What every view of one workflow shares inside a process.
+
+    A part exists only when its backends do: the ledger, checkpoints and Redis
+    writer with Redis; the blob writer with blob storage; long-term memory and
+    its compactor with both. ``redis_outbox``/``blob_outbox`` are required with
+    their backend (the engine gives the process's one outbox per file).
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        *,
+        settings: Settings,
+        keyspace: KeySpace,
+        redis: Any = None,
+        blob: BlobStorage | None = None,
+        redactor: Redactor,
+        summarizer: Summarizer,
+        redis_outbox: Outbox | None = None,
+        blob_outbox: Outbox | None = None,
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.ledger: EpisodicLedger | None = None
+        self.redis_writer: DurableWriter | None = None
+        self.blob_writer: DurableWriter | None = None
+        self.ltm: LongTermMemory | None = None
+        self.compactor: Compactor | None = None
+        self._redis_applier: _RedisApplier | None = None
+        s = settings
+        if redis is not None:
+            if redis_outbox is None:
+                raise ValueError("a workflow with Redis needs its Redis outbox")
+            self.ledger = EpisodicLedger(
+                redis, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, max_len=s.ledger_max_len
+            )
+            self._redis_applier = _RedisApplier(redis, keyspace, s, workflow_id, self.ledger)
+            self.redis_writer = DurableWriter(
+                f"redis[{workflow_id}]",
+                redis_outbox,
+                self._redis_applier,
+                timeout=s.tier_timeout_episodic,
+            )
+        if blob is not None:
+            if blob_outbox is None:
+                raise ValueError("a workflow with blob storage needs its blob outbox")
+            self.blob_writer = DurableWriter(
+                f"blob[{workflow_id}]",
+                blob_outbox,
+                _BlobApplier(blob),
+                timeout=s.tier_timeout_working,
+            )
+        if redis is not None and blob is not None:
+            self.ltm = LongTermMemory(
+                redis, blob, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, redactor=redactor
+            )
+            assert self.ledger is not None
+            self.compactor = Compactor(
+                redis,
+                self.ltm,
+                self.ledger,
+                summarizer,
+                keyspace,
+                workflow_id,
+                CompactionPolicy.from_settings(s),
+            )
+
+    @property
+    def writers(self) -> tuple[DurableWriter, ...]:
+        """The workflow's durable writers (Redis, blob), those that exist."""
+        return tuple(w for w in (self.redis_writer, self.blob_writer) if w is not None)
+
+    def checkpoints(self, step_id: str) -> CheckpointStore:
+        """The checkpoint store of one step (needs Redis; one object per step)."""
+        assert self._redis_applier is not None
+        return self._redis_applier.checkpoint_store(step_id)
+
+    async def durable_append(self, path: str, data: bytes) -> bool:
+        """Append to a blob now, or queue it in order in the blob outbox."""
+        assert self.blob_writer is not None
+        record = {"op": "append", "path": path, "data": data.decode("utf-8")}
+        return (await self.blob_writer.submit(record)) is not None
+
+    async def close(self) -> None:
+        """Close the writers (their outboxes stay on disk) and stop compaction."""
+        for writer in self.writers:
+            await writer.close()
+        if self.compactor is not None:
+            await self.compactor.aclose()

@@ -1,0 +1,112 @@
+"""Athena state per agent: the id sent to Athena, the LRU bound, the sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.engine.athena_agents import SWEEP_BACKOFF, AthenaAgents, AthenaFactory
+from jarvismem.keys import MAX_ID_LENGTH, KeySpace
+from jarvismem.redaction import no_redaction
+from jarvismem.resilience import Backoff
+from jarvismem.settings import Settings
+from jarvismem.testing.fake_athena import FakeAthenaServer
+
+
+@pytest.fixture
+def athena_server() -> Iterator[FakeAthenaServer]:
+    server = FakeAthenaServer(hang_seconds=3.0).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def client(athena_server: FakeAthenaServer) -> AsyncIterator[AthenaClient]:
+    async with AthenaClient(athena_server.url, timeout=2.0) as c:
+        yield c
+
+
+def _factory(
+    client: AthenaClient, settings: Settings, namespace: str | None = None
+) -> AthenaFactory:
+    return AthenaFactory(
+        client,
+        None,
+        keyspace=KeySpace(namespace or settings.jarvismem_namespace),
+        settings=settings,
+        redactor=no_redaction,
+    )
+
+
+async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def test_agent_ids_sent_to_athena_carry_the_namespace_except_the_default(
+    settings: Settings,
+) -> None:
+    client = AthenaClient("http://athena.test")
+    assert _factory(client, settings, "default").agent_id("a1") == "a1"
+    assert _factory(client, settings, "acme").agent_id("a1") == "acme.a1"
+    long_id = "a" * MAX_ID_LENGTH
+    digest = _factory(client, settings, "acme").agent_id(long_id)
+    assert digest.startswith("ns-") and len(digest) <= MAX_ID_LENGTH
+    assert digest == _factory(client, settings, "acme").agent_id(long_id)  # stable
+
+
+def test_each_tenant_and_server_has_its_own_outbox_file(settings: Settings) -> None:
+    here = _factory(AthenaClient("http://athena.test"), settings)
+    there = _factory(AthenaClient("http://other.test"), settings)
+    other_tenant = _factory(
+        AthenaClient("http://athena.test"), settings.model_copy(update={"athena_tenant_id": "t2"})
+    )
+    paths = {f.outbox("a1").path for f in (here, there, other_tenant)}
+    assert len(paths) == 3
+    assert here.outbox("a1").path == here.outbox("a1").path
+
+
+async def test_past_the_bound_the_least_recently_used_agent_is_retired(
+    settings: Settings, client: AthenaClient
+) -> None:
+    agents = AthenaAgents(_factory(client, settings), max_live=2)
+    first = await agents.get("a0")
+    await agents.get("a1")
+    agents.get_nowait("a0")  # a0 used again: a1 is now the oldest
+    agents.get_nowait("a2")
+    assert agents.live("a1") is None and agents.live("a0") is first
+    await _wait_for(lambda: not agents.retiring)
+    await _wait_for(lambda: len(agents.started()) == 2)
+    assert {agent for agent, _ in agents.started()} == {"a0", "a2"}
+    await agents.close()
+
+
+async def test_records_an_evicted_agent_left_are_swept_once_athena_answers(
+    settings: Settings, client: AthenaClient, athena_server: FakeAthenaServer
+) -> None:
+    fast = Backoff(base=0.02, cap=0.1, jitter="none")
+    agents = AthenaAgents(_factory(client, settings), max_live=1, sweep_backoff=fast)
+    athena_server.mode = "error500"
+    evicted = agents.get_nowait("a0")
+    await evicted.record_turn(1, "t", "a", "r", workflow_id="wf", step_id="s1", agent_id="a0")
+    agents.get_nowait("a1")  # a0 retired with its turn still queued
+    await _wait_for(lambda: not agents.retiring)
+    assert agents.live("a0") is None
+    athena_server.mode = "ok"
+    await _wait_for(lambda: len(athena_server.events) >= 3)
+    await _wait_for(lambda: not agents._unsent)
+    await agents.close()
+
+
+def test_the_sweeper_backs_off_from_one_to_thirty_seconds() -> None:
+    delays = [SWEEP_BACKOFF.delay(n) for n in range(8)]
+    assert delays[:3] == [1.0, 2.0, 4.0]
+    assert delays[-1] == 30.0 and max(delays) == 30.0

@@ -1,0 +1,89 @@
+"""MemoryEngine: clients, per-workflow state (bounded), outboxes, close."""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+
+from jarvismem.engine.core import MemoryEngine, shared_summarizer
+from jarvismem.errors import ConfigError
+from jarvismem.memory import UnifiedMemory
+from jarvismem.settings import Settings
+
+
+async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
+    settings: Settings, workflow_id: str
+) -> None:
+    engine = MemoryEngine(settings)
+    state = engine.workflow(workflow_id)
+    assert (state.ledger, state.redis_writer, state.blob_writer, state.ltm) == (None,) * 4
+    assert engine.destination("redis") is None and engine.destination("blob") is None
+    assert await engine.athena_memory("a1") is None
+    assert engine.athena_memory_nowait("a1") is None
+    with pytest.raises(ConfigError, match="ATHENA_URL"):
+        engine.athena_outbox("a1")
+    assert engine.recall_store is None and not engine.embedded
+    await engine.close()
+    assert engine.closed
+    await engine.close()
+
+
+async def test_one_workflow_state_and_one_outbox_per_workflow(
+    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+) -> None:
+    engine = MemoryEngine(settings, redis=redis_client, blob=blob_storage)
+    state = engine.workflow(workflow_id)
+    assert engine.workflow(workflow_id) is state
+    assert engine.outbox("redis", workflow_id) is state.redis_writer.outbox  # type: ignore[union-attr]
+    assert engine.outbox("blob", workflow_id) is state.blob_writer.outbox  # type: ignore[union-attr]
+    # Outbox files are named by the destination they deliver to.
+    redis_dst = engine.destination("redis")
+    assert redis_dst is not None and redis_dst != engine.destination("blob")
+    assert redis_dst in str(engine.outbox("redis", workflow_id).path)
+    assert engine.open_writers() == list(state.writers)
+    await engine.close()
+
+
+async def test_any_engine_serves_views_and_keeps_only_recent_workflows(
+    settings: Settings, redis_client: Any
+) -> None:
+    engine = MemoryEngine(settings, redis=redis_client, recent_workflows=8)
+    for i in range(40):
+        await UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
+    gc.collect()
+    assert len(engine._workflows) <= 8 + 1
+    kept = UnifiedMemory("wf-0", "s1", "a1", runtime=engine)  # evicted, used again: same data
+    assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
+    await engine.close()
+
+
+async def test_closing_an_engine_leaves_clients_it_does_not_own_open(
+    settings: Settings, redis_client: Any, blob_storage: Any
+) -> None:
+    engine = MemoryEngine(settings, redis=redis_client, blob=blob_storage)
+    await UnifiedMemory("wf", "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
+    await engine.close()
+    assert await redis_client.ping()
+    await blob_storage.append("still/open.txt", b"x")
+
+
+async def test_engines_not_owning_clients_share_one_summarizer_per_settings(
+    settings: Settings,
+) -> None:
+    first, second = MemoryEngine(settings), MemoryEngine(settings)
+    assert first.summarizer is second.summarizer is shared_summarizer(settings)
+    owner = MemoryEngine(settings, owns_clients=True)
+    assert owner.summarizer is not first.summarizer
+    for engine in (first, second, owner):
+        await engine.close()
+
+
+def test_defaults_follow_the_settings(settings: Settings) -> None:
+    engine = MemoryEngine(settings.model_copy(update={"redaction_enabled": False}))
+    assert engine.redactor("api_key=sk-abcdefghijklmnopqrstuvwx") == (
+        "api_key=sk-abcdefghijklmnopqrstuvwx"
+    )
+    assert engine.keyspace.namespace == settings.jarvismem_namespace
+    assert engine.policy is not None

@@ -1,0 +1,103 @@
+"""WorkflowState: which parts exist per backend, the outbox appliers, durable appends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.backends.llm import create_summarizer
+from jarvismem.backends.outbox import Outbox
+from jarvismem.engine.workflow import WorkflowState, _BlobApplier, _RedisApplier
+from jarvismem.errors import BackendRejectedError
+from jarvismem.keys import KeySpace
+from jarvismem.redaction import no_redaction
+from jarvismem.settings import Settings
+from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+
+
+def _state(
+    settings: Settings, tmp_path: Path, *, redis: Any = None, blob: Any = None
+) -> WorkflowState:
+    return WorkflowState(
+        "wf",
+        settings=settings,
+        keyspace=KeySpace(settings.jarvismem_namespace),
+        redis=redis,
+        blob=blob,
+        redactor=no_redaction,
+        summarizer=create_summarizer(settings),
+        redis_outbox=None if redis is None else Outbox(tmp_path / "redis.jsonl"),
+        blob_outbox=None if blob is None else Outbox(tmp_path / "blob.jsonl"),
+    )
+
+
+async def test_redis_alone_gives_ledger_checkpoints_and_a_redis_writer(
+    settings: Settings, tmp_path: Path, redis_client: Any
+) -> None:
+    state = _state(settings, tmp_path, redis=redis_client)
+    assert state.ledger is not None and state.redis_writer is not None
+    assert (state.blob_writer, state.ltm, state.compactor) == (None, None, None)
+    assert state.writers == (state.redis_writer,)
+    assert state.checkpoints("s1") is state.checkpoints("s1")
+    assert state.checkpoints("s1") is not state.checkpoints("s2")
+    await state.close()
+
+
+async def test_both_backends_add_long_term_memory_and_its_compactor(
+    settings: Settings, tmp_path: Path, redis_client: Any, blob_storage: Any
+) -> None:
+    state = _state(settings, tmp_path, redis=redis_client, blob=blob_storage)
+    assert state.ltm is not None and state.compactor is not None
+    assert state.writers == (state.redis_writer, state.blob_writer)
+    await state.close()
+
+
+def test_a_backend_without_its_outbox_is_refused(
+    settings: Settings, redis_client: Any, blob_storage: Any
+) -> None:
+    common: dict[str, Any] = {
+        "settings": settings,
+        "keyspace": KeySpace(settings.jarvismem_namespace),
+        "redactor": no_redaction,
+        "summarizer": create_summarizer(settings),
+    }
+    with pytest.raises(ValueError, match="Redis outbox"):
+        WorkflowState("wf", redis=redis_client, **common)
+    with pytest.raises(ValueError, match="blob outbox"):
+        WorkflowState("wf", blob=blob_storage, **common)
+
+
+async def test_durable_appends_reach_the_blob_in_order(
+    settings: Settings, tmp_path: Path, blob_storage: Any
+) -> None:
+    state = _state(settings, tmp_path, blob=blob_storage)
+    for n in range(3):
+        assert await state.durable_append("notes/a.txt", f"{n}\n".encode())
+    assert await blob_storage.read("notes/a.txt") == b"0\n1\n2\n"
+    await state.close()
+
+
+async def test_the_redis_applier_replays_turns_and_checkpoints(
+    settings: Settings, redis_client: Any, keyspace: KeySpace
+) -> None:
+    ledger = EpisodicLedger(redis_client, keyspace, "wf")
+    apply = _RedisApplier(redis_client, keyspace, settings, "wf", ledger)
+    entry = {"turn_id": "1", "step_id": "s1", "agent_id": "a1", "thought": "t"}
+    field = KeySpace.turn_field("s1", "a1", "1")
+    await apply({"op": "turn", "args": encode_fields(entry), "field": field})
+    await apply({"op": "checkpoint", "step": "s1", "state": '{"n": 1}', "ts": 1.0})
+    assert len(await ledger.tail(5)) == 1
+    stored = await apply.checkpoint_store("s1").load()
+    assert stored is not None and stored.state == '{"n": 1}'
+    with pytest.raises(BackendRejectedError, match="unknown outbox record op"):
+        await apply({"op": "drop-table"})
+
+
+async def test_the_blob_applier_refuses_unknown_records(blob_storage: Any) -> None:
+    apply = _BlobApplier(blob_storage)
+    assert await apply({"op": "append", "path": "x.txt", "data": "hi"})
+    assert await blob_storage.read("x.txt") == b"hi"
+    with pytest.raises(BackendRejectedError):
+        await apply({"op": "delete", "path": "x.txt"})

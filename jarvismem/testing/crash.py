@@ -47,6 +47,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jarvismem.errors import BackendUnavailableError, BlobError, BlobNotFoundError
+from jarvismem.keys import KeySpace
+from jarvismem.records import encode_record, parse_records, turn_record
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import Settings, load_settings
+
 WORKFLOW = "crash-wf"
 STEP = "s1"
 AGENT = "a1"
@@ -215,9 +221,7 @@ def checkpoint_state(turn: int) -> str:
 # --- the child: a long-lived agent loop ---------------------------------------------------
 
 
-def _child_settings(redis_url: str, root: Path) -> Any:
-    from jarvismem.settings import load_settings
-
+def _child_settings(redis_url: str, root: Path) -> Settings:
     return load_settings(
         _env_file=None,
         redis_url=redis_url,
@@ -240,9 +244,6 @@ def _emit(line: str) -> None:
 
 
 async def _child_loop(redis_url: str, root: Path, start_turn: int) -> None:
-    from jarvismem.errors import BackendUnavailableError, BlobError
-    from jarvismem.runtime import MemoryRuntime
-
     rt = await MemoryRuntime.from_env(_child_settings(redis_url, root))
     mem = rt.memory(WORKFLOW, STEP, AGENT)
     bundle = await mem.rehydrate_bundle(ledger_tail=5)
@@ -457,21 +458,10 @@ def _check_rehydrate(rehy: dict[str, Any], acks: _Acks, report: CrashReport) -> 
 
 def _tear_tail(root: Path, rng: random.Random) -> bool:
     """Append a cut-off record to the scratchpad, as a torn write would leave it."""
-    from jarvismem.keys import KeySpace
-    from jarvismem.tiers.working import encode_record
-
     path = root / "blobs" / KeySpace(NAMESPACE).scratchpad(WORKFLOW, STEP, AGENT)
     if not path.exists():
         return False
-    record = encode_record(
-        {
-            "ts": 0.0,
-            "type": "turn",
-            "scope": "step",
-            "turn_id": "torn",
-            "data": {"thought": "x" * 200},
-        }
-    )
+    record = encode_record(turn_record("torn", {"thought": "x" * 200}, 0.0))
     cut = rng.randrange(2, len(record) - 2)
     with path.open("ab") as fh:
         fh.write(record[:cut])
@@ -480,10 +470,6 @@ def _tear_tail(root: Path, rng: random.Random) -> bool:
 
 async def verify(redis_url: str, root: Path, acks: _Acks, report: CrashReport) -> None:
     """Replay what the outboxes hold, then check every tier against the acks."""
-    from jarvismem.errors import BlobNotFoundError
-    from jarvismem.runtime import MemoryRuntime
-    from jarvismem.tiers.working import parse_records
-
     rt = await MemoryRuntime.from_env(_child_settings(redis_url, root))
     try:
         mem = rt.memory(WORKFLOW, STEP, AGENT)

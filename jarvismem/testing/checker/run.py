@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jarvismem.backends.outbox import Outbox
+from jarvismem.errors import SpaceNotFoundError
+from jarvismem.keys import KeySpace
+from jarvismem.records import decode_entry
+from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.checker.faults import ALL_FAULTS, ATHENA_FAULTS, FaultInjector
 from jarvismem.testing.checker.history import STATS, completed, history_files, read_history
 from jarvismem.testing.checker.verify import Observed, Verdict, verify
@@ -29,6 +34,7 @@ from jarvismem.testing.checker.worker import (
     worker_settings,
 )
 from jarvismem.testing.crash import RedisServerProcess
+from jarvismem.testing.fake_athena import FakeAthenaServer
 
 TENANTS = ("ta", "tb")
 PROGRESS_EVERY = 5.0
@@ -205,8 +211,6 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
     try:
         redis.start()
         if config.athena:
-            from jarvismem.testing.fake_athena import FakeAthenaServer
-
             athena = FakeAthenaServer(api_key=ATHENA_KEY, hang_seconds=3.0).start()
         blob_root = root / "blobs"
         blob_root.mkdir(exist_ok=True)
@@ -312,9 +316,6 @@ async def _recover_and_observe(
     base: dict[str, Any], tenants: tuple[str, ...], athena: Any
 ) -> Observed:
     """A fresh runtime per tenant rehydrates and flushes every workflow; then read the state."""
-    from jarvismem.keys import KeySpace
-    from jarvismem.runtime import MemoryRuntime
-
     for tenant in tenants:
         settings = worker_settings(
             redis_url=base["redis_url"],
@@ -349,10 +350,6 @@ async def _recover_and_observe(
 
 
 async def _observe(rt: Any, ks: Any, base: dict[str, Any], athena: Any) -> Observed:
-    from jarvismem.backends.outbox import Outbox
-    from jarvismem.errors import SpaceNotFoundError
-    from jarvismem.tiers.episodic import decode_entry
-
     redis = rt.redis
     obs = Observed()
     for wf in base["workflows"]:

@@ -191,6 +191,11 @@ class FakeAthenaServer(FakeHttpServer):
         with self._lock:
             return list(self._sessions)
 
+    def session_tenants(self) -> dict[str, str]:
+        """The tenant of each session that exists, by session id."""
+        with self._lock:
+            return {sid: session.tenant for sid, session in self._sessions.items()}
+
     def stm(self, tenant: str, user: str, agent: str) -> list[dict[str, Any]]:
         """The short-term window of (tenant, user, agent), oldest first."""
         with self._lock:

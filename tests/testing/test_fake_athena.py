@@ -80,3 +80,10 @@ def test_a_restarted_fake_keeps_its_port_and_its_memory(athena: FakeAthenaServer
     athena.start()
     assert athena.port == port and sid in athena.session_ids
     assert httpx.get(athena.url + "/health").status_code == 200
+
+
+def test_session_tenants_map_each_session_to_its_tenant(athena: FakeAthenaServer) -> None:
+    sid = _session(athena)
+    assert athena.session_tenants() == {sid: "t"}
+    athena.forget_session(sid)
+    assert athena.session_tenants() == {}

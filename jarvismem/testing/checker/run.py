@@ -205,7 +205,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
     report.workdir = str(root)
     say = config.progress or (lambda line: None)
     redis = RedisServerProcess(root / "redis", port=config.redis_port, appendfsync="always")
-    athena: Any = None
+    athena: FakeAthenaServer | None = None
     workers: _Workers | None = None
     injector: FaultInjector | None = None
     try:
@@ -313,7 +313,7 @@ def _fill(report: CheckerReport, verdict: Verdict, ops: list[dict[str, Any]]) ->
 
 
 async def _recover_and_observe(
-    base: dict[str, Any], tenants: tuple[str, ...], athena: Any
+    base: dict[str, Any], tenants: tuple[str, ...], athena: FakeAthenaServer | None
 ) -> Observed:
     """A fresh runtime per tenant rehydrates and flushes every workflow; then read the state."""
     for tenant in tenants:
@@ -349,7 +349,9 @@ async def _recover_and_observe(
     return obs
 
 
-async def _observe(rt: Any, ks: Any, base: dict[str, Any], athena: Any) -> Observed:
+async def _observe(
+    rt: Any, ks: Any, base: dict[str, Any], athena: FakeAthenaServer | None
+) -> Observed:
     redis = rt.redis
     obs = Observed()
     for wf in base["workflows"]:
@@ -376,9 +378,7 @@ async def _observe(rt: Any, ks: Any, base: dict[str, Any], athena: Any) -> Obser
                 tasks = []
             obs.tasks[f"{wf}:{agent}"] = [str(t.get("text")) for t in tasks]
     if athena is not None:
-        # The fake keeps each session's tenant privately; read it under its lock.
-        with athena._lock:
-            tenant_of = {sid: s.tenant for sid, s in athena._sessions.items()}
+        tenant_of = athena.session_tenants()
         for sid, event in athena.events:
             if event.get("type") == "thought":
                 obs.athena_events.append((tenant_of.get(sid, "?"), str(event.get("content"))))

@@ -11,10 +11,9 @@ from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.keys import KeySpace
+from jarvismem.records import encode_fields, encode_record
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.tiers.episodic import encode_fields
-from jarvismem.tiers.working import encode_record
 
 _WORDS = (
     "the agent checks inventory before it plans route cache index result query tool call "

@@ -28,10 +28,11 @@ from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_turn
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.stores import RecallStore
+from jarvismem.records import encode_fields
 from jarvismem.settings import Settings, load_settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
-from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import WorkingScratchpad

@@ -13,8 +13,9 @@ from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.cli._render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
+from jarvismem.records import as_text, decode_entry
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.tiers.episodic import decode_entry
+from jarvismem.spaces.store import SpacesStore
 
 
 def _positive(value: str) -> int:
@@ -135,8 +136,7 @@ async def _last_id(rt: MemoryRuntime, key: str) -> str:
     rows = await rt.redis.xrevrange(key, count=1)
     if not rows:
         return "0-0"
-    raw = rows[0][0]
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
+    return as_text(rows[0][0])
 
 
 async def _follow(
@@ -230,8 +230,6 @@ async def spaces(ctx: CliContext) -> int:
     a = ctx.args
     async with ctx.runtime() as rt:
         _require_redis(rt)
-        from jarvismem.spaces.store import SpacesStore
-
         store = SpacesStore(
             rt.redis, rt.keyspace, a.workflow, a.agent, ttl_seconds=rt.settings.ttl_seconds
         )

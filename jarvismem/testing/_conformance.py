@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-try:  # mark the checks for pytest-asyncio in strict mode too; pytest stays optional
-    import pytest
 
-    PYTEST_MARKS: list[Any] = [pytest.mark.asyncio]
-except ImportError:  # pragma: no cover - pytest absent
-    PYTEST_MARKS = []
+def _pytest_marks() -> list[Any]:
+    """The marks that let pytest-asyncio run the checks in strict mode too.
+
+    pytest is optional for the harness (``run_checks`` needs none of it), so it
+    is looked up by name rather than imported: without it there are no marks.
+    """
+    try:
+        pytest = importlib.import_module("pytest")
+    except ImportError:  # pragma: no cover - pytest absent
+        return []
+    return [pytest.mark.asyncio]
+
+
+PYTEST_MARKS: list[Any] = _pytest_marks()
 
 
 @contextmanager

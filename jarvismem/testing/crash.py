@@ -36,8 +36,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,136 +45,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jarvismem.errors import BackendUnavailableError, BlobError, BlobNotFoundError
+from jarvismem.keys import KeySpace
+from jarvismem.records import encode_record, parse_records, turn_record
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import Settings, load_settings
+
+# The private redis-server moved to its own module; crash's names stay importable.
+from jarvismem.testing.redis_server import RedisServerProcess as RedisServerProcess
+from jarvismem.testing.redis_server import free_port as free_port
+
 WORKFLOW = "crash-wf"
 STEP = "s1"
 AGENT = "a1"
 NAMESPACE = "crash"
 CHECKPOINT_EVERY = 3
 SUMMARY_EVERY = 7
-
-
-# --- a private redis-server ------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _ping(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            sock.sendall(b"PING\r\n")
-            # A server still loading its AOF answers -LOADING: not ready yet.
-            return sock.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisServerProcess:
-    """A ``redis-server`` of our own on loopback, killable and restartable.
-
-    ``directory``: where its AOF (and log) live; ``appendfsync``: ``always``,
-    ``everysec`` or ``no``; ``persistence``: False runs without AOF or RDB.
-    ``extra_args``: more ``--option value`` words for redis-server.
-    """
-
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        port: int | None = None,
-        appendfsync: str = "always",
-        persistence: bool = True,
-        extra_args: list[str] | None = None,
-    ) -> None:
-        self.directory = Path(directory)
-        self.port = port or free_port()
-        self.appendfsync = appendfsync
-        self.persistence = persistence
-        self.extra_args = list(extra_args or [])
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``."""
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def command(self) -> list[str]:
-        """The redis-server command line."""
-        binary = shutil.which("redis-server") or "redis-server"
-        args = [
-            binary,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.directory),
-            "--save",
-            "",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.directory / "redis.log"),
-        ]
-        if self.persistence:
-            args += ["--appendonly", "yes", "--appendfsync", self.appendfsync]
-        else:
-            args += ["--appendonly", "no"]
-        return args + self.extra_args
-
-    def start(self, timeout: float = 20.0) -> None:
-        """Start (or restart from its AOF) and wait until it answers PING."""
-        if self.proc is not None and self.proc.poll() is None:
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"redis-server exited with {self.proc.returncode}; see "
-                    f"{self.directory / 'redis.log'}"
-                )
-            if _ping(self.port):
-                return
-            time.sleep(0.02)
-        raise RuntimeError(f"redis-server on port {self.port} did not answer in {timeout:g}s")
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash would (no shutdown save)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a stopped process must die too
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        """SIGSTOP: the port stays open but nothing answers (a hung server)."""
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """SIGCONT after :meth:`pause`."""
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGCONT)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def __enter__(self) -> RedisServerProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
 
 
 # --- deterministic content, so a re-logged turn is the same turn ------------------------
@@ -215,9 +99,7 @@ def checkpoint_state(turn: int) -> str:
 # --- the child: a long-lived agent loop ---------------------------------------------------
 
 
-def _child_settings(redis_url: str, root: Path) -> Any:
-    from jarvismem.settings import load_settings
-
+def _child_settings(redis_url: str, root: Path) -> Settings:
     return load_settings(
         _env_file=None,
         redis_url=redis_url,
@@ -240,9 +122,6 @@ def _emit(line: str) -> None:
 
 
 async def _child_loop(redis_url: str, root: Path, start_turn: int) -> None:
-    from jarvismem.errors import BackendUnavailableError, BlobError
-    from jarvismem.runtime import MemoryRuntime
-
     rt = await MemoryRuntime.from_env(_child_settings(redis_url, root))
     mem = rt.memory(WORKFLOW, STEP, AGENT)
     bundle = await mem.rehydrate_bundle(ledger_tail=5)
@@ -457,21 +336,10 @@ def _check_rehydrate(rehy: dict[str, Any], acks: _Acks, report: CrashReport) -> 
 
 def _tear_tail(root: Path, rng: random.Random) -> bool:
     """Append a cut-off record to the scratchpad, as a torn write would leave it."""
-    from jarvismem.keys import KeySpace
-    from jarvismem.tiers.working import encode_record
-
     path = root / "blobs" / KeySpace(NAMESPACE).scratchpad(WORKFLOW, STEP, AGENT)
     if not path.exists():
         return False
-    record = encode_record(
-        {
-            "ts": 0.0,
-            "type": "turn",
-            "scope": "step",
-            "turn_id": "torn",
-            "data": {"thought": "x" * 200},
-        }
-    )
+    record = encode_record(turn_record("torn", {"thought": "x" * 200}, 0.0))
     cut = rng.randrange(2, len(record) - 2)
     with path.open("ab") as fh:
         fh.write(record[:cut])
@@ -480,10 +348,6 @@ def _tear_tail(root: Path, rng: random.Random) -> bool:
 
 async def verify(redis_url: str, root: Path, acks: _Acks, report: CrashReport) -> None:
     """Replay what the outboxes hold, then check every tier against the acks."""
-    from jarvismem.errors import BlobNotFoundError
-    from jarvismem.runtime import MemoryRuntime
-    from jarvismem.tiers.working import parse_records
-
     rt = await MemoryRuntime.from_env(_child_settings(redis_url, root))
     try:
         mem = rt.memory(WORKFLOW, STEP, AGENT)

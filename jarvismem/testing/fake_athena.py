@@ -14,20 +14,16 @@ Run it standalone with ``python -m jarvismem.testing.fake_athena --port N``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
-import socket
-import threading
-import time
 import uuid
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlsplit
+
+from jarvismem.testing._fake_server import FakeHttpServer, RecordedRequest, Request, Response
 
 __all__ = ["EMBEDDING_DIM", "FakeAthenaServer", "Mode", "RecordedRequest", "embed"]
 
@@ -80,17 +76,6 @@ class _HttpError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedRequest:
-    """One request the fake received (headers with lower-case names)."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]
-    json: Any
-
-
 @dataclass
 class _Session:
     tenant: str
@@ -99,7 +84,7 @@ class _Session:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-class FakeAthenaServer:
+class FakeAthenaServer(FakeHttpServer):
     """A thread-safe fake of the Athena REST API on ``127.0.0.1``.
 
     Args:
@@ -110,7 +95,13 @@ class FakeAthenaServer:
         port: 0 picks a free port.
         hang_seconds: how long ``mode="hang"`` holds a request.
         slow_seconds: delay added by ``mode="slow"``.
+
+    The lifecycle (``start``/``stop``, ``url``) and the recorded ``requests`` come
+    from :class:`~jarvismem.testing._fake_server.FakeHttpServer`.
     """
+
+    methods = ("GET", "POST", "DELETE", "PUT", "PATCH")
+    thread_name = "fake-athena"
 
     def __init__(
         self,
@@ -130,10 +121,6 @@ class FakeAthenaServer:
         self.status = "healthy"
         self.dependencies: dict[str, str] = {"redis": "healthy", "mongodb": "healthy"}
         self.sessions_created = 0
-        self._host = host
-        self._port = port
-        self._lock = threading.RLock()
-        self._stopping = threading.Event()
         self._fail_count = 0
         self._fail_status = 500
         self._sessions: dict[str, _Session] = {}
@@ -141,65 +128,7 @@ class FakeAthenaServer:
         self._chains: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._ltm: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._events: list[tuple[str, dict[str, Any]]] = []
-        self._requests: list[RecordedRequest] = []
-        self._connections: set[socket.socket] = set()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # --- lifecycle ---------------------------------------------------------------------
-
-    def start(self) -> FakeAthenaServer:
-        """Bind and serve in a daemon thread; returns self."""
-        if self._httpd is not None:
-            return self
-        self._stopping.clear()
-        httpd = _Server((self._host, self._port), _make_handler(self))
-        httpd.daemon_threads = True
-        httpd.block_on_close = False  # a hanging request must not block stop()
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port (hanging requests are released too)."""
-        self._stopping.set()
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        # Kept-alive connections would otherwise go on being served by their
-        # handler threads: a stopped server must refuse, like a dead one.
-        with self._lock:
-            connections, self._connections = list(self._connections), set()
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeAthenaServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The bound port (after :meth:`start`)."""
-        if self._httpd is None:
-            raise RuntimeError("FakeAthenaServer is not running")
-        return int(self._httpd.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://{self._host}:{self.port}"
+        super().__init__(host=host, port=port)
 
     # --- seeding and fault injection ----------------------------------------------------
 
@@ -246,12 +175,6 @@ class FakeAthenaServer:
 
     # --- inspection --------------------------------------------------------------------
 
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every request received, oldest first (a copy)."""
-        with self._lock:
-            return list(self._requests)
-
     def requests_to(self, method: str, path_suffix: str) -> list[RecordedRequest]:
         """Recorded requests with this method whose path ends with ``path_suffix``."""
         return [r for r in self.requests if r.method == method and r.path.endswith(path_suffix)]
@@ -268,33 +191,23 @@ class FakeAthenaServer:
         with self._lock:
             return list(self._sessions)
 
+    def session_tenants(self) -> dict[str, str]:
+        """The tenant of each session that exists, by session id."""
+        with self._lock:
+            return {sid: session.tenant for sid, session in self._sessions.items()}
+
     def stm(self, tenant: str, user: str, agent: str) -> list[dict[str, Any]]:
         """The short-term window of (tenant, user, agent), oldest first."""
         with self._lock:
             return [dict(e) for e in self._stm.get((tenant, user, agent), ())]
 
-    def clear_requests(self) -> None:
-        """Forget the recorded requests."""
-        with self._lock:
-            self._requests.clear()
-
     # --- request handling (called from handler threads) ---------------------------------
 
-    def _handle(
-        self, method: str, raw_path: str, headers: dict[str, str], raw_body: bytes
-    ) -> tuple[int, bytes, str]:
-        parts = urlsplit(raw_path)
-        path = parts.path
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-        body: Any = None
-        body_error = False
-        if raw_body:
-            try:
-                body = json.loads(raw_body)
-            except ValueError:
-                body_error = True
+    def handle(self, request: Request) -> Response:
+        """Athena's answer to one request (faults first, then auth, then the route)."""
+        method, path, query, headers = request.method, request.path, request.query, request.headers
+        body = request.json
         with self._lock:
-            self._requests.append(RecordedRequest(method, path, query, dict(headers), body))
             mode = self.mode
             fail = self._fail_count > 0
             if fail:
@@ -305,12 +218,12 @@ class FakeAthenaServer:
         if mode == "error500":
             return _error(500, "datastore unavailable")
         if mode == "hang":
-            self._stopping.wait(self.hang_seconds)
+            self.stopping.wait(self.hang_seconds)
             return _error(504, "hung request released")
         if mode == "garbage":
-            return 200, b"<html>this is not json", "text/html"
+            return Response(200, b"<html>this is not json", "text/html")
         if mode == "slow":
-            self._stopping.wait(self.slow_seconds)
+            self.stopping.wait(self.slow_seconds)
         if path == "/health" and method == "GET":
             return _ok({"status": self.status, "timestamp": _now(), "service": "memory-os"})
         if not self._authorized(headers):
@@ -318,13 +231,17 @@ class FakeAthenaServer:
                 "error": "authentication_failed",
                 "message": "missing or invalid credentials",
             }
-            return 401, json.dumps(payload).encode(), "application/json"
+            return Response.of_json(401, payload)
         try:
-            if body_error or (body is not None and not isinstance(body, dict)):
+            if request.json_error or (body is not None and not isinstance(body, dict)):
                 raise _HttpError(400, "invalid JSON body")
             return _ok(self._route(method, path, query, _normalise(body or {})))
         except _HttpError as exc:
             return _error(exc.status, exc.message)
+
+    def error_response(self, exc: Exception) -> Response:
+        """A bug in the fake answers like the gateway's internal error."""
+        return _error(500, f"fake server error: {type(exc).__name__}")
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         if not self.api_key and not self.jwt_token:
@@ -531,61 +448,14 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
     return dict(value)
 
 
-def _ok(payload: dict[str, Any]) -> tuple[int, bytes, str]:
-    return 200, json.dumps(payload).encode(), "application/json"
+def _ok(payload: dict[str, Any]) -> Response:
+    return Response.of_json(200, payload)
 
 
-def _error(status: int, message: str) -> tuple[int, bytes, str]:
-    body = {"code": _GRPC.get(status, 2), "message": message, "details": []}
-    return status, json.dumps(body).encode(), "application/json"
-
-
-class _Server(ThreadingHTTPServer):
-    # The real server (Go net/http) listens with the OS's full backlog; the
-    # standard library's 5 would reset connections under a burst of clients.
-    request_queue_size = 1024
-
-
-def _make_handler(server: FakeAthenaServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes on a kept-alive connection:
-        # with Nagle on, the body waits for the client's delayed ACK (~40 ms).
-        disable_nagle_algorithm = True
-
-        def setup(self) -> None:
-            super().setup()
-            with server._lock:
-                server._connections.add(self.connection)
-
-        def finish(self) -> None:
-            with server._lock:
-                server._connections.discard(self.connection)
-            super().finish()
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            try:
-                status, body, ctype = server._handle(self.command, self.path, headers, raw)
-            except Exception as exc:  # a bug in the fake must still answer
-                status, body, ctype = _error(500, f"fake server error: {type(exc).__name__}")
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:
-                pass  # the client went away (e.g. it timed out on a hang)
-
-        do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # quiet: tests assert on recorded requests instead
-
-    return Handler
+def _error(status: int, message: str) -> Response:
+    return Response.of_json(
+        status, {"code": _GRPC.get(status, 2), "message": message, "details": []}
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -595,15 +465,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--api-key", default=None, help="require this API key")
     args = parser.parse_args(argv)
-    server = FakeAthenaServer(host=args.host, port=args.port, api_key=args.api_key).start()
+    server = FakeAthenaServer(host=args.host, port=args.port, api_key=args.api_key)
     print(f"fake Athena listening on {server.url}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
+    server.serve_until_interrupted()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ had in fact landed) stores it once.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -22,11 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.redis import redis_errors
-from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
-
-# Fields of a turn entry, in stream order.
-TURN_FIELDS = ("turn_id", "step_id", "agent_id", "ts", "thought", "action", "result", "tokens")
+from jarvismem.records import decode_entry, encode_fields
 
 # KEYS: ledger, turn index. ARGV: index field ("" = no dedupe), ttl seconds,
 # maxlen (0 = unbounded), then field/value pairs.
@@ -50,47 +46,9 @@ end
 return {1, id}
 """
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_loads = json.loads
-
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def decode_entry(stream_id: Any, fields: Mapping[Any, Any]) -> dict[str, Any]:
-    """A stream entry as a plain dict with its stream ``id``.
-
-    Every value was written as JSON, so the values are parsed with one
-    ``json.loads`` of ``[v1,v2,...]`` (3x faster than one call per field, on
-    the rehydrate path); anything else falls back to field by field.
-    """
-    values = list(fields.values())
-    try:
-        if values and all(isinstance(v, bytes) for v in values):
-            decoded = _loads(b"[" + b",".join(values) + b"]")
-        else:
-            decoded = _loads("[" + ",".join(_text(v) for v in values) + "]")
-    except (ValueError, TypeError):
-        decoded = None
-    # A raw value such as "1,2" would parse as two elements: lengths must match.
-    if isinstance(decoded, list) and len(decoded) == len(values):
-        out = {"id": _text(stream_id)}
-        out.update(zip((_text(k) for k in fields), decoded, strict=True))
-        return out
-    return _decode_fieldwise(stream_id, fields)
-
-
-def _decode_fieldwise(stream_id: Any, fields: Mapping[Any, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": _text(stream_id)}
-    for name, raw in fields.items():
-        key = _text(name)
-        try:
-            out[key] = _loads(raw)
-        except (ValueError, TypeError):
-            # Written by something else (e.g. redis-cli): keep the raw text.
-            out[key] = _text(raw)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,34 +178,6 @@ class EpisodicLedger:
         async with redis_errors(f"ledger of {self.workflow_id}: find turn"):
             raw = await self.redis.hget(self.index_key, field)
         return None if raw is None else _text(raw)
-
-
-def encode_fields(entry: Mapping[str, Any]) -> list[str]:
-    """Flatten a mapping into JSON-encoded ``[field, value, ...]`` for XADD."""
-    if not entry:
-        raise InvalidPayloadError("a ledger entry needs at least one field")
-    args: list[str] = []
-    for name, value in entry.items():
-        if not isinstance(name, str) or not name:
-            raise InvalidPayloadError("ledger entry field names must be non-empty strings")
-        try:
-            encoded = _dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(
-                f"ledger field {name!r} is not JSON-serialisable: {exc}"
-            ) from None
-        if not encoded.isascii():
-            # A lone surrogate passes json but not UTF-8 encoding on the wire; failing
-            # there, it looked like an outage and wedged the outbox behind it forever.
-            try:
-                encoded.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidPayloadError(
-                    f"ledger field {name!r} contains unpaired surrogates (not valid UTF-8)"
-                ) from None
-        args.append(name)
-        args.append(encoded)
-    return args
 
 
 # keys, args, and the future the caller awaits.

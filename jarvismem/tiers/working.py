@@ -15,60 +15,15 @@ finding while reading only a bounded tail of the (unbounded) scratchpad.
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
-
-log = logging.getLogger(__name__)
-
-Scope = Literal["step", "goal"]
-TURN = "turn"
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def encode_record(record: dict[str, Any]) -> bytes:
-    """One record as bytes ready to append (leading newline, see module doc)."""
-    try:
-        return ("\n" + _dumps(record)).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayloadError(f"scratchpad entry is not JSON-serialisable: {exc}") from None
-    except UnicodeEncodeError:
-        raise InvalidPayloadError("scratchpad entry contains unpaired surrogates") from None
-
-
-def parse_records(raw: bytes, *, source: str, partial_head: bool = False) -> list[dict[str, Any]]:
-    """Parse JSONL bytes, skipping torn or garbage lines with one warning.
-
-    ``partial_head``: the bytes come from a tail read and the first line may
-    start mid-record; it is dropped silently.
-    """
-    lines = raw.split(b"\n")
-    if partial_head and lines:
-        lines = lines[1:]
-    records: list[dict[str, Any]] = []
-    skipped = 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            skipped += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            skipped += 1
-    if skipped:
-        log.warning("scratchpad %s: skipped %d torn or unreadable line(s)", source, skipped)
-    return records
+from jarvismem.records import TURN, Scope, encode_record, parse_records
+from jarvismem.records import compact_json as _dumps
 
 
 class WorkingScratchpad:

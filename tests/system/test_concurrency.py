@@ -21,10 +21,10 @@ import pytest
 
 from jarvismem.errors import CheckpointConflictError, LockNotAcquiredError
 from jarvismem.keys import KeySpace
+from jarvismem.records import parse_records
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.tiers.working import parse_records
 from tests.conftest import AZURITE_CONNECTION_STRING, REAL_REDIS_URL, azurite_available
 
 pytestmark = pytest.mark.integration

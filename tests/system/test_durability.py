@@ -31,12 +31,12 @@ from jarvismem.backends.redis import create_redis
 from jarvismem.errors import BackendUnavailableError, CheckpointConflictError
 from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
+from jarvismem.records import encode_fields
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
-from jarvismem.tiers.episodic import encode_fields
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
 pytestmark = pytest.mark.integration

@@ -10,15 +10,13 @@ from pathlib import Path
 
 from jarvismem.testing.checker.faults import ALL_FAULTS
 from jarvismem.testing.checker.run import CheckerConfig, format_report, run_checker
-from jarvismem.testing.checker.worker import MUTATIONS
+from jarvismem.testing.checker.worker import MUTATIONS, worker_main
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 1 on any violation, 0 otherwise."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
-        from jarvismem.testing.checker.worker import worker_main
-
         return worker_main(Path(argv[1]))
     parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.checker")
     parser.add_argument("--seed", type=int, default=None, help="default: the current time")

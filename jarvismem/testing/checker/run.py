@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from jarvismem.backends.outbox import Outbox
+from jarvismem.errors import SpaceNotFoundError
+from jarvismem.keys import KeySpace
+from jarvismem.records import decode_entry
+from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.checker.faults import ALL_FAULTS, ATHENA_FAULTS, FaultInjector
 from jarvismem.testing.checker.history import STATS, completed, history_files, read_history
 from jarvismem.testing.checker.verify import Observed, Verdict, verify
@@ -29,6 +34,7 @@ from jarvismem.testing.checker.worker import (
     worker_settings,
 )
 from jarvismem.testing.crash import RedisServerProcess
+from jarvismem.testing.fake_athena import FakeAthenaServer
 
 TENANTS = ("ta", "tb")
 PROGRESS_EVERY = 5.0
@@ -199,14 +205,12 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
     report.workdir = str(root)
     say = config.progress or (lambda line: None)
     redis = RedisServerProcess(root / "redis", port=config.redis_port, appendfsync="always")
-    athena: Any = None
+    athena: FakeAthenaServer | None = None
     workers: _Workers | None = None
     injector: FaultInjector | None = None
     try:
         redis.start()
         if config.athena:
-            from jarvismem.testing.fake_athena import FakeAthenaServer
-
             athena = FakeAthenaServer(api_key=ATHENA_KEY, hang_seconds=3.0).start()
         blob_root = root / "blobs"
         blob_root.mkdir(exist_ok=True)
@@ -309,12 +313,9 @@ def _fill(report: CheckerReport, verdict: Verdict, ops: list[dict[str, Any]]) ->
 
 
 async def _recover_and_observe(
-    base: dict[str, Any], tenants: tuple[str, ...], athena: Any
+    base: dict[str, Any], tenants: tuple[str, ...], athena: FakeAthenaServer | None
 ) -> Observed:
     """A fresh runtime per tenant rehydrates and flushes every workflow; then read the state."""
-    from jarvismem.keys import KeySpace
-    from jarvismem.runtime import MemoryRuntime
-
     for tenant in tenants:
         settings = worker_settings(
             redis_url=base["redis_url"],
@@ -348,11 +349,9 @@ async def _recover_and_observe(
     return obs
 
 
-async def _observe(rt: Any, ks: Any, base: dict[str, Any], athena: Any) -> Observed:
-    from jarvismem.backends.outbox import Outbox
-    from jarvismem.errors import SpaceNotFoundError
-    from jarvismem.tiers.episodic import decode_entry
-
+async def _observe(
+    rt: Any, ks: Any, base: dict[str, Any], athena: FakeAthenaServer | None
+) -> Observed:
     redis = rt.redis
     obs = Observed()
     for wf in base["workflows"]:
@@ -379,9 +378,7 @@ async def _observe(rt: Any, ks: Any, base: dict[str, Any], athena: Any) -> Obser
                 tasks = []
             obs.tasks[f"{wf}:{agent}"] = [str(t.get("text")) for t in tasks]
     if athena is not None:
-        # The fake keeps each session's tenant privately; read it under its lock.
-        with athena._lock:
-            tenant_of = {sid: s.tenant for sid, s in athena._sessions.items()}
+        tenant_of = athena.session_tenants()
         for sid, event in athena.events:
             if event.get("type") == "thought":
                 obs.athena_events.append((tenant_of.get(sid, "?"), str(event.get("content"))))

@@ -14,12 +14,24 @@ import json
 import logging
 import random
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.outbox import Outbox
+from jarvismem.errors import (
+    CheckpointConflictError,
+    JarvisMemError,
+    LockNotAcquiredError,
+    SpaceNotFoundError,
+    TaskNotFoundError,
+)
+from jarvismem.keys import KeySpace
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.checker.history import (
     FAIL,
     INFO,
@@ -32,6 +44,7 @@ from jarvismem.testing.checker.history import (
     read_history,
 )
 from jarvismem.testing.checker.verify import CHECKER_TIMEOUT, turn_text
+from jarvismem.tiers.checkpoints import CheckpointStore
 
 ATHENA_KEY = "checker-key"
 NAMESPACE = "chk"
@@ -106,10 +119,8 @@ def worker_settings(
     outbox_path: str,
     tenant: str,
     athena_url: str | None,
-) -> Any:
+) -> Settings:
     """The settings every checker runtime uses (workers and the final recovery)."""
-    from jarvismem.settings import load_settings
-
     return load_settings(
         _env_file=None,
         redis_url=redis_url,
@@ -159,13 +170,6 @@ class _SlowCallbacks(logging.Filter):
 
 def _is_definite_refusal(exc: BaseException) -> bool:
     """Errors whose contract is "nothing was written" (a fail, not an unknown outcome)."""
-    from jarvismem.errors import (
-        CheckpointConflictError,
-        LockNotAcquiredError,
-        SpaceNotFoundError,
-        TaskNotFoundError,
-    )
-
     return isinstance(
         exc,
         CheckpointConflictError | LockNotAcquiredError | SpaceNotFoundError | TaskNotFoundError,
@@ -234,8 +238,6 @@ class Worker:
                 result = await fn() or {}
             status = OK
         except Exception as exc:
-            from jarvismem.errors import JarvisMemError
-
             if guard.expired():
                 status, result = INFO, {"err": CHECKER_TIMEOUT, "jm": False}
             else:
@@ -459,8 +461,6 @@ class Worker:
     # --- lifecycle ---------------------------------------------------------------------
 
     async def run(self) -> int:
-        from jarvismem.runtime import MemoryRuntime
-
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
         loop.slow_callback_duration = SLOW_CALLBACK_SECONDS
@@ -527,9 +527,6 @@ def apply_mutation(name: str) -> None:
     if name not in MUTATIONS:
         raise ValueError(f"unknown mutation {name!r}; known: {', '.join(MUTATIONS)}")
     if name == "random-athena-keys":
-        import uuid
-
-        from jarvismem.keys import KeySpace
 
         def random_key(self: KeySpace, *args: Any, **kwargs: Any) -> str:
             return uuid.uuid4().hex
@@ -537,8 +534,6 @@ def apply_mutation(name: str) -> None:
         KeySpace.athena_event_key = random_key  # type: ignore[method-assign]
         return
     if name == "unfenced-replay":
-        from jarvismem.tiers.checkpoints import CheckpointStore
-
         save = CheckpointStore.save_validated
 
         async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int:
@@ -546,8 +541,6 @@ def apply_mutation(name: str) -> None:
             return await save(self, state, **kwargs)
 
         CheckpointStore.save_validated = unfenced  # type: ignore[method-assign]
-    from jarvismem.backends.outbox import Outbox
-
     if not hasattr(Outbox, "try_claim_delivery"):
         raise RuntimeError("Outbox.try_claim_delivery is gone: update this mutation")
 

@@ -1,0 +1,105 @@
+"""The export line format (``jarvismem-export`` version 1) as models.
+
+Each line of an export is one of these models serialised as JSON; the layout is
+described in :mod:`jarvismem.transfer`. The models validate a line's shape
+(``extra="forbid"``, so a typo is an error); :mod:`jarvismem.transfer.validation`
+adds the checks that need the stores' rules (ids, encodable records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from jarvismem.errors import JarvisMemError
+from jarvismem.records import compact_json
+
+FORMAT = "jarvismem-export"
+VERSION = 1
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``; ``total`` is an estimate (0 when unknown)."""
+
+PAGE = 500
+"""Ledger entries read (export) or written (import) per round trip."""
+
+
+class TransferError(JarvisMemError, ValueError):
+    """An export file is malformed, or the import target is not empty."""
+
+
+class _Line(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Header(_Line):
+    """First line of an export."""
+
+    format: Literal["jarvismem-export"]
+    version: Literal[1]
+    workflow_id: str
+    namespace: str
+    exported_at: float | None = None
+
+
+class LedgerLine(_Line):
+    """One ledger stream entry with its original id."""
+
+    kind: Literal["ledger"]
+    id: Annotated[str, Field(pattern=r"^\d+-\d+$")]
+    fields: dict[str, Any]
+
+
+class SummaryLine(_Line):
+    """The long-term summary with its provenance."""
+
+    kind: Literal["summary"]
+    text: str
+    from_id: str | None = None
+    to_id: str | None = None
+    turns: int = 0
+    updated_at: float | None = None
+    summarizer: str | None = None
+
+
+class CheckpointLine(_Line):
+    """One step's checkpoint with its revision."""
+
+    kind: Literal["checkpoint"]
+    step_id: str
+    state: str
+    rev: int = Field(ge=1)
+    ts: float = 0.0
+
+
+class BlobRecordLine(_Line):
+    """One record of a scratchpad or goal-findings blob."""
+
+    kind: Literal["scratchpad", "goals"]
+    step_id: str
+    agent_id: str
+    record: dict[str, Any]
+
+
+class SpacesLine(_Line):
+    """One agent's cognitive spaces."""
+
+    kind: Literal["spaces"]
+    agent_id: str
+    snapshot: dict[str, Any]
+
+
+Record = Annotated[
+    LedgerLine | SummaryLine | CheckpointLine | BlobRecordLine | SpacesLine,
+    Field(discriminator="kind"),
+]
+"""Any line after the header, told apart by its ``kind``."""
+
+record_adapter: TypeAdapter[Record] = TypeAdapter(Record)
+
+
+def dump_line(data: dict[str, Any]) -> str:
+    """One line of an export (without its newline): compact JSON, like the stores."""
+    return compact_json(data)

@@ -29,7 +29,7 @@ from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.stores import RecallStore
 from jarvismem.records import encode_fields
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings, default_settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.episodic import EpisodicLedger
@@ -38,22 +38,6 @@ from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queue
 from jarvismem.tiers.working import WorkingScratchpad
 
 log = logging.getLogger(__name__)
-
-# The drop-in constructor ``UnifiedMemory(wf, step, agent, redis, blob)`` is an
-# entry point like ``MemoryRuntime.from_env``: without settings given, it reads
-# them from the environment. Read once per process and kept: views made per
-# step then share one Settings object, and so one summarizer (one LLM HTTP
-# client, see ``engine.core.shared_summarizer``) instead of one per step.
-_default_settings: Settings | None = None
-
-
-def default_settings() -> Settings:
-    """Settings from the environment, read once per process."""
-    global _default_settings
-    if _default_settings is None:
-        _default_settings = load_settings()
-    return _default_settings
-
 
 class UnifiedMemory:
     """Tiered memory of one agent at one step of one workflow.

@@ -29,11 +29,11 @@ from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summari
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import BackendUnavailableError
 from jarvismem.health import engine_health
-from jarvismem.memory import UnifiedMemory, default_settings
+from jarvismem.memory import UnifiedMemory
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.stores import RecallStore
 from jarvismem.redaction import Redactor
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings, default_settings, load_settings
 
 __all__ = [
     "ATHENA_RECENT_AGENTS",

@@ -295,3 +295,19 @@ def load_settings(**overrides: Any) -> Settings:
             # Never echo the input: it may be a secret.
             problems.append(f"{loc.upper()}: {err['msg']}")
         raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+
+
+# Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,
+# step, agent, redis, blob)``) read settings from the environment when none are
+# given. Read once per process and kept: views made per step then share one
+# Settings object, and so one summarizer (one LLM HTTP client, see
+# ``engine.core.shared_summarizer``) instead of one per step.
+_default_settings: Settings | None = None
+
+
+def default_settings() -> Settings:
+    """Settings from the environment, read once per process (entry points only)."""
+    global _default_settings
+    if _default_settings is None:
+        _default_settings = load_settings()
+    return _default_settings

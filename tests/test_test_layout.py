@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "jarvismem"
 TESTS = ROOT / "tests"
@@ -110,11 +108,6 @@ def missing_test_files() -> list[str]:
     return missing
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="modules of the restructuring get their test files on the helpers' branches; "
-    "the merger removes this mark once they are merged",
-)
 def test_every_module_has_its_own_test_file() -> None:
     missing = missing_test_files()
     assert not missing, "modules without a test file:\n" + "\n".join(missing)

@@ -36,9 +36,9 @@ LAYERS: list[tuple[str, ...]] = [
 ]  # fmt: skip
 
 # Backend client libraries: only backends/ speaks to them (and translates their
-# errors); testing/ may too, since a harness checks the raw stores.
+# errors into jarvismem.errors); everything above sees jarvismem's types only.
 BACKEND_LIBRARIES = ("redis", "httpx", "azure", "aiohttp", "fakeredis", "hiredis")
-MAY_IMPORT_BACKEND_LIBRARIES = ("jarvismem.backends", "jarvismem.testing")
+MAY_IMPORT_BACKEND_LIBRARIES = ("jarvismem.backends",)
 
 # Optional extras may be imported where they are used (absent without the extra),
 # and so may the one module that needs them: importing it must fail with an

@@ -52,8 +52,7 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 
 # The private redis-server moved to its own module; crash's names stay importable.
-from jarvismem.testing.redis_server import RedisServerProcess as RedisServerProcess
-from jarvismem.testing.redis_server import free_port as free_port
+from jarvismem.testing.redis_server import RedisServerProcess
 
 WORKFLOW = "crash-wf"
 STEP = "s1"

@@ -87,7 +87,12 @@ class MemoryRuntime(MemoryEngine):
 
     @classmethod
     async def from_env(
-        cls, settings: Settings | None = None, *, require_redis: bool = False, **overrides: Any
+        cls,
+        settings: Settings | None = None,
+        *,
+        require_redis: bool = False,
+        warn_degraded: bool = True,
+        **overrides: Any,
     ) -> Self:
         """Build and connect every configured backend from settings/environment.
 
@@ -98,7 +103,9 @@ class MemoryRuntime(MemoryEngine):
         and everything replays once Redis answers (the client reconnects on its
         own). ``require_redis=True`` instead waits ``REDIS_CONNECT_RETRIES``
         attempts and raises :class:`~jarvismem.errors.BackendUnavailableError`
-        (tools that can do nothing without Redis).
+        (tools that can do nothing without Redis). ``warn_degraded=False``
+        logs the degraded start at INFO instead of WARNING, for callers that
+        report each backend's state themselves (``jarvismem status``).
         """
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
@@ -108,7 +115,8 @@ class MemoryRuntime(MemoryEngine):
         except BackendUnavailableError as exc:
             if require_redis:
                 raise
-            log.warning(
+            log.log(
+                logging.WARNING if warn_degraded else logging.INFO,
                 "%s; starting degraded: writes queue in the local outbox and replay "
                 "when Redis answers",
                 exc,

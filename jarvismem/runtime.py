@@ -21,8 +21,6 @@ from typing import Any, Self
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob import create_blob_storage
-from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import connect_redis, create_redis
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS
 from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summarizer
@@ -30,9 +28,6 @@ from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import BackendUnavailableError
 from jarvismem.health import engine_health
 from jarvismem.memory import UnifiedMemory
-from jarvismem.recall.policy import MemoryPolicy
-from jarvismem.recall.stores import RecallStore
-from jarvismem.redaction import Redactor
 from jarvismem.settings import Settings, default_settings, load_settings
 
 __all__ = [
@@ -53,37 +48,14 @@ class MemoryRuntime(MemoryEngine):
     """Owns backends for a process and hands out :class:`UnifiedMemory` views.
 
     Takes the engine's arguments; ``settings`` defaults to the environment's
-    (read once per process). Use :meth:`from_env` to build the clients too.
+    (read once per process, see :meth:`fallback_settings`). Use :meth:`from_env`
+    to build the clients too.
     """
 
-    def __init__(
-        self,
-        settings: Settings | None = None,
-        *,
-        redis: Any = None,
-        blob: BlobStorage | None = None,
-        athena: AthenaClient | None = None,
-        summarizer: Summarizer | None = None,
-        redactor: Redactor | None = None,
-        recall_store: RecallStore | None = None,
-        policy: MemoryPolicy | None = None,
-        owns_clients: bool = False,
-        recent_workflows: int = RECENT_WORKFLOWS,
-        live_athena_agents: int = ATHENA_RECENT_AGENTS,
-    ) -> None:
-        super().__init__(
-            settings if settings is not None else default_settings(),
-            redis=redis,
-            blob=blob,
-            athena=athena,
-            summarizer=summarizer,
-            redactor=redactor,
-            recall_store=recall_store,
-            policy=policy,
-            owns_clients=owns_clients,
-            recent_workflows=recent_workflows,
-            live_athena_agents=live_athena_agents,
-        )
+    @classmethod
+    def fallback_settings(cls) -> Settings:
+        """The environment's settings, read once per process (a runtime is an entry point)."""
+        return default_settings()
 
     @classmethod
     async def from_env(

@@ -39,6 +39,7 @@ from jarvismem.tiers.working import WorkingScratchpad
 
 log = logging.getLogger(__name__)
 
+
 class UnifiedMemory:
     """Tiered memory of one agent at one step of one workflow.
 

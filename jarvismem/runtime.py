@@ -21,8 +21,6 @@ from typing import Any, Self
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob import create_blob_storage
-from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import connect_redis, create_redis
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS
 from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summarizer
@@ -30,9 +28,6 @@ from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import BackendUnavailableError
 from jarvismem.health import engine_health
 from jarvismem.memory import UnifiedMemory
-from jarvismem.recall.policy import MemoryPolicy
-from jarvismem.recall.stores import RecallStore
-from jarvismem.redaction import Redactor
 from jarvismem.settings import Settings, default_settings, load_settings
 
 __all__ = [
@@ -53,41 +48,23 @@ class MemoryRuntime(MemoryEngine):
     """Owns backends for a process and hands out :class:`UnifiedMemory` views.
 
     Takes the engine's arguments; ``settings`` defaults to the environment's
-    (read once per process). Use :meth:`from_env` to build the clients too.
+    (read once per process, see :meth:`fallback_settings`). Use :meth:`from_env`
+    to build the clients too.
     """
 
-    def __init__(
-        self,
-        settings: Settings | None = None,
-        *,
-        redis: Any = None,
-        blob: BlobStorage | None = None,
-        athena: AthenaClient | None = None,
-        summarizer: Summarizer | None = None,
-        redactor: Redactor | None = None,
-        recall_store: RecallStore | None = None,
-        policy: MemoryPolicy | None = None,
-        owns_clients: bool = False,
-        recent_workflows: int = RECENT_WORKFLOWS,
-        live_athena_agents: int = ATHENA_RECENT_AGENTS,
-    ) -> None:
-        super().__init__(
-            settings if settings is not None else default_settings(),
-            redis=redis,
-            blob=blob,
-            athena=athena,
-            summarizer=summarizer,
-            redactor=redactor,
-            recall_store=recall_store,
-            policy=policy,
-            owns_clients=owns_clients,
-            recent_workflows=recent_workflows,
-            live_athena_agents=live_athena_agents,
-        )
+    @classmethod
+    def fallback_settings(cls) -> Settings:
+        """The environment's settings, read once per process (a runtime is an entry point)."""
+        return default_settings()
 
     @classmethod
     async def from_env(
-        cls, settings: Settings | None = None, *, require_redis: bool = False, **overrides: Any
+        cls,
+        settings: Settings | None = None,
+        *,
+        require_redis: bool = False,
+        warn_degraded: bool = True,
+        **overrides: Any,
     ) -> Self:
         """Build and connect every configured backend from settings/environment.
 
@@ -98,7 +75,9 @@ class MemoryRuntime(MemoryEngine):
         and everything replays once Redis answers (the client reconnects on its
         own). ``require_redis=True`` instead waits ``REDIS_CONNECT_RETRIES``
         attempts and raises :class:`~jarvismem.errors.BackendUnavailableError`
-        (tools that can do nothing without Redis).
+        (tools that can do nothing without Redis). ``warn_degraded=False``
+        logs the degraded start at INFO instead of WARNING, for callers that
+        report each backend's state themselves (``jarvismem status``).
         """
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
@@ -108,7 +87,8 @@ class MemoryRuntime(MemoryEngine):
         except BackendUnavailableError as exc:
             if require_redis:
                 raise
-            log.warning(
+            log.log(
+                logging.WARNING if warn_degraded else logging.INFO,
                 "%s; starting degraded: writes queue in the local outbox and replay "
                 "when Redis answers",
                 exc,

@@ -266,7 +266,7 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[Any]:
     """A private ``redis-server`` (AOF ``always``) this test may stop, pause or kill."""
-    from jarvismem.testing.crash import RedisServerProcess
+    from jarvismem.testing.redis_server import RedisServerProcess
 
     require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
     server = RedisServerProcess(tmp_path / "redis", appendfsync="always")

@@ -84,6 +84,17 @@ async def test_from_env_starts_degraded_when_redis_does_not_answer(
     await rt.close()
 
 
+async def test_from_env_without_warn_degraded_logs_the_degraded_start_below_warning(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = settings.model_copy(update={"redis_url": DEAD_REDIS})
+    with caplog.at_level(logging.INFO, logger="jarvismem.runtime"):
+        rt = await MemoryRuntime.from_env(s, warn_degraded=False)
+    await rt.close()
+    degraded = [r for r in caplog.records if "starting degraded" in r.getMessage()]
+    assert [r.levelno for r in degraded] == [logging.INFO]
+
+
 async def test_from_env_with_require_redis_raises_when_redis_does_not_answer(
     settings: Settings,
 ) -> None:

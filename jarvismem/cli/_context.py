@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,40 +50,18 @@ class CliContext:
 
         ``status`` must report an unreachable backend, not die trying to
         connect to it, so Redis is tried once and the runtime starts degraded.
-        The runtime's "starting degraded" warning is left out (unless ``-v``):
+        The runtime's "starting degraded" warning is not raised (unless ``-v``):
         ``status`` reports each backend's state itself, on stdout.
         """
-        s = settings or self.settings()
-        with _quiet_warnings(RUNTIME_LOGGER, enabled=not getattr(self.args, "verbose", 0)):
-            rt = await MemoryRuntime.from_env(s, require_redis=False)
+        rt = await MemoryRuntime.from_env(
+            settings or self.settings(),
+            require_redis=False,
+            warn_degraded=bool(getattr(self.args, "verbose", 0)),
+        )
         try:
             yield rt
         finally:
             await rt.close()
-
-
-RUNTIME_LOGGER = "jarvismem.runtime"
-"""The logger ``MemoryRuntime.from_env`` reports a degraded start on."""
-
-
-class _DropWarnings(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno != logging.WARNING
-
-
-@contextlib.contextmanager
-def _quiet_warnings(logger_name: str, *, enabled: bool) -> Iterator[None]:
-    """Drop WARNING records of ``logger_name`` inside the block (when ``enabled``)."""
-    if not enabled:
-        yield
-        return
-    logger = logging.getLogger(logger_name)
-    quiet = _DropWarnings()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
 
 
 def resolve_env_file(value: str | None) -> Path | None:

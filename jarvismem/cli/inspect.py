@@ -10,10 +10,10 @@ from typing import Any
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar, error_line
-from jarvismem.cli._render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.records import as_text, decode_entry
+from jarvismem.render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
 

@@ -14,7 +14,6 @@ import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
@@ -24,6 +23,7 @@ from jarvismem.redaction import Redactor
 from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena import CLOSE_GRACE_SECONDS, AthenaMemory
+from jarvismem.tiers.athena.config import AthenaTierConfig
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ class AthenaFactory:
         self.client = client
         self.redis = redis
         self.keyspace = keyspace
-        self.settings = settings
+        # The tier's tunables under these settings, mapped once for every agent.
+        self.config = AthenaTierConfig.from_settings(settings)
         self.redactor = redactor
 
     def agent_id(self, agent_id: str) -> str:
@@ -94,18 +95,18 @@ class AthenaFactory:
         One file per (tenant, user, Athena agent id, server): records queued for
         one tenant or server are never replayed into another's session.
         """
-        s = self.settings
+        cfg = self.config
         destination = KeySpace.athena_destination(
-            s.athena_tenant_id, s.athena_user_id, self.agent_id(agent_id), self.client.base_url
+            cfg.tenant_id, cfg.user_id, self.agent_id(agent_id), self.client.base_url
         )
-        path = Path(s.outbox_path) / self.keyspace.athena_outbox_file(destination)
+        path = cfg.outbox_dir / self.keyspace.athena_outbox_file(destination)
         # Bounded in bytes too: a turn may carry ~1 MB of text, so a count
         # alone would let an Athena outage fill the disk.
         return Outbox(
             path,
-            max_entries=s.outbox_max_entries,
-            max_bytes=s.outbox_max_bytes,
-            fsync=s.outbox_fsync_effective,
+            max_entries=cfg.outbox_max_entries,
+            max_bytes=cfg.outbox_max_bytes,
+            fsync=cfg.outbox_fsync,
         )
 
     def __call__(self, agent_id: str) -> AthenaMemory:
@@ -115,12 +116,10 @@ class AthenaFactory:
             self.client,
             self.redis,
             keyspace=self.keyspace,
-            tenant_id=self.settings.athena_tenant_id,
-            user_id=self.settings.athena_user_id,
+            config=self.config,
             outbox=self.outbox(agent_id),
             owns_outbox=True,
             redactor=self.redactor,
-            dedupe_ttl=self.settings.ttl_seconds,
         )
 
 

@@ -57,7 +57,10 @@ class MemoryEngine:
     """Owns the clients and shared state behind every memory view of a process.
 
     Args:
-        settings: the configuration (limits, timeouts, paths, namespace).
+        settings: the configuration (limits, timeouts, paths, namespace); None
+            takes :meth:`fallback_settings` (none for a bare engine: it is
+            configured explicitly; :class:`~jarvismem.runtime.MemoryRuntime`
+            reads the environment).
         redis, blob, athena: the backend clients; None leaves their tiers off.
         summarizer: the long-term summarizer; by default one from ``settings``
             (a new one when the engine owns its clients, else the process's shared one).
@@ -71,7 +74,7 @@ class MemoryEngine:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: Settings | None = None,
         *,
         redis: Any = None,
         blob: BlobStorage | None = None,
@@ -84,6 +87,8 @@ class MemoryEngine:
         recent_workflows: int = RECENT_WORKFLOWS,
         live_athena_agents: int = ATHENA_RECENT_AGENTS,
     ) -> None:
+        if settings is None:
+            settings = self.fallback_settings()
         self.settings = settings
         self.keyspace = KeySpace(settings.jarvismem_namespace)
         self.redis = redis
@@ -122,6 +127,16 @@ class MemoryEngine:
             self.athena_agents = AthenaAgents(factory, max_live=live_athena_agents)
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
+
+    @classmethod
+    def fallback_settings(cls) -> Settings:
+        """The settings of an engine built without any: a bare engine has none.
+
+        Raises :class:`~jarvismem.errors.ConfigError`. Reading the environment
+        is an entry point's decision, so a subclass that is one (the runtime
+        facade) overrides this.
+        """
+        raise ConfigError(f"{cls.__name__} needs settings (pass a Settings object)")
 
     @property
     def closed(self) -> bool:

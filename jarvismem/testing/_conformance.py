@@ -1,9 +1,11 @@
-"""What the conformance suites share: pytest marks, a pytest-free ``raises``, the runner."""
+"""What the conformance suites share: pytest marks, unique names, a pytest-free ``raises``,
+the runner."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +25,15 @@ def _pytest_marks() -> list[Any]:
 
 
 PYTEST_MARKS: list[Any] = _pytest_marks()
+
+
+def unique_name() -> str:
+    """A name no other check or run uses (``conf-`` and 12 hex digits).
+
+    The suites run against shared, long-lived servers: a check keeps to its
+    own blobs and agents instead of cleaning up after others.
+    """
+    return "conf-" + uuid.uuid4().hex[:12]
 
 
 @contextmanager

@@ -49,11 +49,11 @@ from jarvismem.errors import BackendUnavailableError, BlobError, BlobNotFoundErr
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_record, parse_records, turn_record
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
 
 # The private redis-server moved to its own module; crash's names stay importable.
-from jarvismem.testing.redis_server import RedisServerProcess as RedisServerProcess
-from jarvismem.testing.redis_server import free_port as free_port
+from jarvismem.testing.harness_settings import harness_settings
+from jarvismem.testing.redis_server import RedisServerProcess
 
 WORKFLOW = "crash-wf"
 STEP = "s1"
@@ -100,17 +100,11 @@ def checkpoint_state(turn: int) -> str:
 
 
 def _child_settings(redis_url: str, root: Path) -> Settings:
-    return load_settings(
-        _env_file=None,
-        redis_url=redis_url,
-        storage_backend="local",
-        storage_base_path=root / "blobs",
+    return harness_settings(
+        redis_url,
+        blob_root=root / "blobs",
         outbox_path=root / "outbox",
-        jarvismem_namespace=NAMESPACE,
-        compaction_enabled=False,
-        tier_timeout_episodic=1.0,
-        tier_timeout_working=1.0,
-        tier_timeout_checkpoint=1.0,
+        namespace=NAMESPACE,
         redis_connect_retries=40,
     )
 

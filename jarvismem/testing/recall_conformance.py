@@ -24,14 +24,13 @@ its search index itself.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
 from jarvismem.recall.stores import RecallStore
-from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks
+from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks, unique_name
 
 CORPUS: tuple[str, ...] = (
     "The user's favourite colour is teal",
@@ -52,10 +51,6 @@ QUERIES: tuple[tuple[str, int], ...] = (
     ("who approves production deploys", 5),
 )
 """``(query, index in CORPUS of the entry that must come first)``."""
-
-
-def _agent() -> str:
-    return "conf-" + uuid.uuid4().hex[:12]
 
 
 class RecallStoreConformance:
@@ -86,7 +81,7 @@ class RecallStoreConformance:
     # --- writing and listing ---------------------------------------------------------
 
     async def test_write_returns_the_stored_entry(self, recall_store: RecallStore) -> None:
-        agent = _agent()
+        agent = unique_name()
         entry = await recall_store.write(
             WriteRequest(agent_id=agent, content="  remember the milk ", metadata={"k": "v"})
         )
@@ -99,7 +94,7 @@ class RecallStoreConformance:
     async def test_list_entries_returns_writes_oldest_first(
         self, recall_store: RecallStore
     ) -> None:
-        agent = _agent()
+        agent = unique_name()
         written = [
             await recall_store.write(WriteRequest(agent_id=agent, content=f"fact number {i}"))
             for i in range(3)
@@ -109,7 +104,7 @@ class RecallStoreConformance:
         assert [e.content for e in listed] == [e.content for e in written]
 
     async def test_write_with_an_id_is_an_upsert(self, recall_store: RecallStore) -> None:
-        agent = _agent()
+        agent = unique_name()
         first = await recall_store.write(
             WriteRequest(agent_id=agent, id="mem_fixed1", content="the sky is green")
         )
@@ -124,7 +119,7 @@ class RecallStoreConformance:
     async def test_upsert_changes_what_recall_finds(self, recall_store: RecallStore) -> None:
         if not self.upserts_in_place:
             return
-        agent = _agent()
+        agent = unique_name()
         await recall_store.write(WriteRequest(agent_id=agent, id="mem_up", content="zebra stripes"))
         await recall_store.write(WriteRequest(agent_id=agent, id="mem_up", content="giraffe neck"))
         found = await recall_store.recall(RecallRequest(agent_id=agent, query="giraffe"))
@@ -135,7 +130,7 @@ class RecallStoreConformance:
     # --- ranking ------------------------------------------------------------------------
 
     async def test_recall_puts_the_relevant_entry_first(self, recall_store: RecallStore) -> None:
-        agent = _agent()
+        agent = unique_name()
         await self._corpus(recall_store, agent)
         for query, expected in QUERIES:
             found = await recall_store.recall(RecallRequest(agent_id=agent, query=query, limit=3))
@@ -145,7 +140,7 @@ class RecallStoreConformance:
     async def test_recall_scores_are_non_negative_and_descending(
         self, recall_store: RecallStore
     ) -> None:
-        agent = _agent()
+        agent = unique_name()
         await self._corpus(recall_store, agent)
         found = await recall_store.recall(
             RecallRequest(agent_id=agent, query="the user database on production", limit=6)
@@ -155,7 +150,7 @@ class RecallStoreConformance:
         assert scores == sorted(scores, reverse=True), scores
 
     async def test_recall_respects_the_limit(self, recall_store: RecallStore) -> None:
-        agent = _agent()
+        agent = unique_name()
         await self.seed(
             recall_store,
             [WriteRequest(agent_id=agent, content=f"note {i} about budgets") for i in range(6)],
@@ -169,21 +164,22 @@ class RecallStoreConformance:
     async def test_recall_of_unrelated_words_finds_nothing(self, recall_store: RecallStore) -> None:
         if not self.ranks_only_matches:
             return
-        agent = _agent()
+        agent = unique_name()
         await self._corpus(recall_store, agent)
         assert await recall_store.recall(RecallRequest(agent_id=agent, query="quantum")) == []
 
     async def test_recall_of_an_empty_scope_is_empty(self, recall_store: RecallStore) -> None:
         if not self.recall_is_scoped:
             return
-        assert await recall_store.recall(RecallRequest(agent_id=_agent(), query="anything")) == []
+        nobody = RecallRequest(agent_id=unique_name(), query="anything")
+        assert await recall_store.recall(nobody) == []
 
     # --- scopes ---------------------------------------------------------------------------
 
     async def test_session_entries_are_separate_from_agent_entries(
         self, recall_store: RecallStore
     ) -> None:
-        agent = _agent()
+        agent = unique_name()
         await recall_store.write(WriteRequest(agent_id=agent, content="agent wide walrus"))
         await recall_store.write(
             WriteRequest(agent_id=agent, session_id="s1", content="session one walrus")
@@ -204,7 +200,7 @@ class RecallStoreConformance:
             assert other == []
 
     async def test_namespaces_are_separate(self, recall_store: RecallStore) -> None:
-        agent = _agent()
+        agent = unique_name()
         await recall_store.write(
             WriteRequest(agent_id=agent, namespace="tenant-a", content="alpha penguin")
         )
@@ -222,7 +218,7 @@ class RecallStoreConformance:
             assert [r.entry.content for r in found] == ["beta penguin"]
 
     async def test_agents_are_separate(self, recall_store: RecallStore) -> None:
-        one, two = _agent(), _agent()
+        one, two = unique_name(), unique_name()
         await recall_store.write(WriteRequest(agent_id=one, content="private otter"))
         assert await recall_store.list_entries(two) == []
         if self.recall_is_scoped:
@@ -233,7 +229,7 @@ class RecallStoreConformance:
     async def test_bad_requests_are_refused_before_reaching_the_store(
         self, recall_store: RecallStore
     ) -> None:
-        agent = _agent()
+        agent = unique_name()
         bad: list[dict[str, Any]] = [
             {"agent_id": agent, "content": "   "},
             {"agent_id": "../x", "content": "x"},

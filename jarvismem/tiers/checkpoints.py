@@ -222,3 +222,25 @@ class CheckpointStore:
         # A save made after this read must order after it, whatever our clock says.
         CLOCK.observe(checkpoint.stamp)
         return checkpoint
+
+    async def restore(self, state: str, rev: int, ts: float) -> None:
+        """Write an exported checkpoint back as it was: for import only.
+
+        Unlike :meth:`save`, the revision is the given one (not the stored one
+        plus one), so a kernel's ``expected_rev`` stays meaningful after an
+        export and import. No stamp or operation id is written: the restored
+        state orders before any later live save. Raises
+        :class:`~jarvismem.errors.InvalidPayloadError` /
+        :class:`~jarvismem.errors.PayloadTooLargeError` for a state :meth:`save`
+        would refuse or a revision that is not an int >= 1 (nothing is written
+        then), and :class:`~jarvismem.errors.BackendUnavailableError`
+        when Redis cannot be reached.
+        """
+        validate_checkpoint(state, self.max_bytes)
+        if isinstance(rev, bool) or not isinstance(rev, int) or rev < 1:
+            raise InvalidPayloadError(f"checkpoint revision must be an int >= 1, got {rev!r}")
+        async with redis_errors("checkpoint restore"):
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(self.key, mapping={"state": state, "rev": rev, "ts": repr(ts)})
+                pipe.expire(self.key, self.ttl_seconds)
+                await pipe.execute()

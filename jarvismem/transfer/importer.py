@@ -15,6 +15,7 @@ from jarvismem.keys import KeySpace, validate_id
 from jarvismem.records import encode_entry, encode_record, turn_identity
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
+from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.transfer.format import (
     PAGE,
@@ -89,13 +90,16 @@ class RecordWriter:
             prov = rec.model_dump(exclude={"kind", "text"})
             await ltm.save_summary(rec.text, provenance=prov)
         elif isinstance(rec, CheckpointLine):
-            redis = self._need_redis("checkpoint")
-            key = self.ks.checkpoint(self.workflow_id, rec.step_id)
+            checkpoints = CheckpointStore(
+                self._need_redis("checkpoint"),
+                self.ks,
+                self.workflow_id,
+                rec.step_id,
+                ttl_seconds=self.ttl,
+                max_bytes=self.rt.settings.max_checkpoint_bytes,
+            )
             # The revision is kept, so a kernel's expected_rev stays meaningful.
-            async with redis.pipeline(transaction=True) as pipe:
-                pipe.hset(key, mapping={"state": rec.state, "rev": rec.rev, "ts": repr(rec.ts)})
-                pipe.expire(key, self.ttl)
-                await pipe.execute()
+            await checkpoints.restore(rec.state, rec.rev, rec.ts)
         elif isinstance(rec, SpacesLine):
             store = SpacesStore(
                 self._need_redis("spaces"),
@@ -153,7 +157,8 @@ async def import_workflow(
     ``{"workflow_id", "source_workflow_id", "source_namespace", "records",
     "counts": {kind: n}}``.
     """
-    header, total = await validate_export(path)
+    limit = rt.settings.max_checkpoint_bytes
+    header, total = await validate_export(path, max_checkpoint_bytes=limit)
     target = validate_id(workflow_id or header.workflow_id, "workflow_id")
     if not await workflow_is_empty(rt, target):
         if not force:
@@ -169,7 +174,7 @@ async def import_workflow(
         if first:
             first = False
             continue
-        rec = parse_record(line, lineno)
+        rec = parse_record(line, lineno, max_checkpoint_bytes=limit)
         await writer.add(rec)
         done += 1
         if progress is not None and (done % 100 == 0 or done == total):

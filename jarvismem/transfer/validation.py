@@ -14,10 +14,12 @@ from pathlib import Path
 import aiofiles
 from pydantic import ValidationError
 
+from jarvismem import defaults
 from jarvismem.errors import JarvisMemError
 from jarvismem.keys import validate_id
 from jarvismem.records import encode_fields, encode_record
 from jarvismem.spaces.models import MemoryContainer
+from jarvismem.tiers.checkpoints import validate_checkpoint
 from jarvismem.transfer.format import (
     FORMAT,
     VERSION,
@@ -42,8 +44,14 @@ def parse_header(line: str) -> Header:
         ) from None
 
 
-def parse_record(line: str, lineno: int) -> Record:
-    """One record line, validated (ids included), or :class:`TransferError` naming the line."""
+def parse_record(
+    line: str, lineno: int, *, max_checkpoint_bytes: int = defaults.MAX_CHECKPOINT_BYTES
+) -> Record:
+    """One record line, validated (ids included), or :class:`TransferError` naming the line.
+
+    A checkpoint's state must be one the target would store: at most
+    ``max_checkpoint_bytes`` (the target's ``MAX_CHECKPOINT_BYTES``) of valid UTF-8.
+    """
     try:
         rec = record_adapter.validate_json(line)
     except ValidationError as exc:
@@ -51,6 +59,7 @@ def parse_record(line: str, lineno: int) -> Record:
     try:
         if isinstance(rec, CheckpointLine):
             validate_id(rec.step_id, "step_id")
+            validate_checkpoint(rec.state, max_checkpoint_bytes)
         elif isinstance(rec, BlobRecordLine):
             validate_id(rec.step_id, "step_id")
             validate_id(rec.agent_id, "agent_id")
@@ -82,8 +91,13 @@ async def read_lines(path: Path) -> AsyncIterator[tuple[int, str]]:
                 yield lineno, line
 
 
-async def validate_export(path: Path) -> tuple[Header, int]:
-    """Check every line of the file at ``path``; returns the header and the record count."""
+async def validate_export(
+    path: Path, *, max_checkpoint_bytes: int = defaults.MAX_CHECKPOINT_BYTES
+) -> tuple[Header, int]:
+    """Check every line of the file at ``path``; returns the header and the record count.
+
+    ``max_checkpoint_bytes``: the target's checkpoint limit (see :func:`parse_record`).
+    """
     header: Header | None = None
     count = 0
     try:
@@ -93,7 +107,7 @@ async def validate_export(path: Path) -> tuple[Header, int]:
                     raise TransferError("line 1: the header must be the first line")
                 header = parse_header(line)
                 continue
-            parse_record(line, lineno)
+            parse_record(line, lineno, max_checkpoint_bytes=max_checkpoint_bytes)
             count += 1
     except UnicodeDecodeError:
         raise TransferError(f"{path}: not UTF-8 text") from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -123,9 +122,3 @@ async def seed_turns(rt: MemoryRuntime, workflow: str, turns: range) -> None:
     mem = rt.memory(workflow, "s1", "a1")
     for t in turns:
         await mem.log_turn(t, f"thought {t}", f"action {t}", f"result {t}", tokens=5)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +13,13 @@ import pytest
 from jarvismem.cli._context import CliContext, resolve_env_file
 from jarvismem.cli._output import Output
 from jarvismem.errors import BackendUnavailableError, ConfigError
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from jarvismem.testing.redis_server import free_port
 
 
 @pytest.fixture
 def context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A CliContext factory on an isolated store whose Redis does not answer."""
-    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{_free_port()}/0")
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setenv("REDIS_CONNECT_RETRIES", "0")
     monkeypatch.setenv("STORAGE_BACKEND", "local")
     monkeypatch.setenv("STORAGE_BASE_PATH", str(tmp_path / "blobs"))

@@ -18,7 +18,8 @@ from jarvismem.cli.inspect import _follow, _outbox_reason, _positive
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime
-from tests.cli.conftest import Cli, free_port, seed_turns
+from jarvismem.testing.redis_server import free_port
+from tests.cli.conftest import Cli, seed_turns
 
 # --- status -----------------------------------------------------------------------------------
 

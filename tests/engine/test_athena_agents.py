@@ -110,3 +110,19 @@ def test_the_sweeper_backs_off_from_one_to_thirty_seconds() -> None:
     delays = [SWEEP_BACKOFF.delay(n) for n in range(8)]
     assert delays[:3] == [1.0, 2.0, 4.0]
     assert delays[-1] == 30.0 and max(delays) == 30.0
+
+
+async def test_an_agents_memory_takes_the_tier_config_from_the_settings(
+    settings: Settings,
+) -> None:
+    tuned = settings.model_copy(
+        update={"athena_tenant_id": "acme", "athena_user_id": "ops", "redis_context_ttl_days": 2}
+    )
+    memory = _factory(AthenaClient("http://athena.test"), tuned)("a1")
+    try:
+        cfg = memory.config
+        assert (cfg.tenant_id, cfg.user_id, cfg.dedupe_ttl) == ("acme", "ops", 2 * 86_400)
+        assert cfg.outbox_dir == tuned.outbox_path
+        assert memory.outbox.path.is_relative_to(tuned.outbox_path)
+    finally:
+        await memory.close()

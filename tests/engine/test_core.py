@@ -13,6 +13,11 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
 
 
+def test_an_engine_is_configured_explicitly_it_does_not_read_the_environment() -> None:
+    with pytest.raises(ConfigError, match="MemoryEngine needs settings"):
+        MemoryEngine()
+
+
 async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
     settings: Settings, workflow_id: str
 ) -> None:

@@ -26,8 +26,8 @@ from jarvismem.errors import (
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings
 from jarvismem.spaces import Space, SpacesStore
-from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.netfaults import LostReplyProxy
+from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import REAL_REDIS_URL, require_backend
 
 

@@ -22,8 +22,8 @@ from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.crash import free_port
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -1,10 +1,11 @@
-"""What the conformance suites share: ``raises`` and the check runner."""
+"""What the conformance suites share: ``raises``, unique names and the check runner."""
 
 from __future__ import annotations
 
 import pytest
 
-from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks
+from jarvismem.keys import validate_id
+from jarvismem.testing._conformance import PYTEST_MARKS, raises, run_checks, unique_name
 
 
 def test_raises_passes_on_the_expected_error_and_fails_without_one() -> None:
@@ -20,6 +21,13 @@ def test_raises_passes_on_the_expected_error_and_fails_without_one() -> None:
 def test_raises_lets_another_error_through() -> None:
     with pytest.raises(ValueError), raises(KeyError, "lookup"):
         raise ValueError("not a key error")
+
+
+def test_unique_names_are_fresh_and_valid_ids() -> None:
+    names = {unique_name() for _ in range(100)}
+    assert len(names) == 100
+    for name in names:
+        assert name.startswith("conf-") and validate_id(name, "agent_id") == name
 
 
 class _Suite:

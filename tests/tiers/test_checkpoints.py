@@ -142,3 +142,43 @@ async def test_a_checkpoint_key_of_the_wrong_type_is_a_rejection(
         await store.save("x")
     with pytest.raises(BackendRejectedError, match="checkpoint load"):
         await store.load()
+
+
+@pytest.mark.integration
+async def test_restore_writes_the_given_revision_with_the_ttl_and_saves_continue_from_it(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    store = store_of(real_redis, keyspace, workflow_id)
+    await store.restore('{"n":7}', 7, 12.5)
+    loaded = await store.load()
+    assert loaded is not None
+    assert (loaded.state, loaded.rev, loaded.ts, loaded.stamp) == ('{"n":7}', 7, 12.5, 0)
+    assert 0 < await real_redis.ttl(store.key) <= TTL
+    # A kernel that read rev 7 before the export can go on saving against it.
+    assert await store.save('{"n":8}', expected_rev=7) == 8
+
+
+@pytest.mark.parametrize(
+    ("state", "rev", "error"),
+    [
+        ("x" * 65, 1, PayloadTooLargeError),
+        ("lone \udc80 surrogate", 1, InvalidPayloadError),
+        ("ok", 0, InvalidPayloadError),
+        ("ok", True, InvalidPayloadError),
+    ],
+    ids=["too-large", "surrogate", "rev-0", "rev-bool"],
+)
+async def test_restore_refuses_what_it_cannot_store_before_writing(
+    store: CheckpointStore, state: str, rev: Any, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        await store.restore(state, rev, 1.0)
+    assert await store.load() is None
+
+
+async def test_restore_on_an_unreachable_redis_is_unavailable(
+    unreachable_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    store = store_of(unreachable_redis, keyspace, workflow_id)
+    with pytest.raises(BackendUnavailableError, match="checkpoint restore"):
+        await store.restore("x", 1, 1.0)

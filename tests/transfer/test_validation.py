@@ -107,3 +107,10 @@ def test_parse_record_tells_the_kinds_apart() -> None:
     assert isinstance(ledger, LedgerLine) and ledger.fields == {"a": [1]}
     ckpt = parse_record('{"kind": "checkpoint", "step_id": "s", "state": "x", "rev": 4}', 3)
     assert isinstance(ckpt, CheckpointLine) and ckpt.rev == 4 and ckpt.ts == 0.0
+
+
+def test_parse_record_refuses_a_checkpoint_over_the_targets_limit() -> None:
+    line = json.dumps({"kind": "checkpoint", "step_id": "s", "state": "x" * 2000, "rev": 1})
+    assert isinstance(parse_record(line, 4), CheckpointLine)
+    with pytest.raises(TransferError, match="line 4: checkpoint is 2000 bytes"):
+        parse_record(line, 4, max_checkpoint_bytes=1024)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jarvismem.testing.crash import RedisServerProcess
+from jarvismem.testing.redis_server import RedisServerProcess
 
 WORKER_FAULTS = ("kill_worker",)
 REDIS_FAULTS = ("redis_stop", "redis_kill")

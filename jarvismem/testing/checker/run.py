@@ -33,8 +33,8 @@ from jarvismem.testing.checker.worker import (
     WorkerSpec,
     worker_settings,
 )
-from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.redis_server import RedisServerProcess
 
 TENANTS = ("ta", "tb")
 PROGRESS_EVERY = 5.0

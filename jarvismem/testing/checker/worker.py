@@ -31,7 +31,7 @@ from jarvismem.errors import (
 )
 from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
 from jarvismem.testing.checker.history import (
     FAIL,
     INFO,
@@ -44,6 +44,7 @@ from jarvismem.testing.checker.history import (
     read_history,
 )
 from jarvismem.testing.checker.verify import CHECKER_TIMEOUT, turn_text
+from jarvismem.testing.harness_settings import HARNESS_TIER_TIMEOUT, harness_settings
 from jarvismem.tiers.checkpoints import CheckpointStore
 
 ATHENA_KEY = "checker-key"
@@ -121,20 +122,14 @@ def worker_settings(
     athena_url: str | None,
 ) -> Settings:
     """The settings every checker runtime uses (workers and the final recovery)."""
-    return load_settings(
-        _env_file=None,
-        redis_url=redis_url,
-        redis_cluster=False,
-        storage_backend="local",
-        storage_base_path=Path(blob_root),
+    return harness_settings(
+        redis_url,
+        blob_root=Path(blob_root),
         outbox_path=Path(outbox_path),
-        jarvismem_namespace=NAMESPACE,
-        compaction_enabled=False,
-        tier_timeout_episodic=1.0,
-        tier_timeout_working=1.0,
-        tier_timeout_checkpoint=1.0,
-        tier_timeout_ltm=1.0,
-        tier_timeout_athena=1.0,
+        namespace=NAMESPACE,
+        redis_cluster=False,
+        tier_timeout_ltm=HARNESS_TIER_TIMEOUT,
+        tier_timeout_athena=HARNESS_TIER_TIMEOUT,
         redis_connect_retries=5,
         athena_url=athena_url,
         athena_tenant_id=tenant,

@@ -55,6 +55,12 @@ AZURE_CONTAINER: Final = "jarvismem"
 ATHENA_HTTP_TIMEOUT: Final = 10.0
 """Deadline of one Athena HTTP request, in seconds."""
 
+ATHENA_TENANT_ID: Final = "default"
+"""Athena tenant of the sessions a runtime creates."""
+
+ATHENA_USER_ID: Final = "jarvismem"
+"""Athena user of the sessions a runtime creates."""
+
 # --- LLM ----------------------------------------------------------------------------------------
 
 LLM_MODEL: Final = "gpt-4o-mini"
@@ -147,6 +153,8 @@ OUTBOX_CLAIM_POLL_SECONDS: Final = 0.2
 
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
+    "ATHENA_TENANT_ID",
+    "ATHENA_USER_ID",
     "AZURE_CONTAINER",
     "COMPACTION_CHUNK_CHARS",
     "COMPACTION_EVERY_TURNS",

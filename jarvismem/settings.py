@@ -97,8 +97,12 @@ class Settings(BaseSettings):
 
     # --- Athena ---------------------------------------------------------------------
     athena_url: str | None = Field(None, description="Athena base URL; unset disables tier 4.")
-    athena_tenant_id: str = Field("default", description="Athena tenant for new sessions.")
-    athena_user_id: str = Field("jarvismem", description="Athena user for new sessions.")
+    athena_tenant_id: str = Field(
+        defaults.ATHENA_TENANT_ID, description="Athena tenant for new sessions."
+    )
+    athena_user_id: str = Field(
+        defaults.ATHENA_USER_ID, description="Athena user for new sessions."
+    )
     athena_api_key: SecretStr | None = Field(None, description="Sent as X-API-Key.")
     athena_jwt_token: SecretStr | None = Field(None, description="Sent as X-JWT-Token.")
     athena_http_timeout: float = Field(

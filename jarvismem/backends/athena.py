@@ -33,6 +33,7 @@ from jarvismem.backends.athena_models import (
     MidTermChain,
     StmEvent,
 )
+from jarvismem.defaults import ATHENA_HTTP_TIMEOUT
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -165,7 +166,7 @@ class AthenaClient:
         *,
         api_key: str | None = None,
         jwt_token: str | None = None,
-        timeout: float = 10.0,
+        timeout: float = ATHENA_HTTP_TIMEOUT,
         max_retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff: float = 0.1,

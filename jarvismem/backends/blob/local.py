@@ -50,6 +50,8 @@ from jarvismem.backends.blob.base import (
     validate_blob_path,
     validate_blob_prefix,
 )
+from jarvismem.backends.fileio import write_all
+from jarvismem.defaults import INLINE_WRITE_MAX_BYTES
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -83,14 +85,6 @@ def _version_of(st: os.stat_result) -> BlobVersion:
     # mtime_ns is forced strictly increasing per path by write(), the inode is
     # new on every replace, and the size completes the stamp: no sidecar file.
     return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write the whole buffer, looping on short writes."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _read_all(fd: int, count: int) -> bytes:
@@ -172,8 +166,6 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
 _INLINE_TARGET_CACHE = 4096
 _INLINE_READ_MAX = 65_536
 _HAVE_NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")
-DEFAULT_INLINE_APPEND_MAX_BYTES = 16_384
-"""Appends up to this size may be written from the event loop (see ``_append_inline``)."""
 
 
 class LocalBlobStorage:
@@ -189,7 +181,7 @@ class LocalBlobStorage:
         root: Path | str,
         *,
         fsync_appends: bool = False,
-        inline_append_max_bytes: int = DEFAULT_INLINE_APPEND_MAX_BYTES,
+        inline_append_max_bytes: int = INLINE_WRITE_MAX_BYTES,
     ) -> None:
         self._root = Path(root)
         self._fsync_appends = fsync_appends
@@ -435,7 +427,7 @@ class LocalBlobStorage:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             try:
-                _write_all(fd, payload)
+                write_all(fd, payload)
                 # A strictly increasing mtime per path makes the version unique
                 # even for two same-size writes within one clock tick.
                 mtime = time.time_ns()
@@ -562,7 +554,7 @@ class LocalBlobStorage:
                 except BlockingIOError:
                     return False
                 try:
-                    _write_all(fd, payload)
+                    write_all(fd, payload)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
@@ -646,7 +638,7 @@ class LocalBlobStorage:
                 # lock also covers the loop on short writes of big buffers.
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
-                    _write_all(fd, payload)
+                    write_all(fd, payload)
                     if self._fsync_appends:
                         os.fsync(fd)
                 finally:

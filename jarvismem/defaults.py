@@ -126,6 +126,17 @@ SCRATCHPAD_BUDGET_CHARS: Final = 8000
 SCRATCHPAD_TAIL_BYTES: Final = 262_144
 """Bytes read from the end of a scratchpad to render it."""
 
+# --- reads and prompts -------------------------------------------------------------------------
+
+LEDGER_TAIL: Final = 10
+"""Recent ledger entries read into a bundle (and shown by a ledger tail)."""
+
+SEARCH_LIMIT: Final = 5
+"""Hits asked for by a search or a recall request that names no limit."""
+
+PROMPT_BUDGET_CHARS: Final = 6000
+"""Largest memory text (bundle and recalled entries) assembled into one prompt."""
+
 # --- input limits -----------------------------------------------------------------------------
 
 MAX_TURN_FIELD_CHARS: Final = 65_536
@@ -164,6 +175,7 @@ __all__ = [
     "CONTEXT_TTL_SECONDS",
     "INLINE_WRITE_MAX_BYTES",
     "LEDGER_MAX_LEN",
+    "LEDGER_TAIL",
     "LLM_BACKOFF_BASE",
     "LLM_BACKOFF_CAP",
     "LLM_MAX_RESPONSE_BYTES",
@@ -178,11 +190,13 @@ __all__ = [
     "OUTBOX_MAX_ENTRIES",
     "OUTBOX_PATH",
     "OUTBOX_POLL_SECONDS",
+    "PROMPT_BUDGET_CHARS",
     "REDIS_CONNECT_RETRIES",
     "REDIS_MAX_CONNECTIONS",
     "RETRY_AFTER_CAP",
     "SCRATCHPAD_BUDGET_CHARS",
     "SCRATCHPAD_TAIL_BYTES",
+    "SEARCH_LIMIT",
     "STORAGE_BASE_PATH",
     "SUMMARY_MAX_CHARS",
     "TIER_TIMEOUT_ATHENA",

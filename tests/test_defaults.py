@@ -14,9 +14,14 @@ from jarvismem import defaults
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.recall import prompt
+from jarvismem.recall.athena_store import AthenaSearchMemory
+from jarvismem.recall.models import RecallRequest
 from jarvismem.resilience import retrying
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena.config import AthenaTierConfig
+from jarvismem.tiers.athena.memory import AthenaMemory
+from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.compaction import CompactionPolicy
 from jarvismem.tiers.episodic import EpisodicLedger
@@ -97,6 +102,14 @@ CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
     (WorkingScratchpad, "tail_bytes", defaults.SCRATCHPAD_TAIL_BYTES),
     (WorkingScratchpad, "budget_chars", defaults.SCRATCHPAD_BUDGET_CHARS),
     (CheckpointStore, "max_bytes", defaults.MAX_CHECKPOINT_BYTES),
+    (EpisodicLedger.tail, "count", defaults.LEDGER_TAIL),
+    (AthenaClient.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaMemory.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaReads.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaSearchMemory.search, "limit", defaults.SEARCH_LIMIT),
+    (RecallRequest, "limit", defaults.SEARCH_LIMIT),
+    (prompt.preflight, "budget_chars", defaults.PROMPT_BUDGET_CHARS),
+    (prompt.build_messages, "budget_chars", defaults.PROMPT_BUDGET_CHARS),
 ]
 
 

@@ -33,7 +33,7 @@ from jarvismem.backends.athena_models import (
     MidTermChain,
     StmEvent,
 )
-from jarvismem.defaults import ATHENA_HTTP_TIMEOUT
+from jarvismem.defaults import ATHENA_HTTP_TIMEOUT, SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -314,7 +314,7 @@ class AthenaClient:
         session_id: str,
         query: str,
         *,
-        limit: int = 5,
+        limit: int = SEARCH_LIMIT,
         filter: dict[str, str] | None = None,
     ) -> list[AthenaSearchResult]:
         """Vector search over the session's chains (plus long-term nodes).

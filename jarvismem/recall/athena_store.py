@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 from typing import Any, Protocol
 
+from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import RecallError
 from jarvismem.keys import KeySpace
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
@@ -33,7 +34,7 @@ class AthenaSearchMemory(Protocol):
         """Queue an ``observation`` event."""
         ...
 
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
         """Hits with ``content``, ``similarity_score`` (raw L2), ``source_type``, ``source_id``."""
         ...
 

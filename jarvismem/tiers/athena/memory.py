@@ -23,6 +23,7 @@ from typing import Any
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import RedisClient
+from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -432,7 +433,7 @@ class AthenaMemory:
         """
         return await self._reads.get_memory_context(limit, query, strict=strict)
 
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
         """Search Athena's memory; hits with ``distance`` and ``similarity``.
 
         See :meth:`AthenaReads.search`.

@@ -49,6 +49,8 @@ from jarvismem.backends.blob.base import (
     as_blob_bytes,
     validate_blob_path,
     validate_blob_prefix,
+    validate_max_bytes,
+    validate_write_conditions,
 )
 from jarvismem.backends.fileio import write_all
 from jarvismem.defaults import INLINE_WRITE_MAX_BYTES
@@ -66,19 +68,6 @@ T = TypeVar("T")
 
 _LOCK_SUFFIX = ".lock"
 _TMP_MARK = ".tmp-"
-
-
-def _check_max_bytes(max_bytes: object) -> int:
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise InvalidPayloadError("max_bytes must be a non-negative int")
-    return max_bytes
-
-
-def _check_conditions(if_version: object, if_absent: object) -> None:
-    if if_version is not None and not isinstance(if_version, str):
-        raise InvalidPayloadError("if_version must be a version string returned by the backend")
-    if if_version is not None and if_absent:
-        raise InvalidPayloadError("if_version and if_absent cannot be combined")
 
 
 def _version_of(st: os.stat_result) -> BlobVersion:
@@ -290,7 +279,7 @@ class LocalBlobStorage:
     async def tail(self, path: str, max_bytes: int) -> bytes:
         """The last ``max_bytes`` bytes; reads only that much from the disk."""
         validate_blob_path(path)
-        wanted = _check_max_bytes(max_bytes)
+        wanted = validate_max_bytes(max_bytes)
         if wanted <= _INLINE_READ_MAX and self._inline_max > 0:
             cached = self._read_inline(path, wanted)
             if cached is not None:
@@ -396,7 +385,7 @@ class LocalBlobStorage:
         """
         validate_blob_path(path)
         payload = as_blob_bytes(data)
-        _check_conditions(if_version, if_absent)
+        validate_write_conditions(if_version, if_absent)
 
         def work() -> BlobVersion:
             with _os_errors("write", path):

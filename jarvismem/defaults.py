@@ -137,6 +137,9 @@ SEARCH_LIMIT: Final = 5
 PROMPT_BUDGET_CHARS: Final = 6000
 """Largest memory text (bundle and recalled entries) assembled into one prompt."""
 
+RECALL_NAMESPACE: Final = "default"
+"""Recall namespace of an entry, request or policy that names none."""
+
 # --- input limits -----------------------------------------------------------------------------
 
 MAX_TURN_FIELD_CHARS: Final = 65_536
@@ -191,6 +194,7 @@ __all__ = [
     "OUTBOX_PATH",
     "OUTBOX_POLL_SECONDS",
     "PROMPT_BUDGET_CHARS",
+    "RECALL_NAMESPACE",
     "REDIS_CONNECT_RETRIES",
     "REDIS_MAX_CONNECTIONS",
     "RETRY_AFTER_CAP",

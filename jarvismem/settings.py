@@ -284,6 +284,20 @@ class Settings(BaseSettings):
         return out
 
 
+def validation_problems(exc: ValidationError, *, subject: str, env_names: bool = False) -> str:
+    """``"FIELD: message; ..."`` for each error of ``exc``, never echoing an input
+    (it may be a secret).
+
+    ``subject`` names an error about the whole object; ``env_names`` writes each
+    field path as its environment variable (upper case).
+    """
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or subject
+        problems.append(f"{loc.upper() if env_names else loc}: {err['msg']}")
+    return "; ".join(problems)
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment and ``.env``; raise :class:`ConfigError` if invalid.
 
@@ -293,12 +307,8 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            # Never echo the input: it may be a secret.
-            problems.append(f"{loc.upper()}: {err['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+        problems = validation_problems(exc, subject="settings", env_names=True)
+        raise ConfigError(f"invalid configuration: {problems}") from None
 
 
 # Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,

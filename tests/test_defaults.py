@@ -14,9 +14,15 @@ from jarvismem import defaults
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm.client import ChatCompletionsClient
-from jarvismem.recall import prompt
+from jarvismem.recall import (
+    AthenaRecallStore,
+    InMemoryRecallStore,
+    RedisRecallStore,
+    prompt,
+)
 from jarvismem.recall.athena_store import AthenaSearchMemory
 from jarvismem.recall.models import RecallRequest
+from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.resilience import retrying
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena.config import AthenaTierConfig
@@ -108,8 +114,13 @@ CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
     (AthenaReads.search, "limit", defaults.SEARCH_LIMIT),
     (AthenaSearchMemory.search, "limit", defaults.SEARCH_LIMIT),
     (RecallRequest, "limit", defaults.SEARCH_LIMIT),
+    (RecallRequest, "namespace", defaults.RECALL_NAMESPACE),
+    (InMemoryRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
+    (InMemoryRecallStore.delete, "namespace", defaults.RECALL_NAMESPACE),
+    (RedisRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
+    (RedisRecallStore.delete, "namespace", defaults.RECALL_NAMESPACE),
+    (AthenaRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
     (prompt.preflight, "budget_chars", defaults.PROMPT_BUDGET_CHARS),
-    (prompt.build_messages, "budget_chars", defaults.PROMPT_BUDGET_CHARS),
 ]
 
 
@@ -122,6 +133,10 @@ def test_constructor_defaults_are_the_constants(
     target: Callable[..., Any], parameter: str, constant: object
 ) -> None:
     assert inspect.signature(target).parameters[parameter].default == constant
+
+
+def test_a_policy_naming_no_namespace_uses_the_recall_default() -> None:
+    assert MemoryPolicy().namespace == defaults.RECALL_NAMESPACE
 
 
 def test_the_ttl_in_seconds_is_the_ttl_in_days() -> None:

@@ -13,7 +13,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jarvismem.defaults import SEARCH_LIMIT
+from jarvismem.defaults import RECALL_NAMESPACE, SEARCH_LIMIT
 from jarvismem.keys import validate_id
 
 
@@ -49,7 +49,7 @@ class _Scoped(BaseModel):
 
     agent_id: str
     session_id: str | None = None
-    namespace: str = "default"
+    namespace: str = RECALL_NAMESPACE
 
     @field_validator("agent_id")
     @classmethod

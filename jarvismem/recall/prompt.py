@@ -175,24 +175,9 @@ def preflight(
     )
 
 
-def build_messages(
-    instructions: str,
-    user_message: str,
-    *,
-    bundle: Mapping[str, Any] | None = None,
-    recalled: Sequence[RecallResult] = (),
-    policy: MemoryPolicy,
-    budget_chars: int = PROMPT_BUDGET_CHARS,
-) -> list[dict[str, str]]:
-    """The chat messages of a turn (see :func:`preflight` for the arguments)."""
-    return preflight(
-        instructions,
-        user_message,
-        bundle=bundle,
-        recalled=recalled,
-        policy=policy,
-        budget_chars=budget_chars,
-    ).messages
+def build_messages(instructions: str, user_message: str, **parts: Any) -> list[dict[str, str]]:
+    """The chat messages of a turn: :func:`preflight`'s messages, same arguments."""
+    return preflight(instructions, user_message, **parts).messages
 
 
 def conversation_capture_text(user: str, assistant: str) -> str:

@@ -42,6 +42,10 @@ INLINE_WRITE_MAX_BYTES: Final = 16_384
 """Largest local write (blob append, outbox put) done from the event loop instead
 of a worker thread: a page-cache write of this size is cheaper than a thread hop."""
 
+FSYNC_APPENDS: Final = False
+"""Whether local appends (scratchpad lines, outbox records) are fsynced: off, since
+a process crash loses nothing either way; on survives a power loss, slower."""
+
 # --- blob storage -----------------------------------------------------------------------------
 
 STORAGE_BASE_PATH: Final = Path(".jarvismem/blobs")
@@ -176,6 +180,7 @@ __all__ = [
     "COMPACTION_TOKEN_THRESHOLD",
     "CONTEXT_TTL_DAYS",
     "CONTEXT_TTL_SECONDS",
+    "FSYNC_APPENDS",
     "INLINE_WRITE_MAX_BYTES",
     "LEDGER_MAX_LEN",
     "LEDGER_TAIL",

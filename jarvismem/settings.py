@@ -79,7 +79,8 @@ class Settings(BaseSettings):
         defaults.STORAGE_BASE_PATH, description="Root folder of the local blob backend."
     )
     storage_fsync_appends: bool = Field(
-        False, description="fsync every scratchpad append (survives power loss; slower)."
+        defaults.FSYNC_APPENDS,
+        description="fsync every scratchpad append (survives power loss; slower).",
     )
     storage_inline_append_max_bytes: int = Field(
         defaults.INLINE_WRITE_MAX_BYTES,

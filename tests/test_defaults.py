@@ -14,6 +14,7 @@ from jarvismem import defaults
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.outbox import Outbox
 from jarvismem.recall import (
     AthenaRecallStore,
     InMemoryRecallStore,
@@ -42,6 +43,7 @@ SETTINGS_DEFAULTS = {
     "redis_connect_retries": defaults.REDIS_CONNECT_RETRIES,
     "ledger_max_len": defaults.LEDGER_MAX_LEN,
     "storage_base_path": defaults.STORAGE_BASE_PATH,
+    "storage_fsync_appends": defaults.FSYNC_APPENDS,
     "storage_inline_append_max_bytes": defaults.INLINE_WRITE_MAX_BYTES,
     "azure_storage_container": defaults.AZURE_CONTAINER,
     "athena_tenant_id": defaults.ATHENA_TENANT_ID,
@@ -87,6 +89,10 @@ def test_a_loaded_settings_object_carries_the_constants(monkeypatch: pytest.Monk
 # can be built without a Settings object take the same defaults as the settings.
 CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
     (LocalBlobStorage, "inline_append_max_bytes", defaults.INLINE_WRITE_MAX_BYTES),
+    (LocalBlobStorage, "fsync_appends", defaults.FSYNC_APPENDS),
+    (Outbox, "fsync", defaults.FSYNC_APPENDS),
+    (Outbox, "max_entries", defaults.OUTBOX_MAX_ENTRIES),
+    (AthenaTierConfig, "outbox_fsync", defaults.FSYNC_APPENDS),
     (AthenaClient, "timeout", defaults.ATHENA_HTTP_TIMEOUT),
     (ChatCompletionsClient, "timeout", defaults.LLM_TIMEOUT),
     (ChatCompletionsClient, "retry_after_cap", defaults.RETRY_AFTER_CAP),

@@ -53,7 +53,7 @@ from jarvismem.backends.blob.base import (
     validate_write_conditions,
 )
 from jarvismem.backends.fileio import write_all
-from jarvismem.defaults import INLINE_WRITE_MAX_BYTES
+from jarvismem.defaults import FSYNC_APPENDS, INLINE_WRITE_MAX_BYTES
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -169,7 +169,7 @@ class LocalBlobStorage:
         self,
         root: Path | str,
         *,
-        fsync_appends: bool = False,
+        fsync_appends: bool = FSYNC_APPENDS,
         inline_append_max_bytes: int = INLINE_WRITE_MAX_BYTES,
     ) -> None:
         self._root = Path(root)

@@ -62,7 +62,7 @@ from jarvismem.backends.outbox.locks import (
     try_lock_inline,
     unlock_inline,
 )
-from jarvismem.defaults import INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
+from jarvismem.defaults import FSYNC_APPENDS, INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
 
 __all__ = ["COMPACT_MIN_BYTES", "Outbox"]
 
@@ -100,7 +100,7 @@ class Outbox:
         *,
         max_entries: int = OUTBOX_MAX_ENTRIES,
         max_bytes: int | None = None,
-        fsync: bool = False,
+        fsync: bool = FSYNC_APPENDS,
         destination: str | None = None,
         legacy_path: Path | None = None,
     ) -> None:

@@ -45,14 +45,6 @@ ATHENA_CONCURRENT_WRITES = 32
 100 connections, so a write never queues inside the pool; waiting for this
 limit can be cancelled safely, waiting inside the pool cannot)."""
 
-DEFAULT_FAILURE_THRESHOLD = 5
-DEFAULT_COOLDOWN = 30.0
-DEFAULT_RETRY_BASE = 0.5
-DEFAULT_RETRY_CAP = 30.0
-DEFAULT_SESSION_LOCK_TTL = 30.0
-# A memory built without an outbox keeps one without fsync (as STORAGE_FSYNC_APPENDS).
-DEFAULT_OUTBOX_FSYNC = False
-
 
 @dataclass(frozen=True, slots=True)
 class AthenaTierConfig:
@@ -72,16 +64,18 @@ class AthenaTierConfig:
 
     tenant_id: str = defaults.ATHENA_TENANT_ID
     user_id: str = defaults.ATHENA_USER_ID
-    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
-    cooldown: float = DEFAULT_COOLDOWN
-    retry_base: float = DEFAULT_RETRY_BASE
-    retry_cap: float = DEFAULT_RETRY_CAP
-    session_lock_ttl: float = DEFAULT_SESSION_LOCK_TTL
+    # The tier's own tunables: defined here once (no setting or other
+    # constructor shares them).
+    failure_threshold: int = 5
+    cooldown: float = 30.0
+    retry_base: float = 0.5
+    retry_cap: float = 30.0
+    session_lock_ttl: float = 30.0
     dedupe_ttl: int = defaults.CONTEXT_TTL_SECONDS
     outbox_dir: Path = defaults.OUTBOX_PATH
     outbox_max_entries: int = defaults.OUTBOX_MAX_ENTRIES
     outbox_max_bytes: int | None = defaults.OUTBOX_MAX_BYTES
-    outbox_fsync: bool = DEFAULT_OUTBOX_FSYNC
+    outbox_fsync: bool = defaults.FSYNC_APPENDS
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AthenaTierConfig:

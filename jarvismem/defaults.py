@@ -42,6 +42,10 @@ INLINE_WRITE_MAX_BYTES: Final = 16_384
 """Largest local write (blob append, outbox put) done from the event loop instead
 of a worker thread: a page-cache write of this size is cheaper than a thread hop."""
 
+FSYNC_APPENDS: Final = False
+"""Whether local appends (scratchpad lines, outbox records) are fsynced: off, since
+a process crash loses nothing either way; on survives a power loss, slower."""
+
 # --- blob storage -----------------------------------------------------------------------------
 
 STORAGE_BASE_PATH: Final = Path(".jarvismem/blobs")
@@ -54,6 +58,12 @@ AZURE_CONTAINER: Final = "jarvismem"
 
 ATHENA_HTTP_TIMEOUT: Final = 10.0
 """Deadline of one Athena HTTP request, in seconds."""
+
+ATHENA_TENANT_ID: Final = "default"
+"""Athena tenant of the sessions a runtime creates."""
+
+ATHENA_USER_ID: Final = "jarvismem"
+"""Athena user of the sessions a runtime creates."""
 
 # --- LLM ----------------------------------------------------------------------------------------
 
@@ -120,6 +130,20 @@ SCRATCHPAD_BUDGET_CHARS: Final = 8000
 SCRATCHPAD_TAIL_BYTES: Final = 262_144
 """Bytes read from the end of a scratchpad to render it."""
 
+# --- reads and prompts -------------------------------------------------------------------------
+
+LEDGER_TAIL: Final = 10
+"""Recent ledger entries read into a bundle (and shown by a ledger tail)."""
+
+SEARCH_LIMIT: Final = 5
+"""Hits asked for by a search or a recall request that names no limit."""
+
+PROMPT_BUDGET_CHARS: Final = 6000
+"""Largest memory text (bundle and recalled entries) assembled into one prompt."""
+
+RECALL_NAMESPACE: Final = "default"
+"""Recall namespace of an entry, request or policy that names none."""
+
 # --- input limits -----------------------------------------------------------------------------
 
 MAX_TURN_FIELD_CHARS: Final = 65_536
@@ -147,6 +171,8 @@ OUTBOX_CLAIM_POLL_SECONDS: Final = 0.2
 
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
+    "ATHENA_TENANT_ID",
+    "ATHENA_USER_ID",
     "AZURE_CONTAINER",
     "COMPACTION_CHUNK_CHARS",
     "COMPACTION_EVERY_TURNS",
@@ -154,8 +180,10 @@ __all__ = [
     "COMPACTION_TOKEN_THRESHOLD",
     "CONTEXT_TTL_DAYS",
     "CONTEXT_TTL_SECONDS",
+    "FSYNC_APPENDS",
     "INLINE_WRITE_MAX_BYTES",
     "LEDGER_MAX_LEN",
+    "LEDGER_TAIL",
     "LLM_BACKOFF_BASE",
     "LLM_BACKOFF_CAP",
     "LLM_MAX_RESPONSE_BYTES",
@@ -170,11 +198,14 @@ __all__ = [
     "OUTBOX_MAX_ENTRIES",
     "OUTBOX_PATH",
     "OUTBOX_POLL_SECONDS",
+    "PROMPT_BUDGET_CHARS",
+    "RECALL_NAMESPACE",
     "REDIS_CONNECT_RETRIES",
     "REDIS_MAX_CONNECTIONS",
     "RETRY_AFTER_CAP",
     "SCRATCHPAD_BUDGET_CHARS",
     "SCRATCHPAD_TAIL_BYTES",
+    "SEARCH_LIMIT",
     "STORAGE_BASE_PATH",
     "SUMMARY_MAX_CHARS",
     "TIER_TIMEOUT_ATHENA",

@@ -28,6 +28,8 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from jarvismem.defaults import RETRY_AFTER_CAP
+
 __all__ = ["Backoff", "CircuitBreaker", "retrying"]
 
 Jitter = Literal["none", "equal", "full"]
@@ -112,7 +114,7 @@ def retrying(
     retry_if: Callable[[BaseException], bool],
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     on_retry: Callable[[BaseException, int, float], None] | None = None,
-    retry_after_cap: float = 30.0,
+    retry_after_cap: float = RETRY_AFTER_CAP,
 ) -> AsyncRetrying:
     """A ``tenacity.AsyncRetrying`` with this package's conventions.
 

@@ -79,7 +79,8 @@ class Settings(BaseSettings):
         defaults.STORAGE_BASE_PATH, description="Root folder of the local blob backend."
     )
     storage_fsync_appends: bool = Field(
-        False, description="fsync every scratchpad append (survives power loss; slower)."
+        defaults.FSYNC_APPENDS,
+        description="fsync every scratchpad append (survives power loss; slower).",
     )
     storage_inline_append_max_bytes: int = Field(
         defaults.INLINE_WRITE_MAX_BYTES,
@@ -97,8 +98,12 @@ class Settings(BaseSettings):
 
     # --- Athena ---------------------------------------------------------------------
     athena_url: str | None = Field(None, description="Athena base URL; unset disables tier 4.")
-    athena_tenant_id: str = Field("default", description="Athena tenant for new sessions.")
-    athena_user_id: str = Field("jarvismem", description="Athena user for new sessions.")
+    athena_tenant_id: str = Field(
+        defaults.ATHENA_TENANT_ID, description="Athena tenant for new sessions."
+    )
+    athena_user_id: str = Field(
+        defaults.ATHENA_USER_ID, description="Athena user for new sessions."
+    )
     athena_api_key: SecretStr | None = Field(None, description="Sent as X-API-Key.")
     athena_jwt_token: SecretStr | None = Field(None, description="Sent as X-JWT-Token.")
     athena_http_timeout: float = Field(
@@ -280,6 +285,20 @@ class Settings(BaseSettings):
         return out
 
 
+def validation_problems(exc: ValidationError, *, subject: str, env_names: bool = False) -> str:
+    """``"FIELD: message; ..."`` for each error of ``exc``, never echoing an input
+    (it may be a secret).
+
+    ``subject`` names an error about the whole object; ``env_names`` writes each
+    field path as its environment variable (upper case).
+    """
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or subject
+        problems.append(f"{loc.upper() if env_names else loc}: {err['msg']}")
+    return "; ".join(problems)
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Read settings from the environment and ``.env``; raise :class:`ConfigError` if invalid.
 
@@ -289,12 +308,8 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            # Never echo the input: it may be a secret.
-            problems.append(f"{loc.upper()}: {err['msg']}")
-        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None
+        problems = validation_problems(exc, subject="settings", env_names=True)
+        raise ConfigError(f"invalid configuration: {problems}") from None
 
 
 # Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,

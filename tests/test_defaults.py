@@ -3,12 +3,37 @@
 from __future__ import annotations
 
 import ast
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jarvismem import defaults
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.outbox import Outbox
+from jarvismem.recall import (
+    AthenaRecallStore,
+    InMemoryRecallStore,
+    RedisRecallStore,
+    prompt,
+)
+from jarvismem.recall.athena_store import AthenaSearchMemory
+from jarvismem.recall.models import RecallRequest
+from jarvismem.recall.policy import MemoryPolicy
+from jarvismem.resilience import retrying
 from jarvismem.settings import Settings
+from jarvismem.tiers.athena.config import AthenaTierConfig
+from jarvismem.tiers.athena.memory import AthenaMemory
+from jarvismem.tiers.athena.reads import AthenaReads
+from jarvismem.tiers.checkpoints import CheckpointStore
+from jarvismem.tiers.compaction import CompactionPolicy
+from jarvismem.tiers.episodic import EpisodicLedger
+from jarvismem.tiers.longterm import LongTermMemory
+from jarvismem.tiers.working import WorkingScratchpad
 
 # Settings field -> the constant its default must be.
 SETTINGS_DEFAULTS = {
@@ -18,8 +43,11 @@ SETTINGS_DEFAULTS = {
     "redis_connect_retries": defaults.REDIS_CONNECT_RETRIES,
     "ledger_max_len": defaults.LEDGER_MAX_LEN,
     "storage_base_path": defaults.STORAGE_BASE_PATH,
+    "storage_fsync_appends": defaults.FSYNC_APPENDS,
     "storage_inline_append_max_bytes": defaults.INLINE_WRITE_MAX_BYTES,
     "azure_storage_container": defaults.AZURE_CONTAINER,
+    "athena_tenant_id": defaults.ATHENA_TENANT_ID,
+    "athena_user_id": defaults.ATHENA_USER_ID,
     "athena_http_timeout": defaults.ATHENA_HTTP_TIMEOUT,
     "llm_model": defaults.LLM_MODEL,
     "llm_timeout": defaults.LLM_TIMEOUT,
@@ -55,6 +83,66 @@ def test_a_loaded_settings_object_carries_the_constants(monkeypatch: pytest.Monk
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     for field, constant in SETTINGS_DEFAULTS.items():
         assert getattr(settings, field) == constant, field
+
+
+# (callable, parameter) -> the constant its default must be: the constructors that
+# can be built without a Settings object take the same defaults as the settings.
+CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
+    (LocalBlobStorage, "inline_append_max_bytes", defaults.INLINE_WRITE_MAX_BYTES),
+    (LocalBlobStorage, "fsync_appends", defaults.FSYNC_APPENDS),
+    (Outbox, "fsync", defaults.FSYNC_APPENDS),
+    (Outbox, "max_entries", defaults.OUTBOX_MAX_ENTRIES),
+    (AthenaTierConfig, "outbox_fsync", defaults.FSYNC_APPENDS),
+    (AthenaClient, "timeout", defaults.ATHENA_HTTP_TIMEOUT),
+    (ChatCompletionsClient, "timeout", defaults.LLM_TIMEOUT),
+    (ChatCompletionsClient, "retry_after_cap", defaults.RETRY_AFTER_CAP),
+    (retrying, "retry_after_cap", defaults.RETRY_AFTER_CAP),
+    (EpisodicLedger, "ttl_seconds", defaults.CONTEXT_TTL_SECONDS),
+    (AthenaTierConfig, "tenant_id", defaults.ATHENA_TENANT_ID),
+    (AthenaTierConfig, "user_id", defaults.ATHENA_USER_ID),
+    (AthenaTierConfig, "dedupe_ttl", defaults.CONTEXT_TTL_SECONDS),
+    (AthenaTierConfig, "outbox_dir", defaults.OUTBOX_PATH),
+    (AthenaTierConfig, "outbox_max_entries", defaults.OUTBOX_MAX_ENTRIES),
+    (AthenaTierConfig, "outbox_max_bytes", defaults.OUTBOX_MAX_BYTES),
+    (LongTermMemory.compress, "chunk_chars", defaults.COMPACTION_CHUNK_CHARS),
+    (LongTermMemory.compress, "max_chars", defaults.SUMMARY_MAX_CHARS),
+    (CompactionPolicy, "every_turns", defaults.COMPACTION_EVERY_TURNS),
+    (CompactionPolicy, "token_threshold", defaults.COMPACTION_TOKEN_THRESHOLD),
+    (CompactionPolicy, "chunk_chars", defaults.COMPACTION_CHUNK_CHARS),
+    (CompactionPolicy, "lock_ttl", defaults.COMPACTION_LOCK_TTL),
+    (CompactionPolicy, "summary_chars", defaults.SUMMARY_MAX_CHARS),
+    (WorkingScratchpad, "tail_bytes", defaults.SCRATCHPAD_TAIL_BYTES),
+    (WorkingScratchpad, "budget_chars", defaults.SCRATCHPAD_BUDGET_CHARS),
+    (CheckpointStore, "max_bytes", defaults.MAX_CHECKPOINT_BYTES),
+    (EpisodicLedger.tail, "count", defaults.LEDGER_TAIL),
+    (AthenaClient.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaMemory.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaReads.search, "limit", defaults.SEARCH_LIMIT),
+    (AthenaSearchMemory.search, "limit", defaults.SEARCH_LIMIT),
+    (RecallRequest, "limit", defaults.SEARCH_LIMIT),
+    (RecallRequest, "namespace", defaults.RECALL_NAMESPACE),
+    (InMemoryRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
+    (InMemoryRecallStore.delete, "namespace", defaults.RECALL_NAMESPACE),
+    (RedisRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
+    (RedisRecallStore.delete, "namespace", defaults.RECALL_NAMESPACE),
+    (AthenaRecallStore.list_entries, "namespace", defaults.RECALL_NAMESPACE),
+    (prompt.preflight, "budget_chars", defaults.PROMPT_BUDGET_CHARS),
+]
+
+
+@pytest.mark.parametrize(
+    ("target", "parameter", "constant"),
+    CONSTRUCTOR_DEFAULTS,
+    ids=[f"{target.__qualname__}.{parameter}" for target, parameter, _ in CONSTRUCTOR_DEFAULTS],
+)
+def test_constructor_defaults_are_the_constants(
+    target: Callable[..., Any], parameter: str, constant: object
+) -> None:
+    assert inspect.signature(target).parameters[parameter].default == constant
+
+
+def test_a_policy_naming_no_namespace_uses_the_recall_default() -> None:
+    assert MemoryPolicy().namespace == defaults.RECALL_NAMESPACE
 
 
 def test_the_ttl_in_seconds_is_the_ttl_in_days() -> None:

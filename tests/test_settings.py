@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel, ValidationError
 
 from jarvismem.errors import ConfigError
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings, load_settings, validation_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -266,3 +267,35 @@ def test_config_error_does_not_echo_the_rejected_value(
     assert name in str(info.value)
     assert SECRET_PASSWORD not in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+# --- validation_problems: the shared message of a ValidationError ------------------------------
+
+
+class _Pair(BaseModel):
+    port: int
+    host: str
+
+
+def _error(**values: object) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        _Pair.model_validate(values)
+    return caught.value
+
+
+def test_each_bad_field_is_named_with_its_message_and_not_its_value() -> None:
+    text = validation_problems(_error(port="s3cret-not-a-port", host="h"), subject="pair")
+    assert text.startswith("port: ")
+    assert "s3cret" not in text
+
+
+def test_problems_are_joined_and_env_names_are_upper_case() -> None:
+    text = validation_problems(_error(port="x"), subject="pair", env_names=True)
+    assert text.split("; ")[0].startswith("PORT: ")
+    assert text.split("; ")[1].startswith("HOST: ")
+
+
+def test_an_error_about_the_whole_object_names_the_subject() -> None:
+    with pytest.raises(ValidationError) as caught:
+        _Pair.model_validate("not a mapping")
+    assert validation_problems(caught.value, subject="pair").startswith("pair: ")

@@ -33,6 +33,7 @@ from jarvismem.backends.athena_models import (
     MidTermChain,
     StmEvent,
 )
+from jarvismem.defaults import ATHENA_HTTP_TIMEOUT, SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -165,7 +166,7 @@ class AthenaClient:
         *,
         api_key: str | None = None,
         jwt_token: str | None = None,
-        timeout: float = 10.0,
+        timeout: float = ATHENA_HTTP_TIMEOUT,
         max_retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff: float = 0.1,
@@ -313,7 +314,7 @@ class AthenaClient:
         session_id: str,
         query: str,
         *,
-        limit: int = 5,
+        limit: int = SEARCH_LIMIT,
         filter: dict[str, str] | None = None,
     ) -> list[AthenaSearchResult]:
         """Vector search over the session's chains (plus long-term nodes).

@@ -20,10 +20,11 @@ import asyncio
 import hashlib
 from typing import Any, Protocol
 
+from jarvismem.defaults import RECALL_NAMESPACE, SEARCH_LIMIT
 from jarvismem.errors import RecallError
 from jarvismem.keys import KeySpace
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
-from jarvismem.recall.stores import entry_from_write
+from jarvismem.recall.stores import by_age, entry_from_write
 
 
 class AthenaSearchMemory(Protocol):
@@ -33,7 +34,7 @@ class AthenaSearchMemory(Protocol):
         """Queue an ``observation`` event."""
         ...
 
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
         """Hits with ``content``, ``similarity_score`` (raw L2), ``source_type``, ``source_id``."""
         ...
 
@@ -118,8 +119,8 @@ class AthenaRecallStore:
         return [result for _, _, result in scored[: request.limit]]
 
     async def list_entries(
-        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+        self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
     ) -> list[MemoryEntry]:
         """Entries this store object wrote in this process (Athena cannot list), oldest first."""
         scope = self._written.get(KeySpace.recall_scope(namespace, agent_id, session_id), {})
-        return sorted(scope.values(), key=lambda e: (e.created_at, e.id))
+        return by_age(scope.values())

@@ -13,6 +13,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from jarvismem.defaults import RECALL_NAMESPACE, SEARCH_LIMIT
 from jarvismem.keys import validate_id
 
 
@@ -48,7 +49,7 @@ class _Scoped(BaseModel):
 
     agent_id: str
     session_id: str | None = None
-    namespace: str = "default"
+    namespace: str = RECALL_NAMESPACE
 
     @field_validator("agent_id")
     @classmethod
@@ -90,7 +91,7 @@ class RecallRequest(_Scoped):
     """Find the ``limit`` entries of one scope most relevant to ``query``."""
 
     query: str
-    limit: int = Field(default=5, gt=0)
+    limit: int = Field(default=SEARCH_LIMIT, gt=0)
 
     @field_validator("query")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.errors import (
     InvalidPolicyError,
     NamespaceContextMissingError,
@@ -20,6 +21,7 @@ from jarvismem.errors import (
 )
 from jarvismem.keys import validate_id
 from jarvismem.recall.models import RecallRequest, WriteRequest
+from jarvismem.settings import validation_problems
 
 Scope = Literal["agent", "session"]
 Capture = Literal["manual", "conversation", "off"]
@@ -105,7 +107,7 @@ class MemoryPolicy(BaseModel):
         if self.namespace is not None and self.namespace_from is not None:
             raise ValueError("give either namespace or namespace_from, not both")
         if self.namespace is None and self.namespace_from is None:
-            object.__setattr__(self, "namespace", "default")
+            object.__setattr__(self, "namespace", RECALL_NAMESPACE)
         return self
 
     @classmethod
@@ -118,11 +120,8 @@ class MemoryPolicy(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            problems = []
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"]) or "policy"
-                problems.append(f"{loc}: {err['msg']}")
-            raise InvalidPolicyError("invalid memory policy: " + "; ".join(problems)) from None
+            problems = validation_problems(exc, subject="policy")
+            raise InvalidPolicyError(f"invalid memory policy: {problems}") from None
 
     # --- resolving a turn's scope -----------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from jarvismem.defaults import PROMPT_BUDGET_CHARS
 from jarvismem.errors import RecallStoreMissingError
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.policy import MemoryPolicy
@@ -98,7 +99,7 @@ def preflight(
     bundle: Mapping[str, Any] | None = None,
     recalled: Sequence[RecallResult] = (),
     policy: MemoryPolicy,
-    budget_chars: int = 6000,
+    budget_chars: int = PROMPT_BUDGET_CHARS,
 ) -> Preflight:
     """The exact messages of a turn, and which recalled entries they use.
 
@@ -174,24 +175,9 @@ def preflight(
     )
 
 
-def build_messages(
-    instructions: str,
-    user_message: str,
-    *,
-    bundle: Mapping[str, Any] | None = None,
-    recalled: Sequence[RecallResult] = (),
-    policy: MemoryPolicy,
-    budget_chars: int = 6000,
-) -> list[dict[str, str]]:
-    """The chat messages of a turn (see :func:`preflight` for the arguments)."""
-    return preflight(
-        instructions,
-        user_message,
-        bundle=bundle,
-        recalled=recalled,
-        policy=policy,
-        budget_chars=budget_chars,
-    ).messages
+def build_messages(instructions: str, user_message: str, **parts: Any) -> list[dict[str, str]]:
+    """The chat messages of a turn: :func:`preflight`'s messages, same arguments."""
+    return preflight(instructions, user_message, **parts).messages
 
 
 def conversation_capture_text(user: str, assistant: str) -> str:

@@ -21,11 +21,12 @@ import json
 from typing import Any
 
 from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
-from jarvismem.recall.stores import entry_from_write, rank
+from jarvismem.recall.stores import by_age, entry_from_write, rank
 
 # KEYS[1] entries hash, KEYS[2] postings hash
 # ARGV[1] "put" | "del"; ARGV[2] entry id; ARGV[3] entry JSON; ARGV[4] JSON {token: tf};
@@ -174,14 +175,14 @@ class RedisRecallStore:
         return rank(scores, found, request.limit)
 
     async def list_entries(
-        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+        self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first (one HGETALL)."""
         entries_key, _ = self.keys(namespace, agent_id, session_id)
         async with redis_errors("recall list_entries"):
             raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
         entries = [MemoryEntry.model_validate_json(v) for v in raw.values()]
-        return sorted(entries, key=lambda e: (e.created_at, e.id))
+        return by_age(entries)
 
     async def delete(
         self,
@@ -189,7 +190,7 @@ class RedisRecallStore:
         *,
         agent_id: str,
         session_id: str | None = None,
-        namespace: str = "default",
+        namespace: str = RECALL_NAMESPACE,
     ) -> bool:
         """Forget one entry and take it out of the index; returns whether it existed."""
         validate_id(entry_id, "entry id")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
+from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.keys import KeySpace
 from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
@@ -37,7 +38,7 @@ class RecallStore(Protocol):
         ...
 
     async def list_entries(
-        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+        self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first."""
         ...
@@ -53,7 +54,7 @@ class DeletableRecallStore(RecallStore, Protocol):
         *,
         agent_id: str,
         session_id: str | None = None,
-        namespace: str = "default",
+        namespace: str = RECALL_NAMESPACE,
     ) -> bool:
         """Remove an entry; returns whether it existed."""
         ...
@@ -101,7 +102,8 @@ def rank(
     return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]
 
 
-def _by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
+def by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
+    """Entries oldest first (creation time, then id): the order of ``list_entries``."""
     return sorted(entries, key=lambda e: (e.created_at, e.id))
 
 
@@ -150,10 +152,10 @@ class InMemoryRecallStore:
         return rank(scores, scope, request.limit)
 
     async def list_entries(
-        self, agent_id: str, session_id: str | None = None, namespace: str = "default"
+        self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first."""
-        return _by_age(self._scopes.get(self._scope(namespace, agent_id, session_id), {}).values())
+        return by_age(self._scopes.get(self._scope(namespace, agent_id, session_id), {}).values())
 
     async def delete(
         self,
@@ -161,7 +163,7 @@ class InMemoryRecallStore:
         *,
         agent_id: str,
         session_id: str | None = None,
-        namespace: str = "default",
+        namespace: str = RECALL_NAMESPACE,
     ) -> bool:
         """Forget one entry; returns whether it existed."""
         async with self._lock:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.redis import redis_errors
+from jarvismem.defaults import MAX_CHECKPOINT_BYTES
 from jarvismem.errors import CheckpointConflictError, InvalidPayloadError, PayloadTooLargeError
 from jarvismem.keys import KeySpace
 
@@ -142,7 +143,7 @@ class CheckpointStore:
         step_id: str,
         *,
         ttl_seconds: int,
-        max_bytes: int = 4 * 1024 * 1024,
+        max_bytes: int = MAX_CHECKPOINT_BYTES,
     ) -> None:
         self.redis = redis
         self.key = keyspace.checkpoint(workflow_id, step_id)

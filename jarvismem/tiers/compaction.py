@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from jarvismem import defaults
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import (
@@ -46,7 +47,7 @@ from jarvismem.errors import (
 )
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.settings import Settings
-from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS, LongTermMemory
+from jarvismem.tiers.longterm import LongTermMemory
 
 log = logging.getLogger(__name__)
 
@@ -139,13 +140,13 @@ class CompactionPolicy:
     length bound of the summary.
     """
 
-    every_turns: int = 50
-    token_threshold: int = 8000
-    chunk_chars: int = 12_000
-    lock_ttl: float = 120.0
+    every_turns: int = defaults.COMPACTION_EVERY_TURNS
+    token_threshold: int = defaults.COMPACTION_TOKEN_THRESHOLD
+    chunk_chars: int = defaults.COMPACTION_CHUNK_CHARS
+    lock_ttl: float = defaults.COMPACTION_LOCK_TTL
     enabled: bool = True
     page_size: int = 200
-    summary_chars: int = DEFAULT_SUMMARY_CHARS
+    summary_chars: int = defaults.SUMMARY_MAX_CHARS
 
     def __post_init__(self) -> None:
         if self.every_turns < 1:

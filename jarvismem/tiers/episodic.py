@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.redis import redis_errors
+from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.records import decode_entry, encode_fields
 
@@ -73,7 +74,7 @@ class EpisodicLedger:
         keyspace: KeySpace,
         workflow_id: str,
         *,
-        ttl_seconds: int = 7 * 86_400,
+        ttl_seconds: int = CONTEXT_TTL_SECONDS,
         max_len: int = 0,
     ) -> None:
         self.redis = redis
@@ -135,7 +136,7 @@ class EpisodicLedger:
 
     # --- reads ---------------------------------------------------------------------------
 
-    async def tail(self, count: int = 10) -> list[dict[str, Any]]:
+    async def tail(self, count: int = LEDGER_TAIL) -> list[dict[str, Any]]:
         """The last ``count`` entries, oldest first. One XREVRANGE."""
         if count <= 0:
             return []

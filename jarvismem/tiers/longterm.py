@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion
 from jarvismem.backends.llm import Summarizer, truncate
 from jarvismem.backends.redis import redis_errors
+from jarvismem.defaults import COMPACTION_CHUNK_CHARS, SUMMARY_MAX_CHARS
 from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,
@@ -67,8 +68,8 @@ log = logging.getLogger(__name__)
 MAX_SUMMARY_CHARS = 1_000_000
 """A summary longer than this is refused by :meth:`LongTermMemory.save_summary`."""
 
-DEFAULT_SUMMARY_CHARS = 4000
-"""Length bound of a summary produced by :meth:`LongTermMemory.compress`."""
+# The old name of defaults.SUMMARY_MAX_CHARS, still imported by a system test.
+DEFAULT_SUMMARY_CHARS = SUMMARY_MAX_CHARS
 
 MAX_REDUCE_DEPTH = 8
 
@@ -723,8 +724,8 @@ class LongTermMemory:
         llm: Summarizer,
         *,
         previous: str | None = None,
-        chunk_chars: int = 12_000,
-        max_chars: int = DEFAULT_SUMMARY_CHARS,
+        chunk_chars: int = COMPACTION_CHUNK_CHARS,
+        max_chars: int = SUMMARY_MAX_CHARS,
     ) -> str:
         """Summarize ledger ``entries`` on top of ``previous`` with ``llm``.
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.defaults import SCRATCHPAD_BUDGET_CHARS, SCRATCHPAD_TAIL_BYTES
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.records import TURN, Scope, encode_record, parse_records
@@ -37,8 +38,8 @@ class WorkingScratchpad:
         step_id: str,
         agent_id: str,
         *,
-        tail_bytes: int = 262_144,
-        budget_chars: int = 8000,
+        tail_bytes: int = SCRATCHPAD_TAIL_BYTES,
+        budget_chars: int = SCRATCHPAD_BUDGET_CHARS,
         redactor: Callable[[str], str] | None = None,
         append: Callable[[str, bytes], Awaitable[object]] | None = None,
     ) -> None:

@@ -21,7 +21,13 @@ from jarvismem.recall import (
     WriteRequest,
 )
 from jarvismem.recall.models import MemoryEntry
-from jarvismem.recall.stores import DeletableRecallStore, entry_from_write, now_ms, rank
+from jarvismem.recall.stores import (
+    DeletableRecallStore,
+    by_age,
+    entry_from_write,
+    now_ms,
+    rank,
+)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -139,6 +145,16 @@ def test_rank_orders_by_score_then_recency_then_id_and_cuts_to_the_limit() -> No
 def test_rank_skips_scored_ids_without_an_entry() -> None:
     # A concurrent delete can leave a posting whose entry is gone.
     assert [r.entry.id for r in rank({"gone": 9.0, "a": 1.0}, {"a": _entry("a", 1)}, 5)] == ["a"]
+
+
+def test_by_age_is_oldest_first_then_by_id() -> None:
+    def made(entry_id: str, created_at: int) -> MemoryEntry:
+        return MemoryEntry(
+            agent_id="a1", id=entry_id, content="x", created_at=created_at, updated_at=99
+        )
+
+    entries = [made("b", 5), made("c", 1), made("a", 5)]
+    assert [e.id for e in by_age(entries)] == ["c", "a", "b"]
 
 
 def test_the_in_memory_store_satisfies_both_protocols() -> None:

@@ -52,6 +52,8 @@ from jarvismem.backends.blob.base import (
     as_blob_bytes,
     validate_blob_path,
     validate_blob_prefix,
+    validate_max_bytes,
+    validate_write_conditions,
 )
 from jarvismem.errors import (
     BlobError,
@@ -291,8 +293,7 @@ class AzureBlobStorage:
     async def tail(self, path: str, max_bytes: int) -> bytes:
         """The last ``max_bytes`` bytes, fetched with ranged downloads of the last segment(s)."""
         _validate_logical_path(path)
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-            raise InvalidPayloadError("max_bytes must be a non-negative int")
+        validate_max_bytes(max_bytes)
         await self._ensure_container()
         async with self._errors("read", path):
             sizes = await self._segment_sizes(path)
@@ -358,10 +359,7 @@ class AzureBlobStorage:
         """
         _validate_logical_path(path)
         payload = as_blob_bytes(data)
-        if if_version is not None and not isinstance(if_version, str):
-            raise InvalidPayloadError("if_version must be a version string returned by the backend")
-        if if_version is not None and if_absent:
-            raise InvalidPayloadError("if_version and if_absent cannot be combined")
+        validate_write_conditions(if_version, if_absent)
         await self._ensure_container()
         kwargs: dict[str, Any] = {"overwrite": True}
         if if_version is not None:

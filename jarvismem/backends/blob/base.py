@@ -68,6 +68,21 @@ def validate_blob_prefix(prefix: object) -> str:
     return prefix
 
 
+def validate_max_bytes(max_bytes: object) -> int:
+    """The ``max_bytes`` of :meth:`BlobStorage.tail`: a non-negative int (not a bool)."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidPayloadError("max_bytes must be a non-negative int")
+    return max_bytes
+
+
+def validate_write_conditions(if_version: object, if_absent: object) -> None:
+    """The conditions of :meth:`BlobStorage.write`: a version string or none, not both."""
+    if if_version is not None and not isinstance(if_version, str):
+        raise InvalidPayloadError("if_version must be a version string returned by the backend")
+    if if_version is not None and if_absent:
+        raise InvalidPayloadError("if_version and if_absent cannot be combined")
+
+
 @runtime_checkable
 class BlobStorage(Protocol):
     """Async blob storage. Every method is non-blocking for the event loop."""

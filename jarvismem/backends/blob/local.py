@@ -49,7 +49,11 @@ from jarvismem.backends.blob.base import (
     as_blob_bytes,
     validate_blob_path,
     validate_blob_prefix,
+    validate_max_bytes,
+    validate_write_conditions,
 )
+from jarvismem.backends.fileio import write_all
+from jarvismem.defaults import FSYNC_APPENDS, INLINE_WRITE_MAX_BYTES
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -66,31 +70,10 @@ _LOCK_SUFFIX = ".lock"
 _TMP_MARK = ".tmp-"
 
 
-def _check_max_bytes(max_bytes: object) -> int:
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
-        raise InvalidPayloadError("max_bytes must be a non-negative int")
-    return max_bytes
-
-
-def _check_conditions(if_version: object, if_absent: object) -> None:
-    if if_version is not None and not isinstance(if_version, str):
-        raise InvalidPayloadError("if_version must be a version string returned by the backend")
-    if if_version is not None and if_absent:
-        raise InvalidPayloadError("if_version and if_absent cannot be combined")
-
-
 def _version_of(st: os.stat_result) -> BlobVersion:
     # mtime_ns is forced strictly increasing per path by write(), the inode is
     # new on every replace, and the size completes the stamp: no sidecar file.
     return f"{st.st_mtime_ns:x}-{st.st_ino:x}-{st.st_size:x}"
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write the whole buffer, looping on short writes."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _read_all(fd: int, count: int) -> bytes:
@@ -172,8 +155,6 @@ def _os_errors(action: str, path: str) -> Iterator[None]:
 _INLINE_TARGET_CACHE = 4096
 _INLINE_READ_MAX = 65_536
 _HAVE_NOWAIT = hasattr(os, "preadv") and hasattr(os, "RWF_NOWAIT")
-DEFAULT_INLINE_APPEND_MAX_BYTES = 16_384
-"""Appends up to this size may be written from the event loop (see ``_append_inline``)."""
 
 
 class LocalBlobStorage:
@@ -188,8 +169,8 @@ class LocalBlobStorage:
         self,
         root: Path | str,
         *,
-        fsync_appends: bool = False,
-        inline_append_max_bytes: int = DEFAULT_INLINE_APPEND_MAX_BYTES,
+        fsync_appends: bool = FSYNC_APPENDS,
+        inline_append_max_bytes: int = INLINE_WRITE_MAX_BYTES,
     ) -> None:
         self._root = Path(root)
         self._fsync_appends = fsync_appends
@@ -298,7 +279,7 @@ class LocalBlobStorage:
     async def tail(self, path: str, max_bytes: int) -> bytes:
         """The last ``max_bytes`` bytes; reads only that much from the disk."""
         validate_blob_path(path)
-        wanted = _check_max_bytes(max_bytes)
+        wanted = validate_max_bytes(max_bytes)
         if wanted <= _INLINE_READ_MAX and self._inline_max > 0:
             cached = self._read_inline(path, wanted)
             if cached is not None:
@@ -404,7 +385,7 @@ class LocalBlobStorage:
         """
         validate_blob_path(path)
         payload = as_blob_bytes(data)
-        _check_conditions(if_version, if_absent)
+        validate_write_conditions(if_version, if_absent)
 
         def work() -> BlobVersion:
             with _os_errors("write", path):
@@ -435,7 +416,7 @@ class LocalBlobStorage:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             try:
-                _write_all(fd, payload)
+                write_all(fd, payload)
                 # A strictly increasing mtime per path makes the version unique
                 # even for two same-size writes within one clock tick.
                 mtime = time.time_ns()
@@ -562,7 +543,7 @@ class LocalBlobStorage:
                 except BlockingIOError:
                     return False
                 try:
-                    _write_all(fd, payload)
+                    write_all(fd, payload)
                 finally:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
@@ -646,7 +627,7 @@ class LocalBlobStorage:
                 # lock also covers the loop on short writes of big buffers.
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 try:
-                    _write_all(fd, payload)
+                    write_all(fd, payload)
                     if self._fsync_appends:
                         os.fsync(fd)
                 finally:

@@ -39,6 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.fileio import write_all
 from jarvismem.backends.outbox.format import (
     Cursor,
     decode_cursor,
@@ -61,9 +62,9 @@ from jarvismem.backends.outbox.locks import (
     try_lock_inline,
     unlock_inline,
 )
-from jarvismem.defaults import INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
+from jarvismem.defaults import FSYNC_APPENDS, INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
 
-__all__ = ["COMPACT_MIN_BYTES", "Outbox", "write_all"]
+__all__ = ["COMPACT_MIN_BYTES", "Outbox"]
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Outbox:
         *,
         max_entries: int = OUTBOX_MAX_ENTRIES,
         max_bytes: int | None = None,
-        fsync: bool = False,
+        fsync: bool = FSYNC_APPENDS,
         destination: str | None = None,
         legacy_path: Path | None = None,
     ) -> None:
@@ -543,11 +544,3 @@ class Outbox:
             s.index.append((seq, offset, start + pos))
             s.pending_bytes += start + pos - offset
         s.known_size = size
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte of ``data`` is written."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

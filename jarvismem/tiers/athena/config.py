@@ -1,7 +1,8 @@
 """The Athena tier's tunables: one frozen object, passed down by whoever builds the tier.
 
-The defaults live here as module constants (there is no package-wide defaults
-module yet); :meth:`AthenaTierConfig.from_settings` maps a :class:`Settings`
+Defaults shared with the settings (tenant, user, workflow TTL, outbox bounds)
+come from :mod:`jarvismem.defaults`; the tunables only this tier has are module
+constants here. :meth:`AthenaTierConfig.from_settings` maps a :class:`Settings`
 onto them, so the tier itself never reads the environment.
 """
 
@@ -12,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jarvismem import defaults
 from jarvismem.settings import Settings
 
 __all__ = [
     "ATHENA_CONCURRENT_WRITES",
     "CLAIM_LEASE_SECONDS",
     "CLOSE_GRACE_SECONDS",
-    "DEFAULT_DEDUPE_TTL",
     "KERNEL_BUSY_GAP",
     "MARKER_TIMEOUT",
     "AthenaTierConfig",
@@ -44,23 +45,6 @@ ATHENA_CONCURRENT_WRITES = 32
 100 connections, so a write never queues inside the pool; waiting for this
 limit can be cancelled safely, waiting inside the pool cannot)."""
 
-DEFAULT_DEDUPE_TTL = 7 * 86_400
-"""How long a sent-marker is kept, s (the runtime passes the workflow TTL)."""
-
-DEFAULT_TENANT_ID = "default"
-DEFAULT_USER_ID = "jarvismem"
-DEFAULT_FAILURE_THRESHOLD = 5
-DEFAULT_COOLDOWN = 30.0
-DEFAULT_RETRY_BASE = 0.5
-DEFAULT_RETRY_CAP = 30.0
-DEFAULT_SESSION_LOCK_TTL = 30.0
-# Where a memory built without an outbox keeps one, and its bounds: the same
-# values as the OUTBOX_* settings' defaults.
-DEFAULT_OUTBOX_DIR = Path(".jarvismem/outbox")
-DEFAULT_OUTBOX_MAX_ENTRIES = 100_000
-DEFAULT_OUTBOX_MAX_BYTES = 256 * 1024 * 1024
-DEFAULT_OUTBOX_FSYNC = False
-
 
 @dataclass(frozen=True, slots=True)
 class AthenaTierConfig:
@@ -78,18 +62,20 @@ class AthenaTierConfig:
             default outbox, used only when no outbox is handed to the memory.
     """
 
-    tenant_id: str = DEFAULT_TENANT_ID
-    user_id: str = DEFAULT_USER_ID
-    failure_threshold: int = DEFAULT_FAILURE_THRESHOLD
-    cooldown: float = DEFAULT_COOLDOWN
-    retry_base: float = DEFAULT_RETRY_BASE
-    retry_cap: float = DEFAULT_RETRY_CAP
-    session_lock_ttl: float = DEFAULT_SESSION_LOCK_TTL
-    dedupe_ttl: int = DEFAULT_DEDUPE_TTL
-    outbox_dir: Path = DEFAULT_OUTBOX_DIR
-    outbox_max_entries: int = DEFAULT_OUTBOX_MAX_ENTRIES
-    outbox_max_bytes: int | None = DEFAULT_OUTBOX_MAX_BYTES
-    outbox_fsync: bool = DEFAULT_OUTBOX_FSYNC
+    tenant_id: str = defaults.ATHENA_TENANT_ID
+    user_id: str = defaults.ATHENA_USER_ID
+    # The tier's own tunables: defined here once (no setting or other
+    # constructor shares them).
+    failure_threshold: int = 5
+    cooldown: float = 30.0
+    retry_base: float = 0.5
+    retry_cap: float = 30.0
+    session_lock_ttl: float = 30.0
+    dedupe_ttl: int = defaults.CONTEXT_TTL_SECONDS
+    outbox_dir: Path = defaults.OUTBOX_PATH
+    outbox_max_entries: int = defaults.OUTBOX_MAX_ENTRIES
+    outbox_max_bytes: int | None = defaults.OUTBOX_MAX_BYTES
+    outbox_fsync: bool = defaults.FSYNC_APPENDS
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AthenaTierConfig:

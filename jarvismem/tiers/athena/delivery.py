@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from jarvismem.errors import (
 from jarvismem.tiers.athena.circuit import DeliveryCircuit
 from jarvismem.tiers.athena.config import KERNEL_BUSY_GAP
 from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.locks import LoopLocks
 from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
@@ -40,19 +40,8 @@ log = logging.getLogger(__name__)
 
 # Process-wide on purpose: two memories of one agent (two runtimes, or a
 # runtime and a CLI command, in one process) share an outbox file, and both
-# draining it at once would send its records twice. Held weakly (a lock nobody
-# holds or waits for is dropped) and per event loop (a lock serves one loop).
-_drain_locks: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[Path, asyncio.Lock]
-] = weakref.WeakKeyDictionary()
-
-
-def _drain_lock(path: Path) -> asyncio.Lock:
-    locks = _drain_locks.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
-    lock = locks.get(path)
-    if lock is None:
-        lock = locks[path] = asyncio.Lock()
-    return lock
+# draining it at once would send its records twice.
+_drain_locks: LoopLocks[Path] = LoopLocks()
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -191,7 +180,7 @@ class AthenaDelivery:
 
     async def _drain(self, max_records: int | None = None) -> int:
         """One delivery run under the per-outbox lock; updates the circuit breaker."""
-        async with _drain_lock(self._outbox.path):
+        async with _drain_locks.get(self._outbox.path):
             delivered = await self._drainer.run_once(max_records)
             error = self._drainer.last_error
         if error is None:

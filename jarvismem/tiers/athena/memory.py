@@ -23,6 +23,7 @@ from typing import Any
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import RedisClient
+from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
@@ -58,51 +59,19 @@ class AthenaMemory:
     _start_task: asyncio.Task[AthenaMemory] | None
 
     @classmethod
-    async def create(
-        cls,
-        agent_id: str,
-        client: AthenaClient,
-        redis_store: RedisClient | None = None,
-        *,
-        keyspace: KeySpace | None = None,
-        config: AthenaTierConfig | None = None,
-        outbox: Outbox | None = None,
-        redactor: Callable[[str], str] | None = None,
-        strict: bool = True,
-        **overrides: Any,
-    ) -> AthenaMemory:
-        """Resolve (or create once) the agent's session and start background delivery.
+    async def create(cls, *args: Any, strict: bool = True, **kwargs: Any) -> AthenaMemory:
+        """Build the memory (arguments as for the constructor), resolve (or create
+        once) the agent's session and start background delivery.
 
-        Args:
-            agent_id: the agent; with tenant and user it names the Athena session.
-            client: the Athena client (shared; not closed by :meth:`close`).
-            redis_store: caches the session id across processes and deduplicates
-                deliveries; None caches the id in this process only.
-            keyspace: key namespace (default ``KeySpace()``).
-            config: the tier's tunables (default ``AthenaTierConfig()``).
-            outbox: where pending writes wait; default a file under
-                ``config.outbox_dir``.
-            redactor: applied to every text before it is queued (default: none).
-            strict: raise bad credentials or a refused session (4xx). Without
-                it they are kept in ``health()`` and retried with backoff while
-                writes stay queued (what ``log_turn`` needs: a rotated key must
-                not lose writes).
-            overrides: single fields of ``config``.
+        ``strict``: raise bad credentials or a refused session (4xx). Without it
+        they are kept in ``health()`` and retried with backoff while writes stay
+        queued (what ``log_turn`` needs: a rotated key must not lose writes).
 
         If Athena cannot be reached now, the memory is still returned: writes
-        queue in the outbox and the session is resolved on first delivery.
+        queue in the outbox and the session is resolved on first delivery. If
+        creation fails, an outbox the memory owns is closed.
         """
-        self = cls(
-            agent_id,
-            client,
-            redis_store,
-            keyspace=keyspace,
-            config=config,
-            outbox=outbox,
-            redactor=redactor,
-            owns_outbox=outbox is None,
-            **overrides,
-        )
+        self = cls(*args, **kwargs)
         try:
             await self._resolve_at_start(strict)
         except BaseException:
@@ -126,10 +95,21 @@ class AthenaMemory:
         **overrides: Any,
     ) -> None:
         """Plain construction, no I/O to Athena; use :meth:`create` (or :meth:`start`),
-        which also resolves the session and starts delivery. Arguments as for :meth:`create`.
+        which also resolves the session and starts delivery.
 
-        ``owns_outbox``: a failed :meth:`create` closes the outbox (the default
-        one always; a given one only when the caller hands it over).
+        Args:
+            agent_id: the agent; with tenant and user it names the Athena session.
+            client: the Athena client (shared; not closed by :meth:`close`).
+            redis_store: caches the session id across processes and deduplicates
+                deliveries; None caches the id in this process only.
+            keyspace: key namespace (default ``KeySpace()``).
+            config: the tier's tunables (default ``AthenaTierConfig()``).
+            outbox: where pending writes wait; default a file under
+                ``config.outbox_dir``.
+            redactor: applied to every text before it is queued (default: none).
+            owns_outbox: a failed :meth:`create` closes the outbox (the default
+                one always; a given one only when the caller hands it over).
+            overrides: single fields of ``config``.
         """
         cfg = (config or AthenaTierConfig()).replace(**overrides)
         self.config = cfg
@@ -432,7 +412,7 @@ class AthenaMemory:
         """
         return await self._reads.get_memory_context(limit, query, strict=strict)
 
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
         """Search Athena's memory; hits with ``distance`` and ``similarity``.
 
         See :meth:`AthenaReads.search`.

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from jarvismem.backends.athena import AthenaClient
+from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaBadRequestError,
     AthenaError,
@@ -73,7 +74,7 @@ class AthenaReads:
             "user_persona": ctx.user_persona,
         }
 
-    async def search(self, query: str, limit: int = 5) -> list[dict[str, Any]]:
+    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
         """Search Athena's memory; hits in the server's order, each with ``distance``
         (raw L2, lower is closer) and ``similarity`` (1/(1+distance), higher is closer).
         Returns [] when Athena is unavailable or does not support search; a query

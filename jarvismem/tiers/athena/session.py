@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-import weakref
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.redis import RedisClient, redis_errors
@@ -19,6 +18,7 @@ from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.gate import RequestGate
+from jarvismem.tiers.athena.locks import LoopLocks
 
 __all__ = ["RELEASE_IF_OWNER", "AthenaSessions", "text"]
 
@@ -38,21 +38,9 @@ return 0
 
 # Process-wide on purpose: without Redis, this process is the only place two
 # memories of one agent can meet, so the id (and the lock that lets one of them
-# create it) must outlive any one memory. Ids are a few bytes per agent; the
-# locks are held weakly (one nobody holds or waits for is dropped) and per
-# event loop (a lock serves one loop).
+# create it) must outlive any one memory. Ids are a few bytes per agent.
 _local_sessions: dict[str, str] = {}
-_local_locks: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[str, asyncio.Lock]
-] = weakref.WeakKeyDictionary()
-
-
-def _local_lock(key: str) -> asyncio.Lock:
-    locks = _local_locks.setdefault(asyncio.get_running_loop(), weakref.WeakValueDictionary())
-    lock = locks.get(key)
-    if lock is None:
-        lock = locks[key] = asyncio.Lock()
-    return lock
+_local_locks: LoopLocks[str] = LoopLocks()
 
 
 def text(value: bytes | str | None) -> str | None:
@@ -154,7 +142,7 @@ class AthenaSessions:
                 return cached
 
     async def _ensure_local(self, stale: str | None) -> str:
-        async with _local_lock(self._key):
+        async with _local_locks.get(self._key):
             cached = _local_sessions.get(self._key)
             if cached and cached != stale:
                 return cached

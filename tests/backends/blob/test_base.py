@@ -14,6 +14,8 @@ from jarvismem.backends.blob.base import (
     as_blob_bytes,
     validate_blob_path,
     validate_blob_prefix,
+    validate_max_bytes,
+    validate_write_conditions,
 )
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import InvalidBlobPathError, InvalidPayloadError
@@ -115,6 +117,35 @@ def test_bytes_are_passed_through_without_a_copy() -> None:
 def test_other_data_is_refused_naming_its_type(data: Any) -> None:
     with pytest.raises(InvalidPayloadError, match=type(data).__name__):
         as_blob_bytes(data)
+
+
+# --- tail and write arguments (shared by every backend) --------------------------------------
+
+
+@pytest.mark.parametrize("max_bytes", [0, 1, 1 << 40])
+def test_a_non_negative_int_is_a_tail_size(max_bytes: int) -> None:
+    assert validate_max_bytes(max_bytes) == max_bytes
+
+
+@pytest.mark.parametrize("max_bytes", [-1, True, 1.5, "10", None])
+def test_other_tail_sizes_are_refused(max_bytes: Any) -> None:
+    with pytest.raises(InvalidPayloadError, match="max_bytes"):
+        validate_max_bytes(max_bytes)
+
+
+@pytest.mark.parametrize(("if_version", "if_absent"), [(None, False), (None, True), ("v1", False)])
+def test_one_write_condition_or_none_is_accepted(if_version: Any, if_absent: bool) -> None:
+    validate_write_conditions(if_version, if_absent)
+
+
+def test_a_version_must_be_a_string() -> None:
+    with pytest.raises(InvalidPayloadError, match="version string"):
+        validate_write_conditions(3, False)
+
+
+def test_both_write_conditions_are_refused() -> None:
+    with pytest.raises(InvalidPayloadError, match="cannot be combined"):
+        validate_write_conditions("v1", True)
 
 
 # --- the protocol ---------------------------------------------------------------------------

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from jarvismem.defaults import CONTEXT_TTL_SECONDS
 from jarvismem.settings import Settings
-from jarvismem.tiers.athena.config import DEFAULT_DEDUPE_TTL, AthenaTierConfig
+from jarvismem.tiers.athena.config import AthenaTierConfig
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +29,7 @@ def test_defaults_match_the_settings_defaults() -> None:
     assert from_settings.outbox_max_entries == plain.outbox_max_entries
     assert from_settings.outbox_max_bytes == plain.outbox_max_bytes
     assert from_settings.outbox_fsync == plain.outbox_fsync
-    assert plain.dedupe_ttl == DEFAULT_DEDUPE_TTL
+    assert plain.dedupe_ttl == from_settings.dedupe_ttl == CONTEXT_TTL_SECONDS
 
 
 def test_from_settings_carries_tenant_ttl_and_outbox(tmp_path: Path) -> None:

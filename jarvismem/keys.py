@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from jarvismem.defaults import NAMESPACE
 from jarvismem.errors import InvalidIdError
 
 MAX_ID_LENGTH = 128
@@ -82,7 +83,7 @@ def _check_scope(scope_key: object) -> str:
 class KeySpace:
     """Key and path maker for one tenant namespace."""
 
-    namespace: str = "default"
+    namespace: str = NAMESPACE
 
     def __post_init__(self) -> None:
         validate_id(self.namespace, "namespace")
@@ -209,7 +210,7 @@ class KeySpace:
 
     def _wf_dir(self, workflow_id: str) -> str:
         wf = validate_id(workflow_id, "workflow_id")
-        if self.namespace == "default":
+        if self.namespace == NAMESPACE:
             return f"workflows/{wf}"
         return f"tenants/{self.namespace}/workflows/{wf}"
 

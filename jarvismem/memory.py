@@ -20,6 +20,7 @@ from typing import Any
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
+from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import BackendUnavailableError, InvalidPayloadError, RecallStoreMissingError
 from jarvismem.health import memory_health
@@ -352,8 +353,8 @@ class UnifiedMemory:
         *,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
-        ledger_tail: int = 10,
-        budget_chars: int = 6000,
+        ledger_tail: int = LEDGER_TAIL,
+        budget_chars: int = PROMPT_BUDGET_CHARS,
     ) -> Preflight:
         """The exact chat messages of the next LLM call and which memory went in.
 
@@ -400,7 +401,7 @@ class UnifiedMemory:
 
     # --- recovery ----------------------------------------------------------------------------
 
-    async def rehydrate_bundle(self, ledger_tail: int = 10) -> Bundle:
+    async def rehydrate_bundle(self, ledger_tail: int = LEDGER_TAIL) -> Bundle:
         """Everything needed to carry on after a crash, read from all tiers at once.
 
         See :class:`~jarvismem.bundle.Bundle` for its keys: ``ltm_summary``,

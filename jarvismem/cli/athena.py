@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from jarvismem.cli._context import CliContext
+from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import AthenaUnavailableError, ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.render import render_athena_context, render_hits
@@ -28,7 +29,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("search", parents=[common], help="search an agent's Athena memory")
     p.add_argument("--agent", required=True)
     p.add_argument("--query", required=True)
-    p.add_argument("--limit", type=int, default=5)
+    p.add_argument("--limit", type=int, default=SEARCH_LIMIT)
     p.set_defaults(handler=search)
 
 

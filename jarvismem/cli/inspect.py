@@ -10,6 +10,7 @@ from typing import Any
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar, error_line
+from jarvismem.defaults import LEDGER_TAIL
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.records import as_text, decode_entry
@@ -32,7 +33,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("tail", parents=[common], help="a workflow's ledger (optionally follow it)")
     p.add_argument("--workflow", required=True, help="workflow id")
-    p.add_argument("-n", type=_positive, default=10, help="entries to show first (default 10)")
+    p.add_argument(
+        "-n",
+        type=_positive,
+        default=LEDGER_TAIL,
+        help=f"entries to show first (default {LEDGER_TAIL})",
+    )
     p.add_argument("-f", "--follow", action="store_true", help="stream new entries as they come")
     p.add_argument(
         "--max-wait",
@@ -53,7 +59,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workflow", required=True)
     p.add_argument("--step", required=True)
     p.add_argument("--agent", required=True)
-    p.add_argument("-n", type=_positive, default=10, help="recent turns to include (default 10)")
+    p.add_argument(
+        "-n",
+        type=_positive,
+        default=LEDGER_TAIL,
+        help=f"recent turns to include (default {LEDGER_TAIL})",
+    )
     p.set_defaults(handler=bundle)
 
     p = sub.add_parser("compact", parents=[common], help="run long-term compaction now")

@@ -18,6 +18,7 @@ from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
+from jarvismem.defaults import NAMESPACE
 from jarvismem.keys import MAX_ID_LENGTH, KeySpace
 from jarvismem.redaction import Redactor
 from jarvismem.resilience import Backoff
@@ -82,7 +83,7 @@ class AthenaFactory:
         an over-long combination is replaced by a stable digest.
         """
         ns = self.keyspace.namespace
-        if ns == "default":
+        if ns == NAMESPACE:
             return agent_id
         combined = f"{ns}.{agent_id}"
         if len(combined) <= MAX_ID_LENGTH:

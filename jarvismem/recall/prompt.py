@@ -14,9 +14,10 @@ entries are dropped whole, lowest-ranked first.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
@@ -25,6 +26,8 @@ from jarvismem.errors import RecallStoreMissingError
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.stores import RecallStore
+
+P = ParamSpec("P")
 
 TRUNCATION_MARKER = " …[truncated]"
 RELEVANT_MEMORY_HEADER = "Relevant memory:"
@@ -175,9 +178,19 @@ def preflight(
     )
 
 
-def build_messages(instructions: str, user_message: str, **parts: Any) -> list[dict[str, str]]:
-    """The chat messages of a turn: :func:`preflight`'s messages, same arguments."""
-    return preflight(instructions, user_message, **parts).messages
+def _messages_of(build: Callable[P, Preflight]) -> Callable[P, list[dict[str, str]]]:
+    # Keeps the builder's typed signature (ParamSpec) without writing it twice.
+    @functools.wraps(build)
+    def messages(*args: P.args, **kwargs: P.kwargs) -> list[dict[str, str]]:
+        return build(*args, **kwargs).messages
+
+    return messages
+
+
+build_messages = _messages_of(preflight)
+build_messages.__doc__ = (
+    "The chat messages of a turn: :func:`preflight`'s ``messages``, same arguments."
+)
 
 
 def conversation_capture_text(user: str, assistant: str) -> str:

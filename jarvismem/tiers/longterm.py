@@ -69,7 +69,6 @@ MAX_SUMMARY_CHARS = 1_000_000
 """A summary longer than this is refused by :meth:`LongTermMemory.save_summary`."""
 
 # The old name of defaults.SUMMARY_MAX_CHARS, still imported by a system test.
-DEFAULT_SUMMARY_CHARS = SUMMARY_MAX_CHARS
 
 MAX_REDUCE_DEPTH = 8
 
@@ -771,7 +770,6 @@ class LongTermMemory:
 
 
 __all__ = [
-    "DEFAULT_SUMMARY_CHARS",
     "LongTermMemory",
     "SaveOutcome",
     "SummaryBase",

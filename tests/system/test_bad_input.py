@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.memory import UnifiedMemory
@@ -23,7 +24,6 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS
 
 
 @pytest.fixture
@@ -302,5 +302,5 @@ async def test_a_huge_llm_answer_is_bounded_in_the_new_summary(
         result = await mem.compact_now()
         summary = await mem.ltm.load_summary()  # type: ignore[union-attr]
         assert result["compacted"] is True and summary is not None
-        assert len(summary) <= DEFAULT_SUMMARY_CHARS < llm.huge_chars
+        assert len(summary) <= SUMMARY_MAX_CHARS < llm.huge_chars
         await rt.close()

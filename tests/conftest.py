@@ -8,9 +8,11 @@ into a failure so CI cannot pass by skipping.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -188,19 +190,51 @@ def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
 
 
 @pytest.fixture
-async def make_runtime(make_settings: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+def settings(make_settings: Callable[..., Any]) -> Any:
+    """The test's isolated ``Settings`` (``make_settings()``).
+
+    A test module that needs other values overrides this fixture with
+    ``make_settings(field=value)``; ``make_runtime`` and ``make_engine`` follow.
+    """
+    return make_settings()
+
+
+@pytest.fixture
+async def make_engine(settings: Any) -> AsyncIterator[Callable[..., Any]]:
+    """Build ``MemoryEngine`` objects that are all closed when the test ends.
+
+    ``make_engine(redis=..., blob=..., settings=..., **engine_kwargs)``; without
+    ``settings`` it uses the ``settings`` fixture. Request the client fixtures
+    before this one, so that the engines close before their clients do.
+    """
+    from jarvismem.engine.core import MemoryEngine
+
+    built: list[Any] = []
+
+    def build(*, settings: Any = settings, **kwargs: Any) -> Any:
+        engine = MemoryEngine(settings, **kwargs)
+        built.append(engine)
+        return engine
+
+    yield build
+    for engine in reversed(built):
+        await engine.close()
+
+
+@pytest.fixture
+async def make_runtime(settings: Any) -> AsyncIterator[Callable[..., Any]]:
     """Build ``MemoryRuntime`` objects that are all closed when the test ends.
 
     ``make_runtime(redis=..., blob=..., settings=..., **runtime_kwargs)``; without
-    ``settings`` it uses ``make_settings()``. Request the client fixtures before
-    this one, so that the runtimes close before their clients do.
+    ``settings`` it uses the ``settings`` fixture. Request the client fixtures
+    before this one, so that the runtimes close before their clients do.
     """
     from jarvismem.runtime import MemoryRuntime
 
     built: list[Any] = []
 
-    def build(*, settings: Any = None, **kwargs: Any) -> Any:
-        runtime = MemoryRuntime(settings if settings is not None else make_settings(), **kwargs)
+    def build(*, settings: Any = settings, **kwargs: Any) -> Any:
+        runtime = MemoryRuntime(settings, **kwargs)
         built.append(runtime)
         return runtime
 
@@ -210,12 +244,46 @@ async def make_runtime(make_settings: Callable[..., Any]) -> AsyncIterator[Calla
 
 
 @pytest.fixture
+def make_memory(make_runtime: Callable[..., Any], workflow_id: str) -> Callable[..., Any]:
+    """A view over a fresh runtime: ``make_memory(redis=..., blob=..., step=, agent=)``.
+
+    Each call builds its own runtime (closed at the end of the test), so a
+    second call is what a new process would see. Runtime keyword arguments
+    (``settings``, ``athena``, ``policy`` ...) pass through.
+    """
+
+    def build(*, step: str = "s1", agent: str = "a1", **runtime_kwargs: Any) -> Any:
+        return make_runtime(**runtime_kwargs).memory(workflow_id, step, agent)
+
+    return build
+
+
+@pytest.fixture
 async def real_runtime(real_redis: Any, local_blob: Any, make_runtime: Callable[..., Any]) -> Any:
     """A runtime on the real Redis server and a tmp blob folder, in the test's namespace.
 
     The namespace's keys are deleted afterwards (by ``real_redis``).
     """
     return make_runtime(redis=real_redis, blob=local_blob)
+
+
+@pytest.fixture
+def athena_server() -> Iterator[Any]:
+    """A fake Athena server over real HTTP; its ``hang`` mode hangs 3 s per request."""
+    from jarvismem.testing.fake_athena import FakeAthenaServer
+
+    server = FakeAthenaServer(hang_seconds=3.0).start()
+    yield server
+    server.stop()
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -266,7 +334,7 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[Any]:
     """A private ``redis-server`` (AOF ``always``) this test may stop, pause or kill."""
-    from jarvismem.testing.crash import RedisServerProcess
+    from jarvismem.testing.redis_server import RedisServerProcess
 
     require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
     server = RedisServerProcess(tmp_path / "redis", appendfsync="always")

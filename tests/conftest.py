@@ -277,6 +277,35 @@ def athena_server() -> Iterator[Any]:
     server.stop()
 
 
+@pytest.fixture
+async def make_athena_client() -> AsyncIterator[Callable[..., Any]]:
+    """``make_athena_client(url, **client_kwargs)``: Athena clients closed when the test ends.
+
+    Request it before ``make_runtime``: the runtimes using a client close first.
+    """
+    from jarvismem.backends.athena import AthenaClient
+
+    made: list[Any] = []
+
+    def build(url: str, **kwargs: Any) -> Any:
+        client = AthenaClient(url, **kwargs)
+        made.append(client)
+        return client
+
+    yield build
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[Any]:
+    """A fake OpenAI-compatible LLM server over real HTTP; set ``mode`` to misbehave."""
+    from jarvismem.testing.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        yield server
+
+
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import wait_for
@@ -20,24 +19,6 @@ Factory = Callable[..., Any]
 def settings(make_settings: Factory) -> Settings:
     """A short Athena tier timeout (the hang tests measure it) and a tenant for chains."""
     return make_settings(tier_timeout_athena=0.5, athena_tenant_id="acme")
-
-
-@pytest.fixture
-async def make_athena_client() -> AsyncIterator[Factory]:
-    """``make_athena_client(url, **client_kwargs)``: clients closed when the test ends.
-
-    Request it before ``make_runtime``: the runtimes using a client close first.
-    """
-    made: list[AthenaClient] = []
-
-    def build(url: str, **kwargs: Any) -> AthenaClient:
-        client = AthenaClient(url, **kwargs)
-        made.append(client)
-        return client
-
-    yield build
-    for client in made:
-        await client.aclose()
 
 
 async def test_all_four_tiers_are_active_and_turns_reach_athena_as_events(

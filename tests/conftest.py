@@ -87,14 +87,22 @@ def workflow_id() -> str:
     return "wf-" + uuid.uuid4().hex[:8]
 
 
-async def _cleanup_namespace(client: Any, keyspace: KeySpace) -> None:
-    keys = [k async for k in client.scan_iter(match=f"jm:{keyspace.namespace}:*", count=1000)]
-    if keys:
-        await client.delete(*keys)
+@pytest.fixture
+def namespaces(keyspace: KeySpace) -> set[str]:
+    """Every namespace this test's settings use (``keyspace``'s and any ``make_settings``
+    override); the real-Redis fixtures delete their keys after the test."""
+    return {keyspace.namespace}
+
+
+async def _cleanup_namespaces(client: Any, namespaces: set[str]) -> None:
+    for namespace in sorted(namespaces):
+        keys = [k async for k in client.scan_iter(match=f"jm:{namespace}:*", count=1000)]
+        if keys:
+            await client.delete(*keys)
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
-async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> AsyncIterator[Any]:
+async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> AsyncIterator[Any]:
     """A ``redis.asyncio`` client: fakeredis, then a real server."""
     if request.param == "fake":
         import fakeredis
@@ -108,19 +116,19 @@ async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> As
 
     real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
     yield real
-    await _cleanup_namespace(real, keyspace)
+    await _cleanup_namespaces(real, namespaces)
     await real.aclose()
 
 
 @pytest.fixture
-async def real_redis(keyspace: KeySpace) -> AsyncIterator[Any]:
+async def real_redis(namespaces: set[str]) -> AsyncIterator[Any]:
     """Only the real server (for tests that need real-server semantics)."""
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(REAL_REDIS_URL)
     yield client
-    await _cleanup_namespace(client, keyspace)
+    await _cleanup_namespaces(client, namespaces)
     await client.aclose()
 
 
@@ -167,12 +175,13 @@ async def local_blob(tmp_path: Path) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
+def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> Callable[..., Any]:
     """Build ``Settings`` isolated to this test; keyword arguments override fields.
 
-    No ``.env`` file is read, the namespace is the test's ``keyspace``, the
-    outbox and the local blob root live under ``tmp_path``, and background
-    compaction is off so nothing runs that the test did not ask for.
+    No ``.env`` file is read, the namespace is the test's ``keyspace`` (another
+    ``jarvismem_namespace`` is added to ``namespaces``, so its keys are deleted
+    too), the outbox and the local blob root live under ``tmp_path``, and
+    background compaction is off so nothing runs that the test did not ask for.
     """
     from jarvismem.settings import load_settings
 
@@ -184,6 +193,7 @@ def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
             "compaction_enabled": False,
         }
         fields.update(overrides)
+        namespaces.add(fields["jarvismem_namespace"])
         return load_settings(_env_file=None, **fields)
 
     return build

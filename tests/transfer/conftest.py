@@ -45,17 +45,12 @@ async def make_store_runtime(
         return rt
 
     yield make
-    # Closed here, before the blob folders of this fixture and the namespace cleanup
-    # (make_runtime's own close afterwards finds them closed).
+    # Closed here, before the blob folders they write to (make_runtime's own close
+    # afterwards finds them closed; redis_client's teardown deletes every namespace).
     for rt in made:
         await rt.close()
     for blob in extra_blobs:
         await blob.close()
-    # The shared fixture cleans the test's own namespace; the others are ours.
-    for ns in {rt.keyspace.namespace for rt in made} - {keyspace.namespace}:
-        keys = [k async for k in redis_client.scan_iter(match=f"jm:{ns}:*")]
-        if keys:
-            await redis_client.delete(*keys)
 
 
 async def populate(rt: MemoryRuntime, wf: str) -> None:

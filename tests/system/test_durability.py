@@ -34,8 +34,8 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.records import encode_fields
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.testing.crash import RedisServerProcess
 from jarvismem.testing.netfaults import LostReplyProxy
+from jarvismem.testing.redis_server import RedisServerProcess
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 

@@ -26,8 +26,8 @@ from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.testing.crash import RedisServerProcess, free_port
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.redis_server import RedisServerProcess, free_port
 from tests.conftest import AZURITE_CONNECTION_STRING, require_backend
 
 pytestmark = pytest.mark.integration

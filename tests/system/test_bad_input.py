@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.tiers.longterm import DEFAULT_SUMMARY_CHARS
 
 Factory = Callable[..., Any]
 
@@ -277,4 +277,4 @@ async def test_a_huge_llm_answer_is_bounded_in_the_new_summary(
     result = await mem.compact_now()
     summary = await mem.ltm.load_summary()  # type: ignore[union-attr]
     assert result["compacted"] is True and summary is not None
-    assert len(summary) <= DEFAULT_SUMMARY_CHARS < fake_llm.huge_chars
+    assert len(summary) <= SUMMARY_MAX_CHARS < fake_llm.huge_chars

@@ -33,6 +33,9 @@ AZURITE_CONNECTION_STRING = os.environ.get(
 )
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
 
+Factory = Callable[..., Any]
+"""What the ``make_*`` fixtures return: build one object, closed when the test ends."""
+
 
 def env_without_settings() -> dict[str, str]:
     """This process's environment minus every jarvismem setting.

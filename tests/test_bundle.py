@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any, get_type_hints
 
 import pytest
@@ -12,8 +11,7 @@ import pytest
 from jarvismem.bundle import Bundle, empty_bundle, read_bundle
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -10,8 +9,7 @@ import pytest
 from jarvismem.health import engine_health, memory_health
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory
 
 
 @pytest.fixture

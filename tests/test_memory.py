@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,9 @@ from jarvismem.errors import (
 )
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
+from tests.conftest import Factory
 
 DOCUMENTED_KEYS = {"ltm_summary", "recent_turns", "checkpoint", "scratchpad", "athena_context"}
-
-Factory = Callable[..., Any]
 
 
 # --- the documented constructor and defaults ---------------------------------------

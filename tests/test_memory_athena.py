@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from tests.conftest import wait_for
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory, wait_for
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ from jarvismem.errors import NamespaceContextMissingError, RecallStoreMissingErr
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL
-
-Factory = Callable[..., Any]
+from tests.conftest import REAL_REDIS_URL, Factory
 
 
 async def test_an_agent_that_never_touches_spaces_has_none_in_its_bundle(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,9 @@ from jarvismem.errors import BackendUnavailableError
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime, default_settings, get_athena_client
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, Factory
 
 DEAD_REDIS = "redis://127.0.0.1:1/0"
-
-Factory = Callable[..., Any]
 
 
 def test_a_runtime_is_an_engine_configured_from_the_environment_by_default() -> None:

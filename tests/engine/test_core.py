@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,8 +11,7 @@ from jarvismem.engine.core import MemoryEngine, shared_summarizer
 from jarvismem.errors import ConfigError
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory
 
 
 async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(

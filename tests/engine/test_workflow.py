@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,7 @@ from jarvismem.keys import KeySpace
 from jarvismem.redaction import no_redaction
 from jarvismem.settings import Settings
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory
 
 
 @pytest.fixture

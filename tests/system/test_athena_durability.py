@@ -22,13 +22,11 @@ from jarvismem.keys import KeySpace
 from jarvismem.runtime import ATHENA_RECENT_AGENTS
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from tests.conftest import REAL_REDIS_URL, wait_for
+from tests.conftest import REAL_REDIS_URL, Factory, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 WAIT_BOUND = 60.0
-
-Factory = Callable[..., Any]
 
 
 @pytest.fixture

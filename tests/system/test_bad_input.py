@@ -8,7 +8,6 @@ the scratchpad on a local folder and Azurite (the shared parametrized fixtures).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,8 +22,7 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-
-Factory = Callable[..., Any]
+from tests.conftest import Factory
 
 
 @pytest.fixture

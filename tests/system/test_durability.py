@@ -39,14 +39,11 @@ from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.testing.redis_server import RedisServerProcess
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
+from tests.conftest import REAL_REDIS_URL, Factory, real_redis_available, require_backend
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-Factory = Callable[..., Any]
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.redis_server import RedisServerProcess, free_port
-from tests.conftest import AZURITE_CONNECTION_STRING, require_backend
+from tests.conftest import AZURITE_CONNECTION_STRING, Factory, require_backend
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +46,6 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: flo
         if time.monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {limit:g}s")
         await asyncio.sleep(0.05)
-
-
-Factory = Callable[..., Any]
 
 
 @pytest.fixture

@@ -23,10 +23,10 @@ from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemErro
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.redis_server import free_port
+from tests.conftest import Factory
 
 pytestmark = pytest.mark.integration
 
-Factory = Callable[..., Any]
 
 SECRET_KEY = "sk-" + "Zq9Xw8Vu7Ts6Rq5P" * 2
 SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZ2VudCJ9.c2lnbmF0dXJlLXNlY3JldA"

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from jarvismem.keys import KeySpace
+from jarvismem.settings import Settings, load_settings
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -35,6 +36,8 @@ REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
 
 Factory = Callable[..., Any]
 """What the ``make_*`` fixtures return: build one object, closed when the test ends."""
+MakeSettings = Callable[..., Settings]
+"""What ``make_settings`` returns."""
 
 
 def env_without_settings() -> dict[str, str]:
@@ -43,8 +46,6 @@ def env_without_settings() -> dict[str, str]:
     For subprocesses (CLI, demo, examples) that must see only what a test
     passes them, whatever the developer has exported.
     """
-    from jarvismem.settings import Settings
-
     names = {name.upper() for name in Settings.model_fields}
     return {
         k: v
@@ -178,7 +179,7 @@ async def local_blob(tmp_path: Path) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> Callable[..., Any]:
+def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> MakeSettings:
     """Build ``Settings`` isolated to this test; keyword arguments override fields.
 
     No ``.env`` file is read, the namespace is the test's ``keyspace`` (another
@@ -186,9 +187,8 @@ def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> C
     too), the outbox and the local blob root live under ``tmp_path``, and
     background compaction is off so nothing runs that the test did not ask for.
     """
-    from jarvismem.settings import load_settings
 
-    def build(**overrides: Any) -> Any:
+    def build(**overrides: Any) -> Settings:
         fields: dict[str, Any] = {
             "jarvismem_namespace": keyspace.namespace,
             "outbox_path": tmp_path / "outbox",
@@ -203,7 +203,7 @@ def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> C
 
 
 @pytest.fixture
-def settings(make_settings: Callable[..., Any]) -> Any:
+def settings(make_settings: MakeSettings) -> Settings:
     """The test's isolated ``Settings`` (``make_settings()``).
 
     A test module that needs other values overrides this fixture with

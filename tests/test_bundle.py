@@ -11,11 +11,11 @@ import pytest
 from jarvismem.bundle import Bundle, empty_bundle, read_bundle
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-from tests.conftest import Factory
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(make_settings: Factory) -> Settings:
+def settings(make_settings: MakeSettings) -> Settings:
     """Short tier timeouts: the timeout tests wait for them."""
     return make_settings(tier_timeout_athena=0.2, tier_timeout_working=0.2)
 

@@ -9,11 +9,11 @@ import pytest
 from jarvismem.health import engine_health, memory_health
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-from tests.conftest import Factory
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(make_settings: Factory) -> Settings:
+def settings(make_settings: MakeSettings) -> Settings:
     """A short episodic timeout: an unreachable Redis is given up on quickly."""
     return make_settings(tier_timeout_episodic=0.3)
 

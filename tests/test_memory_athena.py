@@ -9,11 +9,11 @@ import pytest
 
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from tests.conftest import Factory, wait_for
+from tests.conftest import Factory, MakeSettings, wait_for
 
 
 @pytest.fixture
-def settings(make_settings: Factory) -> Settings:
+def settings(make_settings: MakeSettings) -> Settings:
     """A short Athena tier timeout (the hang tests measure it) and a tenant for chains."""
     return make_settings(tier_timeout_athena=0.5, athena_tenant_id="acme")
 

@@ -22,7 +22,7 @@ from jarvismem.keys import KeySpace
 from jarvismem.runtime import ATHENA_RECENT_AGENTS
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from tests.conftest import REAL_REDIS_URL, Factory, wait_for
+from tests.conftest import REAL_REDIS_URL, Factory, MakeSettings, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,7 @@ WAIT_BOUND = 60.0
 
 
 @pytest.fixture
-def settings(make_settings: Factory) -> Settings:
+def settings(make_settings: MakeSettings) -> Settings:
     """The test's settings with Athena tenant ``acme``."""
     return make_settings(athena_tenant_id="acme")
 

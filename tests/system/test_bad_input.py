@@ -22,11 +22,11 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from tests.conftest import Factory
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(make_settings: Factory) -> Settings:
+def settings(make_settings: MakeSettings) -> Settings:
     """A 1 s Athena tier timeout: a malformed answer is given up on quickly."""
     return make_settings(tier_timeout_athena=1.0)
 

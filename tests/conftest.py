@@ -8,9 +8,11 @@ into a failure so CI cannot pass by skipping.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from jarvismem.keys import KeySpace
+from jarvismem.settings import Settings, load_settings
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -31,6 +34,11 @@ AZURITE_CONNECTION_STRING = os.environ.get(
 )
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
 
+Factory = Callable[..., Any]
+"""What the ``make_*`` fixtures return: build one object, closed when the test ends."""
+MakeSettings = Callable[..., Settings]
+"""What ``make_settings`` returns."""
+
 
 def env_without_settings() -> dict[str, str]:
     """This process's environment minus every jarvismem setting.
@@ -38,8 +46,6 @@ def env_without_settings() -> dict[str, str]:
     For subprocesses (CLI, demo, examples) that must see only what a test
     passes them, whatever the developer has exported.
     """
-    from jarvismem.settings import Settings
-
     names = {name.upper() for name in Settings.model_fields}
     return {
         k: v
@@ -85,14 +91,22 @@ def workflow_id() -> str:
     return "wf-" + uuid.uuid4().hex[:8]
 
 
-async def _cleanup_namespace(client: Any, keyspace: KeySpace) -> None:
-    keys = [k async for k in client.scan_iter(match=f"jm:{keyspace.namespace}:*", count=1000)]
-    if keys:
-        await client.delete(*keys)
+@pytest.fixture
+def namespaces(keyspace: KeySpace) -> set[str]:
+    """Every namespace this test's settings use (``keyspace``'s and any ``make_settings``
+    override); the real-Redis fixtures delete their keys after the test."""
+    return {keyspace.namespace}
+
+
+async def _cleanup_namespaces(client: Any, namespaces: set[str]) -> None:
+    for namespace in sorted(namespaces):
+        keys = [k async for k in client.scan_iter(match=f"jm:{namespace}:*", count=1000)]
+        if keys:
+            await client.delete(*keys)
 
 
 @pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
-async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> AsyncIterator[Any]:
+async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> AsyncIterator[Any]:
     """A ``redis.asyncio`` client: fakeredis, then a real server."""
     if request.param == "fake":
         import fakeredis
@@ -106,19 +120,19 @@ async def redis_client(request: pytest.FixtureRequest, keyspace: KeySpace) -> As
 
     real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
     yield real
-    await _cleanup_namespace(real, keyspace)
+    await _cleanup_namespaces(real, namespaces)
     await real.aclose()
 
 
 @pytest.fixture
-async def real_redis(keyspace: KeySpace) -> AsyncIterator[Any]:
+async def real_redis(namespaces: set[str]) -> AsyncIterator[Any]:
     """Only the real server (for tests that need real-server semantics)."""
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
     client = aioredis.Redis.from_url(REAL_REDIS_URL)
     yield client
-    await _cleanup_namespace(client, keyspace)
+    await _cleanup_namespaces(client, namespaces)
     await client.aclose()
 
 
@@ -165,16 +179,16 @@ async def local_blob(tmp_path: Path) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
+def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> MakeSettings:
     """Build ``Settings`` isolated to this test; keyword arguments override fields.
 
-    No ``.env`` file is read, the namespace is the test's ``keyspace``, the
-    outbox and the local blob root live under ``tmp_path``, and background
-    compaction is off so nothing runs that the test did not ask for.
+    No ``.env`` file is read, the namespace is the test's ``keyspace`` (another
+    ``jarvismem_namespace`` is added to ``namespaces``, so its keys are deleted
+    too), the outbox and the local blob root live under ``tmp_path``, and
+    background compaction is off so nothing runs that the test did not ask for.
     """
-    from jarvismem.settings import load_settings
 
-    def build(**overrides: Any) -> Any:
+    def build(**overrides: Any) -> Settings:
         fields: dict[str, Any] = {
             "jarvismem_namespace": keyspace.namespace,
             "outbox_path": tmp_path / "outbox",
@@ -182,25 +196,58 @@ def make_settings(tmp_path: Path, keyspace: KeySpace) -> Callable[..., Any]:
             "compaction_enabled": False,
         }
         fields.update(overrides)
+        namespaces.add(fields["jarvismem_namespace"])
         return load_settings(_env_file=None, **fields)
 
     return build
 
 
 @pytest.fixture
-async def make_runtime(make_settings: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+def settings(make_settings: MakeSettings) -> Settings:
+    """The test's isolated ``Settings`` (``make_settings()``).
+
+    A test module that needs other values overrides this fixture with
+    ``make_settings(field=value)``; ``make_runtime`` and ``make_engine`` follow.
+    """
+    return make_settings()
+
+
+@pytest.fixture
+async def make_engine(settings: Any) -> AsyncIterator[Callable[..., Any]]:
+    """Build ``MemoryEngine`` objects that are all closed when the test ends.
+
+    ``make_engine(redis=..., blob=..., settings=..., **engine_kwargs)``; without
+    ``settings`` it uses the ``settings`` fixture. Request the client fixtures
+    before this one, so that the engines close before their clients do.
+    """
+    from jarvismem.engine.core import MemoryEngine
+
+    built: list[Any] = []
+
+    def build(*, settings: Any = settings, **kwargs: Any) -> Any:
+        engine = MemoryEngine(settings, **kwargs)
+        built.append(engine)
+        return engine
+
+    yield build
+    for engine in reversed(built):
+        await engine.close()
+
+
+@pytest.fixture
+async def make_runtime(settings: Any) -> AsyncIterator[Callable[..., Any]]:
     """Build ``MemoryRuntime`` objects that are all closed when the test ends.
 
     ``make_runtime(redis=..., blob=..., settings=..., **runtime_kwargs)``; without
-    ``settings`` it uses ``make_settings()``. Request the client fixtures before
-    this one, so that the runtimes close before their clients do.
+    ``settings`` it uses the ``settings`` fixture. Request the client fixtures
+    before this one, so that the runtimes close before their clients do.
     """
     from jarvismem.runtime import MemoryRuntime
 
     built: list[Any] = []
 
-    def build(*, settings: Any = None, **kwargs: Any) -> Any:
-        runtime = MemoryRuntime(settings if settings is not None else make_settings(), **kwargs)
+    def build(*, settings: Any = settings, **kwargs: Any) -> Any:
+        runtime = MemoryRuntime(settings, **kwargs)
         built.append(runtime)
         return runtime
 
@@ -210,12 +257,75 @@ async def make_runtime(make_settings: Callable[..., Any]) -> AsyncIterator[Calla
 
 
 @pytest.fixture
+def make_memory(make_runtime: Callable[..., Any], workflow_id: str) -> Callable[..., Any]:
+    """A view over a fresh runtime: ``make_memory(redis=..., blob=..., step=, agent=)``.
+
+    Each call builds its own runtime (closed at the end of the test), so a
+    second call is what a new process would see. Runtime keyword arguments
+    (``settings``, ``athena``, ``policy`` ...) pass through.
+    """
+
+    def build(*, step: str = "s1", agent: str = "a1", **runtime_kwargs: Any) -> Any:
+        return make_runtime(**runtime_kwargs).memory(workflow_id, step, agent)
+
+    return build
+
+
+@pytest.fixture
 async def real_runtime(real_redis: Any, local_blob: Any, make_runtime: Callable[..., Any]) -> Any:
     """A runtime on the real Redis server and a tmp blob folder, in the test's namespace.
 
     The namespace's keys are deleted afterwards (by ``real_redis``).
     """
     return make_runtime(redis=real_redis, blob=local_blob)
+
+
+@pytest.fixture
+def athena_server() -> Iterator[Any]:
+    """A fake Athena server over real HTTP; its ``hang`` mode hangs 3 s per request."""
+    from jarvismem.testing.fake_athena import FakeAthenaServer
+
+    server = FakeAthenaServer(hang_seconds=3.0).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def make_athena_client() -> AsyncIterator[Callable[..., Any]]:
+    """``make_athena_client(url, **client_kwargs)``: Athena clients closed when the test ends.
+
+    Request it before ``make_runtime``: the runtimes using a client close first.
+    """
+    from jarvismem.backends.athena import AthenaClient
+
+    made: list[Any] = []
+
+    def build(url: str, **kwargs: Any) -> Any:
+        client = AthenaClient(url, **kwargs)
+        made.append(client)
+        return client
+
+    yield build
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[Any]:
+    """A fake OpenAI-compatible LLM server over real HTTP; set ``mode`` to misbehave."""
+    from jarvismem.testing.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        yield server
+
+
+async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture

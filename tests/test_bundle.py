@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
-import redis.asyncio as aioredis
 
 from jarvismem.bundle import Bundle, empty_bundle, read_bundle
-from jarvismem.engine.core import MemoryEngine
-from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        compaction_enabled=False,
-        tier_timeout_athena=0.2,
-        tier_timeout_working=0.2,
-    )
+def settings(make_settings: MakeSettings) -> Settings:
+    """Short tier timeouts: the timeout tests wait for them."""
+    return make_settings(tier_timeout_athena=0.2, tier_timeout_working=0.2)
 
 
 def test_the_empty_bundle_has_every_documented_key_at_its_default() -> None:
@@ -45,27 +36,27 @@ def test_the_empty_bundle_has_every_documented_key_at_its_default() -> None:
 
 
 async def test_without_backends_the_bundle_is_empty_and_not_degraded(
-    settings: Settings, workflow_id: str
+    settings: Settings, workflow_id: str, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings)
+    engine = make_engine()
     assert await read_bundle(engine.workflow(workflow_id), "s1", 10, settings=settings) == (
         empty_bundle()
     )
-    await engine.close()
 
 
 @pytest.mark.parametrize("tail", [-1, True, 2.5])
-async def test_a_bad_ledger_tail_is_refused(settings: Settings, tail: Any) -> None:
-    engine = MemoryEngine(settings)
+async def test_a_bad_ledger_tail_is_refused(
+    settings: Settings, make_engine: Factory, tail: Any
+) -> None:
+    engine = make_engine()
     with pytest.raises(ValueError, match="ledger_tail"):
         await read_bundle(engine.workflow("wf"), "s1", tail, settings=settings)
-    await engine.close()
 
 
 async def test_a_tier_past_its_timeout_is_marked_degraded_and_the_rest_is_served(
-    settings: Settings, workflow_id: str, redis_client: Any
+    settings: Settings, workflow_id: str, redis_client: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client)
+    engine = make_engine(redis=redis_client)
     state = engine.workflow(workflow_id)
     await state.checkpoints("s1").save('{"n": 1}')
 
@@ -78,13 +69,12 @@ async def test_a_tier_past_its_timeout_is_marked_degraded_and_the_rest_is_served
     assert bundle["degraded"] == {"athena": "timed out after 0.2s"}
     assert bundle["athena_context"] is None
     assert bundle["checkpoint"] == '{"n": 1}'
-    await engine.close()
 
 
 async def test_a_failing_tier_is_marked_with_its_error(
-    settings: Settings, workflow_id: str
+    settings: Settings, workflow_id: str, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings)
+    engine = make_engine()
 
     class BrokenScratchpad:
         async def get_notes(self) -> str:
@@ -99,13 +89,12 @@ async def test_a_failing_tier_is_marked_with_its_error(
     )
     assert bundle["degraded"] == {"working": "OSError: disk gone"}
     assert bundle["scratchpad"] == ""
-    await engine.close()
 
 
 async def test_the_ledger_tail_and_the_spaces_come_back(
-    settings: Settings, workflow_id: str, redis_client: Any
+    settings: Settings, workflow_id: str, redis_client: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client)
+    engine = make_engine(redis=redis_client)
     state = engine.workflow(workflow_id)
     mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
     for turn in range(5):
@@ -117,16 +106,15 @@ async def test_the_ledger_tail_and_the_spaces_come_back(
     assert bundle["degraded"] == {}
     none = await read_bundle(state, "s1", 0, settings=settings)
     assert none["recent_turns"] == []
-    await engine.close()
 
 
 async def test_writes_queued_while_redis_is_down_are_in_the_bundle(
-    settings: Settings, workflow_id: str
+    settings: Settings, workflow_id: str, unreachable_redis: Any, make_engine: Factory
 ) -> None:
-    dead = aioredis.Redis.from_url(
-        "redis://127.0.0.1:1/0", socket_connect_timeout=0.2, socket_timeout=0.2
+    engine = make_engine(
+        settings=settings.model_copy(update={"tier_timeout_episodic": 0.3}),
+        redis=unreachable_redis,
     )
-    engine = MemoryEngine(settings.model_copy(update={"tier_timeout_episodic": 0.3}), redis=dead)
     mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
     await mem.log_turn(1, "queued thought", "act", "res")
     await mem.save_checkpoint('{"n": 7}')
@@ -134,5 +122,3 @@ async def test_writes_queued_while_redis_is_down_are_in_the_bundle(
     assert [t["thought"] for t in bundle["recent_turns"]] == ["queued thought"]
     assert bundle["checkpoint"] == '{"n": 7}'
     assert "redis_outbox" in bundle["degraded"] and "episodic" in bundle["degraded"]
-    await engine.close()
-    await dead.aclose()

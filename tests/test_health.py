@@ -2,35 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
-from jarvismem.engine.core import MemoryEngine
 from jarvismem.health import engine_health, memory_health
-from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        storage_base_path=tmp_path / "blobs",
-        compaction_enabled=False,
-        tier_timeout_episodic=0.3,
-    )
+def settings(make_settings: MakeSettings) -> Settings:
+    """A short episodic timeout: an unreachable Redis is given up on quickly."""
+    return make_settings(tier_timeout_episodic=0.3)
 
 
 async def test_an_engine_without_backends_is_healthy_and_says_nothing_is_configured(
-    settings: Settings,
+    settings: Settings, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings)
+    engine = make_engine()
     health = await engine_health(engine)
     assert health["ok"] and not health["degraded"] and health["reasons"] == []
     assert health["namespace"] == settings.jarvismem_namespace
@@ -41,13 +32,12 @@ async def test_an_engine_without_backends_is_healthy_and_says_nothing_is_configu
         "llm": False,
     }
     assert health["outboxes"] == {} and health["embedded"] is False
-    await engine.close()
 
 
 async def test_reachable_backends_report_their_latency(
-    settings: Settings, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client, blob=blob_storage)
+    engine = make_engine(redis=redis_client, blob=blob_storage)
     engine.workflow("wf")
     health = await engine_health(engine)
     assert health["ok"], health["reasons"]
@@ -55,16 +45,12 @@ async def test_reachable_backends_report_their_latency(
         backend = health["backends"][name]
         assert backend["reachable"] and backend["latency_ms"] is not None
     assert set(health["outboxes"]) == {"redis[wf]", "blob[wf]"}
-    await engine.close()
 
 
 async def test_an_unreachable_redis_and_its_queued_writes_are_reasons(
-    settings: Settings, workflow_id: str
+    workflow_id: str, unreachable_redis: Any, make_engine: Factory
 ) -> None:
-    dead = aioredis.Redis.from_url(
-        "redis://127.0.0.1:1/0", socket_connect_timeout=0.2, socket_timeout=0.2
-    )
-    engine = MemoryEngine(settings, redis=dead)
+    engine = make_engine(redis=unreachable_redis)
     await UnifiedMemory(workflow_id, "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
     health = await engine_health(engine)
     assert not health["ok"] and health["degraded"]
@@ -72,16 +58,13 @@ async def test_an_unreachable_redis_and_its_queued_writes_are_reasons(
     assert redis["configured"] and not redis["reachable"] and redis["reason"]
     assert any(r.startswith("redis: ") for r in health["reasons"])
     assert f"redis[{workflow_id}]: 1 write(s) queued in the local outbox" in health["reasons"]
-    await engine.close()
-    await dead.aclose()
 
 
 async def test_a_views_health_names_its_active_tiers(
-    settings: Settings, workflow_id: str, redis_client: Any
+    workflow_id: str, redis_client: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client)
+    engine = make_engine(redis=redis_client)
     mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
     health = await memory_health(engine, engine.workflow(workflow_id), mem.working)
     assert health["tiers"] == {"working": False, "episodic": True, "ltm": False, "athena": False}
     assert health["backends"]["redis"]["configured"]
-    await engine.close()

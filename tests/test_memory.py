@@ -14,37 +14,11 @@ from jarvismem.errors import (
     InvalidPayloadError,
     PayloadTooLargeError,
 )
-from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
-from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
+from tests.conftest import Factory
 
 DOCUMENTED_KEYS = {"ltm_summary", "recent_turns", "checkpoint", "scratchpad", "athena_context"}
-
-
-@pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        storage_base_path=tmp_path / "blobs",
-        compaction_enabled=False,
-    )
-
-
-def view(
-    settings: Settings,
-    workflow_id: str,
-    *,
-    redis: Any = None,
-    blob: Any = None,
-    athena: Any = None,
-    step: str = "s1",
-    agent: str = "a1",
-) -> UnifiedMemory:
-    runtime = MemoryRuntime(settings, redis=redis, blob=blob, athena=athena)
-    return runtime.memory(workflow_id, step, agent)
 
 
 # --- the documented constructor and defaults ---------------------------------------
@@ -77,16 +51,18 @@ async def test_the_drop_in_constructor_takes_settings_and_leaves_caller_clients_
     assert mem.runtime.closed and await redis_client.ping()
 
 
-def test_backends_or_settings_with_a_runtime_are_refused(settings: Settings) -> None:
-    rt = MemoryRuntime(settings)
+def test_backends_or_settings_with_a_runtime_are_refused(
+    settings: Settings, make_runtime: Factory
+) -> None:
+    rt = make_runtime()
     with pytest.raises(TypeError, match="not both"):
         UnifiedMemory("wf", "s1", "a1", runtime=rt, settings=settings)
     with pytest.raises(TypeError, match="not both"):
         UnifiedMemory("wf", "s1", "a1", object(), runtime=rt)
 
 
-async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow_id: str) -> None:
-    mem = view(settings, workflow_id)
+async def test_no_backends_is_a_pure_in_process_run(make_memory: Factory) -> None:
+    mem = make_memory()
     assert (mem.working, mem.episodic, mem.ltm) == (None, None, None)
     await mem.log_turn(1, "think", "act", "result")
     assert await mem.save_checkpoint('{"x": 1}') is None
@@ -113,17 +89,14 @@ async def test_no_backends_is_a_pure_in_process_run(settings: Settings, workflow
     ids=["none", "redis-only", "blob-only", "redis+blob"],
 )
 async def test_degradation_matrix_activates_exactly_the_documented_tiers(
-    settings: Settings,
-    workflow_id: str,
     redis_client: Any,
     blob_storage: Any,
+    make_memory: Factory,
     use_redis: bool,
     use_blob: bool,
     expected: tuple[bool, bool, bool],
 ) -> None:
-    mem = view(
-        settings,
-        workflow_id,
+    mem = make_memory(
         redis=redis_client if use_redis else None,
         blob=blob_storage if use_blob else None,
     )
@@ -137,25 +110,24 @@ async def test_degradation_matrix_activates_exactly_the_documented_tiers(
     assert (bundle["checkpoint"] == '{"step": 1}') is use_redis
     assert ("thought one" in bundle["scratchpad"]) is use_blob
     assert bundle["degraded"] == {}
-    await mem.runtime.close()
 
 
 # --- recovery ---------------------------------------------------------------------------
 
 
 async def test_a_new_memory_rehydrates_turns_checkpoint_summary_and_goal_findings(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    mem = make_memory(redis=redis_client, blob=blob_storage)
     for i in range(1, 4):
         await mem.log_turn(i, f"thought {i}", f"action {i}", f"result {i}", tokens=10 * i)
     await mem.save_checkpoint(json.dumps({"next_turn": 4}))
     assert mem.ltm is not None and mem.working is not None
     await mem.ltm.save_summary("The agent compared three vendors.")
     await mem.working.write("finding", "vendor B is cheapest", scope="goal")
-    await mem.runtime.close()
+    await mem.runtime.close()  # the first process ends
 
-    fresh = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    fresh = make_memory(redis=redis_client, blob=blob_storage)
     bundle = await fresh.rehydrate_bundle(ledger_tail=10)
     assert bundle["ltm_summary"] == "The agent compared three vendors."
     assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "2", "3"]
@@ -165,57 +137,51 @@ async def test_a_new_memory_rehydrates_turns_checkpoint_summary_and_goal_finding
         assert f"thought {i}" in bundle["scratchpad"]
     assert "vendor B is cheapest" in bundle["scratchpad"]
     assert bundle["scratchpad"].index("Goal findings") < bundle["scratchpad"].index("thought 1")
-    await fresh.runtime.close()
 
 
 async def test_relogging_a_turn_after_a_crash_keeps_one_ledger_entry(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    mem = make_memory(redis=redis_client, blob=blob_storage)
     await mem.log_turn(7, "t", "a", "r")
     await mem.runtime.close()
-    again = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    again = make_memory(redis=redis_client, blob=blob_storage)
     await again.log_turn(7, "t", "a", "r")
     assert again.episodic is not None
     assert await again.episodic.length() == 1
     bundle = await again.rehydrate_bundle()
     assert bundle["scratchpad"].count("### Turn 7") == 1
-    await again.runtime.close()
 
 
 async def test_the_same_turn_id_in_another_step_or_agent_is_a_different_turn(
-    settings: Settings, workflow_id: str, redis_client: Any
+    workflow_id: str, redis_client: Any, make_runtime: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
+    rt = make_runtime(redis=redis_client)
     await rt.memory(workflow_id, "s1", "a1").log_turn(1, "x", "y", "z")
     await rt.memory(workflow_id, "s2", "a1").log_turn(1, "x", "y", "z")
     await rt.memory(workflow_id, "s1", "a2").log_turn(1, "x", "y", "z")
     ledger = rt.memory(workflow_id, "s1", "a1").episodic
     assert ledger is not None
     assert await ledger.length() == 3
-    await rt.close()
 
 
-async def test_ledger_values_keep_their_types(
-    settings: Settings, workflow_id: str, redis_client: Any
-) -> None:
-    mem = view(settings, workflow_id, redis=redis_client)
+async def test_ledger_values_keep_their_types(redis_client: Any, make_memory: Factory) -> None:
+    mem = make_memory(redis=redis_client)
     await mem.log_turn("42", "42", {"tool": "search", "args": [1, 2]}, 42, tokens=5)
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
     assert turn["turn_id"] == "42" and turn["thought"] == "42"
     assert turn["action"] == {"tool": "search", "args": [1, 2]}
     assert turn["result"] == 42 and turn["tokens"] == 5
     assert (turn["step_id"], turn["agent_id"]) == ("s1", "a1")
-    await mem.runtime.close()
 
 
 # --- checkpoints ----------------------------------------------------------------------------
 
 
 async def test_checkpoint_save_with_a_stale_revision_is_rejected(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client)
+    mem = make_memory(redis=redis_client)
     rev1 = await mem.save_checkpoint("v1")
     rev2 = await mem.save_checkpoint("v2", expected_rev=rev1)
     assert rev2 == (rev1 or 0) + 1
@@ -223,35 +189,26 @@ async def test_checkpoint_save_with_a_stale_revision_is_rejected(
         await mem.save_checkpoint("stale", expected_rev=rev1)
     assert info.value.actual == rev2
     assert await mem.load_checkpoint() == "v2"
-    await mem.runtime.close()
 
 
 @pytest.mark.parametrize("bad", [{"a": 1}, b"bytes", 42, None])
 async def test_a_non_string_checkpoint_is_refused_before_anything_is_written(
-    settings: Settings, workflow_id: str, redis_client: Any, bad: Any
+    redis_client: Any, bad: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client)
+    mem = make_memory(redis=redis_client)
     await mem.save_checkpoint("good")
     with pytest.raises(InvalidPayloadError):
         await mem.save_checkpoint(bad)
     assert await mem.load_checkpoint() == "good"
-    await mem.runtime.close()
 
 
 async def test_an_oversized_checkpoint_is_refused(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any
+    make_settings: Factory, redis_client: Any, make_memory: Factory
 ) -> None:
-    s = load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "ob",
-        max_checkpoint_bytes=1024,
-    )
-    mem = view(s, workflow_id, redis=redis_client)
+    mem = make_memory(settings=make_settings(max_checkpoint_bytes=1024), redis=redis_client)
     with pytest.raises(PayloadTooLargeError):
         await mem.save_checkpoint("x" * 2000)
     assert await mem.load_checkpoint() is None
-    await mem.runtime.close()
 
 
 # --- bad input ------------------------------------------------------------------------------
@@ -268,33 +225,31 @@ def test_hostile_ids_are_refused_at_construction(bad_id: str) -> None:
 
 
 async def test_a_hostile_turn_id_is_refused_before_anything_is_written(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    mem = make_memory(redis=redis_client, blob=blob_storage)
     with pytest.raises(InvalidIdError):
         await mem.log_turn("../../x", "t", "a", "r")
     assert await mem.episodic.length() == 0  # type: ignore[union-attr]
     assert await mem.working.read_all() == []  # type: ignore[union-attr]
-    await mem.runtime.close()
 
 
 async def test_huge_turn_fields_are_truncated_with_a_marker(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client)
+    mem = make_memory(redis=redis_client)
     huge = "y" * 10_000_000
     await mem.log_turn(1, huge, "a", "r")
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
-    limit = settings.max_turn_field_chars
+    limit = mem.runtime.settings.max_turn_field_chars
     assert turn["thought"].startswith("y" * limit)
     assert turn["thought"].endswith(f"…[truncated {10_000_000 - limit} chars]")
-    await mem.runtime.close()
 
 
 async def test_secrets_are_redacted_before_any_tier_persists_them(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_memory: Factory
 ) -> None:
-    mem = view(settings, workflow_id, redis=redis_client, blob=blob_storage)
+    mem = make_memory(redis=redis_client, blob=blob_storage)
     secret = "sk-" + "A1b2C3d4" * 4
     await mem.log_turn(1, f"use key {secret}", "call api", "Authorization: Bearer abcdefgh12345678")
     await mem.working.write("note", {"token": f"{secret}"})  # type: ignore[union-attr]
@@ -303,32 +258,19 @@ async def test_secrets_are_redacted_before_any_tier_persists_them(
     assert "abcdefgh12345678" not in json.dumps(turn)
     raw = await blob_storage.read(mem.working.path)  # type: ignore[union-attr]
     assert secret.encode() not in raw and b"abcdefgh12345678" not in raw
-    await mem.runtime.close()
 
 
-async def test_a_custom_redactor_is_applied(
-    settings: Settings, workflow_id: str, redis_client: Any
-) -> None:
-    rt = MemoryRuntime(
-        settings, redis=redis_client, redactor=lambda s: s.replace("Alice", "[name]")
-    )
-    mem = rt.memory(workflow_id, "s1", "a1")
+async def test_a_custom_redactor_is_applied(redis_client: Any, make_memory: Factory) -> None:
+    mem = make_memory(redis=redis_client, redactor=lambda s: s.replace("Alice", "[name]"))
     await mem.log_turn(1, "Alice asked", "reply to Alice", "done")
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
     assert turn["thought"] == "[name] asked" and turn["action"] == "reply to [name]"
-    await rt.close()
 
 
 async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_budget(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, blob_storage: Any
+    make_settings: Factory, blob_storage: Any, make_memory: Factory
 ) -> None:
-    s = load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "ob",
-        scratchpad_budget_chars=1000,
-    )
-    mem = view(s, workflow_id, blob=blob_storage)
+    mem = make_memory(settings=make_settings(scratchpad_budget_chars=1000), blob=blob_storage)
     await mem.working.write("finding", "the first finding", scope="goal")  # type: ignore[union-attr]
     for i in range(300):
         await mem.log_turn(i, f"thought number {i}", "act", "res")
@@ -337,7 +279,6 @@ async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_bud
     assert len(notes) <= 1000
     assert "the first finding" in notes
     assert "### Turn 300" in notes and "thought number 0" not in notes
-    await mem.runtime.close()
 
 
 async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(

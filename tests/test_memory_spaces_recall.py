@@ -9,46 +9,31 @@ from typing import Any
 import pytest
 
 from jarvismem.errors import NamespaceContextMissingError, RecallStoreMissingError
-from jarvismem.keys import KeySpace
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL
-
-
-@pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        compaction_enabled=False,
-    )
+from tests.conftest import REAL_REDIS_URL, Factory
 
 
 async def test_an_agent_that_never_touches_spaces_has_none_in_its_bundle(
-    settings: Settings, workflow_id: str, redis_client: Any
+    settings: Settings, redis_client: Any, make_memory: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    bundle = await rt.memory(workflow_id, "s1", "a1").rehydrate_bundle()
+    bundle = await make_memory(redis=redis_client).rehydrate_bundle()
     assert bundle["spaces"] is None
     assert [
         k async for k in redis_client.scan_iter(match=f"jm:{settings.jarvismem_namespace}:*")
     ] == []
-    await rt.close()
 
 
 async def test_spaces_written_through_the_facade_come_back_in_a_fresh_bundle(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    mem = rt.memory(workflow_id, "s1", "a1")
+    mem = make_memory(redis=redis_client)
     assert mem.spaces is not None
     await mem.spaces.world_put("customer", "ACME")
     await mem.spaces.tasks_add("send the quote")
-    await rt.close()
-    fresh = MemoryRuntime(settings, redis=redis_client)
-    bundle = await fresh.memory(workflow_id, "s2", "a1").rehydrate_bundle()
+    await mem.runtime.close()  # the first process ends
+    bundle = await make_memory(redis=redis_client, step="s2").rehydrate_bundle()
     spaces = bundle["spaces"]
     assert spaces["spaces"]["world"]["data"] == {"customer": "ACME"}
     assert [t["text"] for t in spaces["spaces"]["tasks"]["data"]] == ["send the quote"]
@@ -59,7 +44,6 @@ async def test_spaces_written_through_the_facade_come_back_in_a_fresh_bundle(
         "scratchpad",
         "athena_context",
     }
-    await fresh.close()
 
 
 def _write_spaces_in_child(url: str, namespace: str, workflow_id: str, outbox: str) -> None:
@@ -88,7 +72,7 @@ def _write_spaces_in_child(url: str, namespace: str, workflow_id: str, outbox: s
 
 @pytest.mark.integration
 async def test_rehydrate_returns_spaces_written_by_an_earlier_process(
-    settings: Settings, workflow_id: str, real_redis: Any, tmp_path: Path
+    settings: Settings, workflow_id: str, real_redis: Any, tmp_path: Path, make_memory: Factory
 ) -> None:
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(
@@ -98,32 +82,26 @@ async def test_rehydrate_returns_spaces_written_by_an_earlier_process(
     child.start()
     child.join(60)
     assert child.exitcode == 0
-    rt = MemoryRuntime(settings, redis=real_redis)
-    bundle = await rt.memory(workflow_id, "s9", "a1").rehydrate_bundle()
+    bundle = await make_memory(redis=real_redis, step="s9").rehydrate_bundle()
     assert bundle["spaces"]["spaces"]["world"]["data"] == {"written_by": "child"}
-    await rt.close()
 
 
 async def test_remember_then_recall_ranks_the_relevant_fact_first(
-    settings: Settings, workflow_id: str, redis_client: Any
+    workflow_id: str, redis_client: Any, make_memory: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    mem = rt.memory(workflow_id, "s1", "a1")
+    mem = make_memory(redis=redis_client)
     await mem.remember("The customer prefers invoices in euros.")
     await mem.remember("Deployments happen on Tuesdays after the standup.")
     await mem.remember("The staging database password rotates monthly.")
     results = await mem.recall("which day are deployments?")
     assert results and "Tuesdays" in results[0].entry.content
     assert all(r.entry.agent_id == "a1" for r in results)
-    other = rt.memory(workflow_id, "s1", "a2")
+    other = mem.runtime.memory(workflow_id, "s1", "a2")
     assert await other.recall("deployments Tuesdays") == []
-    await rt.close()
 
 
-async def test_without_redis_remember_says_no_recall_store(
-    settings: Settings, workflow_id: str
-) -> None:
-    mem = MemoryRuntime(settings).memory(workflow_id, "s1", "a1")
+async def test_without_redis_remember_says_no_recall_store(make_memory: Factory) -> None:
+    mem = make_memory()
     with pytest.raises(RecallStoreMissingError):
         await mem.remember("x")
     with pytest.raises(RecallStoreMissingError):
@@ -131,25 +109,22 @@ async def test_without_redis_remember_says_no_recall_store(
 
 
 async def test_namespace_from_context_is_required_and_isolates_tenants(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
     policy = MemoryPolicy.parse({"namespace_from": "tenant_id"})
-    rt = MemoryRuntime(settings, redis=redis_client, policy=policy)
-    mem = rt.memory(workflow_id, "s1", "a1")
+    mem = make_memory(redis=redis_client, policy=policy)
     with pytest.raises(NamespaceContextMissingError):
         await mem.remember("no tenant given")
     await mem.remember("ACME renews in March", context={"tenant_id": "acme"})
     assert await mem.recall("renews March", context={"tenant_id": "globex"}) == []
     (hit,) = await mem.recall("renews March", context={"tenant_id": "acme"})
     assert hit.entry.content == "ACME renews in March"
-    await rt.close()
 
 
 async def test_preflight_shows_the_exact_messages_with_recalled_memory_and_bundle(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    mem = rt.memory(workflow_id, "s1", "a1")
+    mem = make_memory(redis=redis_client)
     await mem.remember("Quotes must include VAT.")
     assert mem.spaces is not None
     await mem.spaces.tasks_add("prepare the quote")
@@ -161,29 +136,20 @@ async def test_preflight_shows_the_exact_messages_with_recalled_memory_and_bundl
     assert any("prepare the quote" in t for t in texts)
     assert pre.messages[-1] == {"role": "user", "content": "draft the quote with VAT"}
     assert [r.entry.content for r in pre.used_entries] == ["Quotes must include VAT."]
-    await rt.close()
 
 
 async def test_capture_writes_the_conversation_only_when_the_policy_says_so(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any, make_memory: Factory
 ) -> None:
-    manual = MemoryRuntime(settings, redis=redis_client)
-    assert await manual.memory(workflow_id, "s1", "a1").capture("hi", "hello") is None
-    conv = MemoryRuntime(
-        settings, redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"})
-    )
-    entry = await conv.memory(workflow_id, "s1", "a1").capture("what is 2+2?", "4")
+    manual = make_memory(redis=redis_client)
+    assert await manual.capture("hi", "hello") is None
+    conv = make_memory(redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"}))
+    entry = await conv.capture("what is 2+2?", "4")
     assert entry is not None and entry.content == "User: what is 2+2?\nAssistant: 4"
-    await manual.close()
-    await conv.close()
 
 
-async def test_remembered_secrets_are_redacted(
-    settings: Settings, workflow_id: str, redis_client: Any
-) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    mem = rt.memory(workflow_id, "s1", "a1")
+async def test_remembered_secrets_are_redacted(redis_client: Any, make_memory: Factory) -> None:
+    mem = make_memory(redis=redis_client)
     secret = "ghp_" + "x1Y2z3" * 6
     entry = await mem.remember(f"deploy token is {secret}")
     assert secret not in entry.content
-    await rt.close()

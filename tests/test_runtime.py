@@ -11,24 +11,12 @@ import pytest
 from jarvismem import runtime as runtime_module
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import BackendUnavailableError
-from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime, default_settings, get_athena_client
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, Factory
 
 DEAD_REDIS = "redis://127.0.0.1:1/0"
-
-
-@pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        storage_base_path=tmp_path / "blobs",
-        compaction_enabled=False,
-    )
 
 
 def test_a_runtime_is_an_engine_configured_from_the_environment_by_default() -> None:
@@ -40,9 +28,9 @@ def test_a_runtime_is_an_engine_configured_from_the_environment_by_default() -> 
 
 
 async def test_views_of_one_runtime_share_clients_and_workflow_state(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    workflow_id: str, redis_client: Any, blob_storage: Any, make_runtime: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client, blob=blob_storage)
+    rt = make_runtime(redis=redis_client, blob=blob_storage)
     a = rt.memory(workflow_id, "s1", "a1")
     b = rt.memory(workflow_id, "s2", "a2")
     assert isinstance(a, UnifiedMemory) and a.runtime is rt
@@ -53,7 +41,6 @@ async def test_views_of_one_runtime_share_clients_and_workflow_state(
     assert len(await b.episodic.tail(10)) == 2  # type: ignore[union-attr]
     await a.close()  # a view handed out by a runtime leaves it open
     assert not rt.closed
-    await rt.close()
 
 
 async def test_from_env_connects_to_redis_and_owns_its_clients(
@@ -111,12 +98,10 @@ async def test_from_env_applies_overrides_over_the_environment(tmp_path: Path) -
     await rt.close()
 
 
-async def test_health_of_a_runtime_without_backends(settings: Settings) -> None:
-    rt = MemoryRuntime(settings)
-    health = await rt.health()
+async def test_health_of_a_runtime_without_backends(make_runtime: Factory) -> None:
+    health = await make_runtime().health()
     assert health["ok"] and health["reasons"] == []
     assert not any(b["configured"] for b in health["backends"].values())
-    await rt.close()
 
 
 def test_get_athena_client_is_none_without_url() -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,13 +13,7 @@ from jarvismem.redaction import no_redaction
 from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-
-
-@pytest.fixture
-def athena_server() -> Iterator[FakeAthenaServer]:
-    server = FakeAthenaServer(hang_seconds=3.0).start()
-    yield server
-    server.stop()
+from tests.conftest import wait_for
 
 
 @pytest.fixture
@@ -41,14 +32,6 @@ def _factory(
         settings=settings,
         redactor=no_redaction,
     )
-
-
-async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 def test_agent_ids_sent_to_athena_carry_the_namespace_except_the_default(
@@ -83,8 +66,8 @@ async def test_past_the_bound_the_least_recently_used_agent_is_retired(
     agents.get_nowait("a0")  # a0 used again: a1 is now the oldest
     agents.get_nowait("a2")
     assert agents.live("a1") is None and agents.live("a0") is first
-    await _wait_for(lambda: not agents.retiring)
-    await _wait_for(lambda: len(agents.started()) == 2)
+    await wait_for(lambda: not agents.retiring)
+    await wait_for(lambda: len(agents.started()) == 2)
     assert {agent for agent, _ in agents.started()} == {"a0", "a2"}
     await agents.close()
 
@@ -98,11 +81,11 @@ async def test_records_an_evicted_agent_left_are_swept_once_athena_answers(
     evicted = agents.get_nowait("a0")
     await evicted.record_turn(1, "t", "a", "r", workflow_id="wf", step_id="s1", agent_id="a0")
     agents.get_nowait("a1")  # a0 retired with its turn still queued
-    await _wait_for(lambda: not agents.retiring)
+    await wait_for(lambda: not agents.retiring)
     assert agents.live("a0") is None
     athena_server.mode = "ok"
-    await _wait_for(lambda: len(athena_server.events) >= 3)
-    await _wait_for(lambda: not agents._unsent)
+    await wait_for(lambda: len(athena_server.events) >= 3)
+    await wait_for(lambda: not agents._unsent)
     await agents.close()
 
 

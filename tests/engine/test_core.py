@@ -11,6 +11,7 @@ from jarvismem.engine.core import MemoryEngine, shared_summarizer
 from jarvismem.errors import ConfigError
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
+from tests.conftest import Factory
 
 
 def test_an_engine_is_configured_explicitly_it_does_not_read_the_environment() -> None:
@@ -19,9 +20,9 @@ def test_an_engine_is_configured_explicitly_it_does_not_read_the_environment() -
 
 
 async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
-    settings: Settings, workflow_id: str
+    workflow_id: str, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings)
+    engine = make_engine()
     state = engine.workflow(workflow_id)
     assert (state.ledger, state.redis_writer, state.blob_writer, state.ltm) == (None,) * 4
     assert engine.destination("redis") is None and engine.destination("blob") is None
@@ -36,9 +37,9 @@ async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
 
 
 async def test_one_workflow_state_and_one_outbox_per_workflow(
-    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+    workflow_id: str, redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client, blob=blob_storage)
+    engine = make_engine(redis=redis_client, blob=blob_storage)
     state = engine.workflow(workflow_id)
     assert engine.workflow(workflow_id) is state
     assert engine.outbox("redis", workflow_id) is state.redis_writer.outbox  # type: ignore[union-attr]
@@ -48,26 +49,24 @@ async def test_one_workflow_state_and_one_outbox_per_workflow(
     assert redis_dst is not None and redis_dst != engine.destination("blob")
     assert redis_dst in str(engine.outbox("redis", workflow_id).path)
     assert engine.open_writers() == list(state.writers)
-    await engine.close()
 
 
 async def test_any_engine_serves_views_and_keeps_only_recent_workflows(
-    settings: Settings, redis_client: Any
+    redis_client: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client, recent_workflows=8)
+    engine = make_engine(redis=redis_client, recent_workflows=8)
     for i in range(40):
         await UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
     gc.collect()
     assert len(engine._workflows) <= 8 + 1
     kept = UnifiedMemory("wf-0", "s1", "a1", runtime=engine)  # evicted, used again: same data
     assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
-    await engine.close()
 
 
 async def test_closing_an_engine_leaves_clients_it_does_not_own_open(
-    settings: Settings, redis_client: Any, blob_storage: Any
+    redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:
-    engine = MemoryEngine(settings, redis=redis_client, blob=blob_storage)
+    engine = make_engine(redis=redis_client, blob=blob_storage)
     await UnifiedMemory("wf", "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
     await engine.close()
     assert await redis_client.ping()
@@ -75,14 +74,12 @@ async def test_closing_an_engine_leaves_clients_it_does_not_own_open(
 
 
 async def test_engines_not_owning_clients_share_one_summarizer_per_settings(
-    settings: Settings,
+    settings: Settings, make_engine: Factory
 ) -> None:
-    first, second = MemoryEngine(settings), MemoryEngine(settings)
+    first, second = make_engine(), make_engine()
     assert first.summarizer is second.summarizer is shared_summarizer(settings)
-    owner = MemoryEngine(settings, owns_clients=True)
+    owner = make_engine(owns_clients=True)
     assert owner.summarizer is not first.summarizer
-    for engine in (first, second, owner):
-        await engine.close()
 
 
 def test_defaults_follow_the_settings(settings: Settings) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,54 +16,65 @@ from jarvismem.keys import KeySpace
 from jarvismem.redaction import no_redaction
 from jarvismem.settings import Settings
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
+from tests.conftest import Factory
 
 
-def _state(
-    settings: Settings, tmp_path: Path, *, redis: Any = None, blob: Any = None
-) -> WorkflowState:
-    return WorkflowState(
-        "wf",
-        settings=settings,
-        keyspace=KeySpace(settings.jarvismem_namespace),
-        redis=redis,
-        blob=blob,
-        redactor=no_redaction,
-        summarizer=create_summarizer(settings),
-        redis_outbox=None if redis is None else Outbox(tmp_path / "redis.jsonl"),
-        blob_outbox=None if blob is None else Outbox(tmp_path / "blob.jsonl"),
-    )
-
-
-async def test_redis_alone_gives_ledger_checkpoints_and_a_redis_writer(
-    settings: Settings, tmp_path: Path, redis_client: Any
-) -> None:
-    state = _state(settings, tmp_path, redis=redis_client)
-    assert state.ledger is not None and state.redis_writer is not None
-    assert (state.blob_writer, state.ltm, state.compactor) == (None, None, None)
-    assert state.writers == (state.redis_writer,)
-    assert state.checkpoints("s1") is state.checkpoints("s1")
-    assert state.checkpoints("s1") is not state.checkpoints("s2")
-    await state.close()
-
-
-async def test_both_backends_add_long_term_memory_and_its_compactor(
-    settings: Settings, tmp_path: Path, redis_client: Any, blob_storage: Any
-) -> None:
-    state = _state(settings, tmp_path, redis=redis_client, blob=blob_storage)
-    assert state.ltm is not None and state.compactor is not None
-    assert state.writers == (state.redis_writer, state.blob_writer)
-    await state.close()
-
-
-def test_a_backend_without_its_outbox_is_refused(
-    settings: Settings, redis_client: Any, blob_storage: Any
-) -> None:
-    common: dict[str, Any] = {
+@pytest.fixture
+def common(settings: Settings) -> dict[str, Any]:
+    """The WorkflowState arguments that do not depend on the backends."""
+    return {
         "settings": settings,
         "keyspace": KeySpace(settings.jarvismem_namespace),
         "redactor": no_redaction,
         "summarizer": create_summarizer(settings),
     }
+
+
+@pytest.fixture
+async def make_state(common: dict[str, Any], tmp_path: Path) -> AsyncIterator[Factory]:
+    """``make_state(redis=..., blob=...)``: workflow "wf" with an outbox per backend given;
+    closed when the test ends (request the client fixtures first)."""
+    made: list[WorkflowState] = []
+
+    def build(*, redis: Any = None, blob: Any = None) -> WorkflowState:
+        state = WorkflowState(
+            "wf",
+            redis=redis,
+            blob=blob,
+            redis_outbox=None if redis is None else Outbox(tmp_path / "redis.jsonl"),
+            blob_outbox=None if blob is None else Outbox(tmp_path / "blob.jsonl"),
+            **common,
+        )
+        made.append(state)
+        return state
+
+    yield build
+    for state in made:
+        await state.close()
+
+
+async def test_redis_alone_gives_ledger_checkpoints_and_a_redis_writer(
+    redis_client: Any, make_state: Factory
+) -> None:
+    state = make_state(redis=redis_client)
+    assert state.ledger is not None and state.redis_writer is not None
+    assert (state.blob_writer, state.ltm, state.compactor) == (None, None, None)
+    assert state.writers == (state.redis_writer,)
+    assert state.checkpoints("s1") is state.checkpoints("s1")
+    assert state.checkpoints("s1") is not state.checkpoints("s2")
+
+
+async def test_both_backends_add_long_term_memory_and_its_compactor(
+    redis_client: Any, blob_storage: Any, make_state: Factory
+) -> None:
+    state = make_state(redis=redis_client, blob=blob_storage)
+    assert state.ltm is not None and state.compactor is not None
+    assert state.writers == (state.redis_writer, state.blob_writer)
+
+
+def test_a_backend_without_its_outbox_is_refused(
+    redis_client: Any, blob_storage: Any, common: dict[str, Any]
+) -> None:
     with pytest.raises(ValueError, match="Redis outbox"):
         WorkflowState("wf", redis=redis_client, **common)
     with pytest.raises(ValueError, match="blob outbox"):
@@ -70,13 +82,12 @@ def test_a_backend_without_its_outbox_is_refused(
 
 
 async def test_durable_appends_reach_the_blob_in_order(
-    settings: Settings, tmp_path: Path, blob_storage: Any
+    blob_storage: Any, make_state: Factory
 ) -> None:
-    state = _state(settings, tmp_path, blob=blob_storage)
+    state = make_state(blob=blob_storage)
     for n in range(3):
         assert await state.durable_append("notes/a.txt", f"{n}\n".encode())
     assert await blob_storage.read("notes/a.txt") == b"0\n1\n2\n"
-    await state.close()
 
 
 async def test_the_redis_applier_replays_turns_and_checkpoints(

@@ -8,7 +8,6 @@ the scratchpad on a local folder and Azurite (the shared parametrized fixtures).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,28 +19,23 @@ from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.memory import UnifiedMemory
-from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
+from tests.conftest import Factory, MakeSettings
 
 
 @pytest.fixture
-def settings(tmp_path: Path, keyspace: KeySpace) -> Settings:
-    return load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        outbox_path=tmp_path / "outbox",
-        compaction_enabled=False,
-        tier_timeout_athena=1.0,
-    )
+def settings(make_settings: MakeSettings) -> Settings:
+    """A 1 s Athena tier timeout: a malformed answer is given up on quickly."""
+    return make_settings(tier_timeout_athena=1.0)
 
 
 @pytest.fixture
-async def mem(settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any) -> Any:
-    rt = MemoryRuntime(settings, redis=redis_client, blob=blob_storage)
-    yield rt.memory(workflow_id, "s1", "a1")
-    await rt.close()
+def mem(redis_client: Any, blob_storage: Any, make_memory: Factory) -> UnifiedMemory:
+    """A view over both parametrized stores: fakeredis/real Redis, local folder/Azurite."""
+    memory: UnifiedMemory = make_memory(redis=redis_client, blob=blob_storage)
+    return memory
 
 
 async def nothing_written(mem: UnifiedMemory) -> bool:
@@ -117,17 +111,15 @@ async def test_an_unstorable_turn_field_is_refused_before_anything_is_written(
 
 
 async def test_a_lone_surrogate_does_not_wedge_a_redis_only_ledger(
-    settings: Settings, workflow_id: str, redis_client: Any
+    workflow_id: str, redis_client: Any, make_memory: Factory
 ) -> None:
-    rt = MemoryRuntime(settings, redis=redis_client)
-    mem = rt.memory(workflow_id, "s1", "a1")
+    mem = make_memory(redis=redis_client)
     with pytest.raises(InvalidPayloadError):
         await mem.log_turn(1, "bad \ud800", "a", "r")
     await mem.log_turn(2, "good", "a", "r")
-    writer = rt.workflow(workflow_id).redis_writer
+    writer = mem.runtime.workflow(workflow_id).redis_writer
     assert writer is not None and not writer.degraded
     assert [t["turn_id"] for t in await mem.episodic.tail(5)] == ["2"]  # type: ignore[union-attr]
-    await rt.close()
 
 
 async def test_non_utf8_bytes_are_stored_with_replacement_characters(mem: UnifiedMemory) -> None:
@@ -151,28 +143,23 @@ async def test_a_bad_checkpoint_is_refused_and_the_stored_one_kept(
     assert await mem.load_checkpoint() == '{"good": true}'
 
 
-@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(max_size=300))
-def test_any_valid_text_checkpoint_round_trips_unchanged(text: str) -> None:
-    import asyncio
-
-    import fakeredis
-
-    async def run() -> str | None:
-        s = load_settings(_env_file=None, compaction_enabled=False)
-        rt = MemoryRuntime(s, redis=fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
-        mem = rt.memory("wf", "s1", "a1")
-        try:
-            await mem.save_checkpoint(text)
-        except InvalidPayloadError:
-            return None  # unpaired surrogates: refused, the defined outcome
-        try:
-            return await mem.load_checkpoint()
-        finally:
-            await rt.close()
-
-    got = asyncio.run(run())
-    assert got is None or got == text
+# The fixtures are shared by the examples of one run: each example saves over the
+# same checkpoint, and what it loads back is what it saved or it was refused.
+@hsettings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(text=st.text(max_size=300))
+async def test_any_valid_text_checkpoint_round_trips_unchanged(
+    fake_redis: Any, make_memory: Factory, text: str
+) -> None:
+    mem = make_memory(redis=fake_redis)
+    try:
+        await mem.save_checkpoint(text)
+    except InvalidPayloadError:
+        return  # unpaired surrogates: refused, the defined outcome
+    assert await mem.load_checkpoint() == text
 
 
 # --- damaged stored data ---
@@ -234,73 +221,58 @@ async def test_ledger_entries_of_unexpected_shape_come_back_as_raw_text(
 
 
 async def test_a_malformed_athena_answer_marks_the_tier_degraded_and_log_turn_goes_on(
-    settings: Settings, workflow_id: str, redis_client: Any
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_memory: Factory,
 ) -> None:
-    from jarvismem.backends.athena import AthenaClient
+    client = make_athena_client(athena_server.url, max_retries=0, timeout=2.0)
+    mem = make_memory(redis=redis_client, athena=client)
+    await mem.log_turn(1, "t", "a", "r")
+    assert await mem.runtime.athena_memory("a1") is not None
+    athena_server.mode = "garbage"
+    await mem.log_turn(2, "t", "a", "r")
+    bundle = await mem.rehydrate_bundle()
+    assert "athena" in bundle["degraded"] and bundle["athena_context"] is None
+    assert len(bundle["recent_turns"]) == 2
+    athena_server.mode = "ok"
 
-    with FakeAthenaServer() as server:
-        client = AthenaClient(server.url, max_retries=0, timeout=2.0)
-        rt = MemoryRuntime(settings, redis=redis_client, athena=client)
-        mem = rt.memory(workflow_id, "s1", "a1")
-        await mem.log_turn(1, "t", "a", "r")
-        assert await rt.athena_memory("a1") is not None
-        server.mode = "garbage"
-        await mem.log_turn(2, "t", "a", "r")
-        bundle = await mem.rehydrate_bundle()
-        assert "athena" in bundle["degraded"] and bundle["athena_context"] is None
-        assert len(bundle["recent_turns"]) == 2
-        server.mode = "ok"
-        await rt.close()
-        await client.aclose()
+
+@pytest.fixture
+def llm_memory(
+    fake_llm: FakeLLMServer,
+    redis_client: Any,
+    local_blob: Any,
+    make_settings: Factory,
+    make_memory: Factory,
+) -> UnifiedMemory:
+    """A view whose summaries come from ``fake_llm`` (one attempt per compaction)."""
+    settings = make_settings(llm_base_url=fake_llm.url, llm_max_retries=0)
+    memory: UnifiedMemory = make_memory(settings=settings, redis=redis_client, blob=local_blob)
+    return memory
 
 
 @pytest.mark.parametrize("mode", ["empty", "garbage"])
 async def test_an_unusable_llm_answer_keeps_the_old_summary(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any, mode: str
+    fake_llm: FakeLLMServer, llm_memory: UnifiedMemory, mode: str
 ) -> None:
-    from jarvismem.backends.blob.local import LocalBlobStorage
-
-    with FakeLLMServer() as llm:
-        s = load_settings(
-            _env_file=None,
-            jarvismem_namespace=keyspace.namespace,
-            outbox_path=tmp_path / "ob",
-            compaction_enabled=False,
-            llm_base_url=llm.url,
-            llm_max_retries=0,
-        )
-        rt = MemoryRuntime(s, redis=redis_client, blob=LocalBlobStorage(tmp_path / "b"))
-        mem = rt.memory(workflow_id, "s1", "a1")
-        assert mem.ltm is not None
-        await mem.ltm.save_summary("the old summary")
-        await mem.log_turn(1, "something new", "a", "r")
-        llm.mode = mode
-        result = await mem.compact_now()
-        assert result["compacted"] is False
-        assert await mem.ltm.load_summary() == "the old summary"
-        await rt.close()
+    mem = llm_memory
+    assert mem.ltm is not None
+    await mem.ltm.save_summary("the old summary")
+    await mem.log_turn(1, "something new", "a", "r")
+    fake_llm.mode = mode  # type: ignore[assignment]
+    result = await mem.compact_now()
+    assert result["compacted"] is False
+    assert await mem.ltm.load_summary() == "the old summary"
 
 
 async def test_a_huge_llm_answer_is_bounded_in_the_new_summary(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_client: Any
+    fake_llm: FakeLLMServer, llm_memory: UnifiedMemory
 ) -> None:
-    from jarvismem.backends.blob.local import LocalBlobStorage
-
-    with FakeLLMServer() as llm:
-        llm.mode = "huge"
-        s = load_settings(
-            _env_file=None,
-            jarvismem_namespace=keyspace.namespace,
-            outbox_path=tmp_path / "ob",
-            compaction_enabled=False,
-            llm_base_url=llm.url,
-            llm_max_retries=0,
-        )
-        rt = MemoryRuntime(s, redis=redis_client, blob=LocalBlobStorage(tmp_path / "b"))
-        mem = rt.memory(workflow_id, "s1", "a1")
-        await mem.log_turn(1, "something", "a", "r")
-        result = await mem.compact_now()
-        summary = await mem.ltm.load_summary()  # type: ignore[union-attr]
-        assert result["compacted"] is True and summary is not None
-        assert len(summary) <= SUMMARY_MAX_CHARS < llm.huge_chars
-        await rt.close()
+    fake_llm.mode = "huge"
+    mem = llm_memory
+    await mem.log_turn(1, "something", "a", "r")
+    result = await mem.compact_now()
+    summary = await mem.ltm.load_summary()  # type: ignore[union-attr]
+    assert result["compacted"] is True and summary is not None
+    assert len(summary) <= SUMMARY_MAX_CHARS < fake_llm.huge_chars

@@ -20,10 +20,12 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from jarvismem.backends.outbox import Outbox
@@ -37,43 +39,68 @@ from jarvismem.settings import Settings, load_settings
 from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.testing.redis_server import RedisServerProcess
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
+from tests.conftest import REAL_REDIS_URL, Factory, real_redis_available, require_backend
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def settings_for(tmp_path: Path, keyspace: KeySpace, redis_url: str, **extra: Any) -> Settings:
-    values: dict[str, Any] = {
-        "_env_file": None,
-        "jarvismem_namespace": keyspace.namespace,
-        "redis_url": redis_url,
-        "outbox_path": tmp_path / "outbox",
-        "storage_backend": "local",
-        "storage_base_path": tmp_path / "blobs",
-        "compaction_enabled": False,
-        "tier_timeout_episodic": 0.5,
-        "tier_timeout_working": 1.0,
-        "tier_timeout_checkpoint": 0.5,
-        "tier_timeout_athena": 0.5,
-        "redis_connect_retries": 0,
-        "outbox_poll_seconds": 0.2,
-    }
-    values.update(extra)
-    return load_settings(**values)
-
-
-def runtime_for(tmp_path: Path, keyspace: KeySpace, redis_url: str, **extra: Any) -> MemoryRuntime:
-    """A runtime owning a client of ``redis_url`` (no I/O until used)."""
-    settings = settings_for(tmp_path, keyspace, redis_url, **extra)
-    return MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+@pytest.fixture
+def real_url(namespaces: set[str]) -> Iterator[str]:
+    """The shared real Redis's URL; the test's namespaces are deleted from it afterwards."""
+    require_backend(real_redis_available(), "a real Redis on 127.0.0.1:6379")
+    yield REAL_REDIS_URL
+    # A synchronous client: teardown runs after the test's event loop is gone.
+    client = redis.Redis.from_url(REAL_REDIS_URL)
+    try:
+        for namespace in namespaces:
+            keys = list(client.scan_iter(match=f"jm:{namespace}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
 
 
 @pytest.fixture
-def real_url() -> str:
-    require_backend(real_redis_available(), "a real Redis on 127.0.0.1:6379")
-    return REAL_REDIS_URL
+def durable_settings(make_settings: Factory) -> Callable[..., Settings]:
+    """``durable_settings(redis_url, **extra)``: the test's settings on ``redis_url``, with
+    short tier timeouts, no connect retries and a fast outbox poll, so an outage shows
+    within a test's patience."""
+
+    def build(redis_url: str, **extra: Any) -> Settings:
+        values: dict[str, Any] = {
+            "redis_url": redis_url,
+            "storage_backend": "local",
+            "tier_timeout_episodic": 0.5,
+            "tier_timeout_working": 1.0,
+            "tier_timeout_checkpoint": 0.5,
+            "tier_timeout_athena": 0.5,
+            "redis_connect_retries": 0,
+            "outbox_poll_seconds": 0.2,
+        }
+        values.update(extra)
+        settings: Settings = make_settings(**values)
+        return settings
+
+    return build
+
+
+@pytest.fixture
+def durable_runtime(
+    durable_settings: Callable[..., Settings], make_runtime: Factory
+) -> Callable[..., MemoryRuntime]:
+    """``durable_runtime(redis_url, **extra)``: a runtime owning a client of ``redis_url``
+    (no I/O until used), closed after the test unless the test closes it first."""
+
+    def build(redis_url: str, **extra: Any) -> MemoryRuntime:
+        settings = durable_settings(redis_url, **extra)
+        runtime: MemoryRuntime = make_runtime(
+            settings=settings, redis=create_redis(settings), owns_clients=True
+        )
+        return runtime
+
+    return build
 
 
 async def eventually(check: Any, what: str, limit: float = 20.0) -> None:
@@ -167,10 +194,12 @@ async def test_the_delivery_claim_is_not_reentrant(tmp_path: Path) -> None:
 
 
 async def test_a_startup_replay_never_puts_an_old_checkpoint_over_a_newer_save(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
     """A's queued (older) checkpoint and B's live save race at start-up: B's stays."""
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     leftover = rt.outbox("redis", workflow_id)
     old = checkpoint_record("s1", '{"who": "A", "n": 1}')
     await leftover.put(old)  # A crashed with its save still queued
@@ -193,16 +222,19 @@ async def test_a_startup_replay_never_puts_an_old_checkpoint_over_a_newer_save(
     )
     again = await rt.workflow(workflow_id).checkpoints("s1").load()
     assert again is not None and again.state == stored.state and replay == stored.rev
-    await rt.close()
 
 
 # --- 2. a leftover of another process is replayed by a process that has the workflow open ----
 
 
 async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflow(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    tmp_path: Path,
+    keyspace: KeySpace,
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     b = rt.memory(workflow_id, "s1", "b")
     await b.log_turn(1, "b thinks", "act", "ok")  # B has the workflow open, nothing queued
     assert await b.save_checkpoint('{"who": "B", "n": 1}') == 1
@@ -219,13 +251,16 @@ async def test_a_peer_processes_leftover_is_replayed_and_read_by_an_open_workflo
     assert [e["turn_id"] for e in await ledger.full_history()] == ["1", "5"]
     stored = await rt.workflow(workflow_id).checkpoints("s1").load()
     assert stored is not None and json.loads(stored.state)["who"] == "B"
-    await rt.close()
 
 
 async def test_the_runtime_poll_replays_a_leftover_without_any_call(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    tmp_path: Path,
+    keyspace: KeySpace,
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
     queue_in_peer(tmp_path, keyspace, workflow_id, real_url, [turn_record("s1", "a", "2")])
@@ -237,16 +272,17 @@ async def test_the_runtime_poll_replays_a_leftover_without_any_call(
         return await ledger.length() == 2
 
     await eventually(replayed, "the poll's replay of the peer's turn")
-    await rt.close()
 
 
 # --- 6. a record the backend refuses for good is dead-lettered, not a wedge -------------------
 
 
 async def test_an_unappliable_record_is_dead_lettered_and_the_queue_moves_on(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     box = rt.outbox("redis", workflow_id)
     await box.put({"op": "no-such-op", "x": 1})
     mem = rt.memory(workflow_id, "s1", "a")
@@ -263,13 +299,15 @@ async def test_an_unappliable_record_is_dead_lettered_and_the_queue_moves_on(
     health = await mem.health()
     assert health["outboxes"][writer.name]["dead_lettered"] == 1
     assert any("refused by the backend for good" in r for r in health["reasons"])
-    await rt.close()
 
 
 async def test_a_live_write_redis_refuses_for_good_is_dead_lettered_not_raised(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    keyspace: KeySpace,
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     assert rt.redis is not None
     await rt.redis.set(keyspace.ledger(workflow_id), "not a stream")  # WRONGTYPE for XADD
     mem = rt.memory(workflow_id, "s1", "a")
@@ -281,7 +319,6 @@ async def test_a_live_write_redis_refuses_for_good_is_dead_lettered_not_raised(
     await mem.log_turn(2, "t", "a", "r")  # the next turn is not stuck behind it
     ledger = rt.workflow(workflow_id).ledger
     assert ledger is not None and [e["turn_id"] for e in await ledger.full_history()] == ["2"]
-    await rt.close()
 
 
 # --- 7. / 12. the outbox's fsync and byte budget ------------------------------------------------
@@ -299,11 +336,10 @@ def test_outbox_fsync_follows_storage_fsync_unless_set(tmp_path: Path) -> None:
 
 
 async def test_turns_queued_with_fsync_on_are_fsynced(
-    tmp_path: Path,
-    keyspace: KeySpace,
     workflow_id: str,
     redis_server: RedisServerProcess,
     monkeypatch: pytest.MonkeyPatch,
+    durable_runtime: Callable[..., Any],
 ) -> None:
     synced: list[int] = []
     real_fsync = os.fsync
@@ -313,7 +349,7 @@ async def test_turns_queued_with_fsync_on_are_fsynced(
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", counting_fsync)
-    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_fsync_appends=True)
+    rt = durable_runtime(redis_server.url, storage_fsync_appends=True)
     mem = rt.memory(workflow_id, "s1", "a")
     redis_server.kill()
     before = len(synced)
@@ -321,7 +357,6 @@ async def test_turns_queued_with_fsync_on_are_fsynced(
     writer = rt.workflow(workflow_id).redis_writer
     assert writer is not None and writer.degraded
     assert len(synced) > before
-    await rt.close()
 
 
 async def test_outbox_byte_budget_drops_and_counts(tmp_path: Path) -> None:
@@ -333,9 +368,11 @@ async def test_outbox_byte_budget_drops_and_counts(tmp_path: Path) -> None:
 
 
 async def test_a_local_disk_error_in_the_outbox_never_reaches_log_turn(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
+    workflow_id: str,
+    redis_server: RedisServerProcess,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
+    rt = durable_runtime(redis_server.url, storage_backend="none")
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t", "a", "r")
     redis_server.kill()
@@ -348,19 +385,18 @@ async def test_a_local_disk_error_in_the_outbox_never_reaches_log_turn(
     writer = rt.workflow(workflow_id).redis_writer
     assert writer is not None
     assert health["outboxes"][writer.name]["dropped"] >= 1
-    await rt.close()
 
 
 # --- 8. outboxes keyed by destination ---------------------------------------------------------
 
 
 async def test_records_queued_for_one_redis_never_replay_into_another(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    s0 = settings_for(tmp_path, keyspace, real_url)
-    s1 = settings_for(tmp_path, keyspace, real_url.rsplit("/", 1)[0] + "/1")
-    rt0 = MemoryRuntime(s0, redis=create_redis(s0), owns_clients=True)
-    rt1 = MemoryRuntime(s1, redis=create_redis(s1), owns_clients=True)
+    rt0 = durable_runtime(real_url)
+    rt1 = durable_runtime(real_url.rsplit("/", 1)[0] + "/1")
     box0, box1 = rt0.outbox("redis", workflow_id), rt1.outbox("redis", workflow_id)
     assert box0.path != box1.path and box0.destination != box1.destination
     await box1.put(checkpoint_record("s1", '{"db": 1}'))
@@ -379,9 +415,11 @@ async def test_records_queued_for_one_redis_never_replay_into_another(
 
 
 async def test_views_and_writes_never_wait_on_a_peers_outbox_lock_on_the_loop(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
+    workflow_id: str,
+    redis_server: RedisServerProcess,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
+    rt = durable_runtime(redis_server.url, storage_backend="none")
     box = rt.outbox("redis", workflow_id)
     for n in range(2_000):  # a large leftover
         await box.put(checkpoint_record("s9", f'{{"n": {n}}}'))
@@ -413,7 +451,6 @@ async def test_views_and_writes_never_wait_on_a_peers_outbox_lock_on_the_loop(
     await asyncio.wait_for(turn, 10.0)
     stop = True
     await ticking
-    await rt.close()
 
 
 def _open_fds() -> int:
@@ -421,9 +458,10 @@ def _open_fds() -> int:
 
 
 async def test_many_workflows_do_not_leak_file_descriptors(
-    tmp_path: Path, keyspace: KeySpace, real_url: str
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     await rt.memory("warm-up", "s1", "a").log_turn(1, "t", "a", "r")
     before = _open_fds()
     for n in range(700):
@@ -431,16 +469,17 @@ async def test_many_workflows_do_not_leak_file_descriptors(
         await mem.log_turn(1, "t", "a", "r")
         await mem.save_checkpoint('{"n": 1}')
     assert _open_fds() - before < 64
-    await rt.close()
 
 
 # --- 13. / 14. restart during an outage ------------------------------------------------------
 
 
 async def test_a_restart_during_an_outage_reads_its_own_queued_writes(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
+    workflow_id: str,
+    redis_server: RedisServerProcess,
+    durable_settings: Callable[..., Any],
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, redis_server.url)
+    settings = durable_settings(redis_server.url)
     first = await MemoryRuntime.from_env(settings)
     mem = first.memory(workflow_id, "s1", "a")
     await mem.log_turn(1, "t1", "a", "r")
@@ -471,9 +510,11 @@ async def test_a_restart_during_an_outage_reads_its_own_queued_writes(
 
 
 def test_the_drop_in_constructor_works_outside_a_loop_with_a_leftover(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_settings: Callable[..., Any],
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
+    settings = durable_settings(real_url)
     box = MemoryRuntime(settings, redis=None).outbox("redis", workflow_id)
     client = create_redis(settings)
     real_box = MemoryRuntime(settings, redis=client).outbox("redis", workflow_id)
@@ -498,9 +539,11 @@ async def _put(box: Outbox, record: dict[str, Any]) -> None:
 
 
 async def test_from_env_starts_degraded_when_redis_is_down(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
+    workflow_id: str,
+    redis_server: RedisServerProcess,
+    durable_settings: Callable[..., Any],
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, redis_server.url)
+    settings = durable_settings(redis_server.url)
     redis_server.kill()
     rt = await MemoryRuntime.from_env(settings)
     mem = rt.memory(workflow_id, "s1", "a")
@@ -520,9 +563,11 @@ async def test_from_env_starts_degraded_when_redis_is_down(
 
 
 async def test_conditional_saves_raise_jarvismem_errors_for_every_redis_failure(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, redis_server: RedisServerProcess
+    workflow_id: str,
+    redis_server: RedisServerProcess,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, redis_server.url, storage_backend="none")
+    rt = durable_runtime(redis_server.url, storage_backend="none")
     mem = rt.memory(workflow_id, "s1", "a")
     assert await mem.save_checkpoint('{"n": 1}', expected_rev=0) == 1
     admin = aioredis.Redis.from_url(redis_server.url)
@@ -541,16 +586,15 @@ async def test_conditional_saves_raise_jarvismem_errors_for_every_redis_failure(
     redis_server.kill()
     with pytest.raises(BackendUnavailableError):
         await mem.save_checkpoint('{"n": 2}', expected_rev=1)
-    await rt.close()
 
 
 async def test_a_conditional_save_whose_reply_was_lost_is_not_a_conflict(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_settings: Callable[..., Any],
 ) -> None:
     async with LostReplyProxy("127.0.0.1", 6379) as proxy:
-        settings = settings_for(
-            tmp_path, keyspace, f"redis://127.0.0.1:{proxy.port}/0", tier_timeout_episodic=5.0
-        )
+        settings = durable_settings(f"redis://127.0.0.1:{proxy.port}/0", tier_timeout_episodic=5.0)
         rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
         mem = rt.memory(workflow_id, "s1", "a")
         assert await mem.save_checkpoint('{"n": 1}', expected_rev=0) == 1
@@ -566,9 +610,11 @@ async def test_a_conditional_save_whose_reply_was_lost_is_not_a_conflict(
 
 
 async def test_an_unconditional_save_resent_after_a_newer_one_changes_nothing(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    workflow_id: str,
+    real_url: str,
+    durable_runtime: Callable[..., Any],
 ) -> None:
-    rt = runtime_for(tmp_path, keyspace, real_url)
+    rt = durable_runtime(real_url)
     store = rt.workflow(workflow_id).checkpoints("s1")
     op = uuid.uuid4().hex
     first = await store.save_validated('{"n": 1}', op_id=op)
@@ -576,13 +622,15 @@ async def test_an_unconditional_save_resent_after_a_newer_one_changes_nothing(
     assert await store.save_validated('{"n": 1}', op_id=op) == first  # a retry: a no-op
     stored = await store.load()
     assert stored is not None and stored.state == '{"n": 2}' and stored.rev == 2
-    await rt.close()
 
 
 async def test_an_outbox_left_by_an_earlier_version_is_adopted_and_replayed(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, real_url: str
+    keyspace: KeySpace,
+    workflow_id: str,
+    real_url: str,
+    durable_settings: Callable[..., Any],
 ) -> None:
-    settings = settings_for(tmp_path, keyspace, real_url)
+    settings = durable_settings(real_url)
     legacy = Path(settings.outbox_path) / keyspace.outbox_file("redis", workflow_id)
     old = Outbox(legacy)  # the file layout before outboxes were keyed by destination
     for turn in ("1", "2"):

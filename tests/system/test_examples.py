@@ -64,11 +64,12 @@ def test_azure_blob_example_on_azurite(tmp_path: Path, azurite_connection_string
     assert "AccountKey" not in out + proc.stderr
 
 
-def test_athena_example_against_the_fake_server(tmp_path: Path) -> None:
-    with FakeAthenaServer() as athena:
-        proc = _run("athena_usage.py", tmp_path, ATHENA_URL=athena.url)
-        assert proc.returncode == 0, proc.stderr
-        events = athena.events
+def test_athena_example_against_the_fake_server(
+    tmp_path: Path, athena_server: FakeAthenaServer
+) -> None:
+    proc = _run("athena_usage.py", tmp_path, ATHENA_URL=athena_server.url)
+    assert proc.returncode == 0, proc.stderr
+    events = athena_server.events
     out = proc.stdout
     assert "[thought] the tide tables cover twelve harbours" in out
     assert "[observation] high tide at Brest is 6.1 m" in out

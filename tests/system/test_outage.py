@@ -22,13 +22,12 @@ from typing import Any
 import pytest
 
 from jarvismem.backends.redis import create_redis
-from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.redis_server import RedisServerProcess, free_port
-from tests.conftest import AZURITE_CONNECTION_STRING, require_backend
+from tests.conftest import AZURITE_CONNECTION_STRING, Factory, require_backend
 
 pytestmark = pytest.mark.integration
 
@@ -49,28 +48,42 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: flo
         await asyncio.sleep(0.05)
 
 
-def outage_settings(tmp_path: Path, keyspace: KeySpace, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "_env_file": None,
-        "jarvismem_namespace": keyspace.namespace,
-        "outbox_path": tmp_path / "outbox",
-        "storage_backend": "none",
-        "compaction_enabled": False,
-        "tier_timeout_episodic": 0.5,
-        "tier_timeout_working": 1.0,
-        "tier_timeout_checkpoint": 0.5,
-        "tier_timeout_athena": 0.5,
-        "redis_connect_retries": 0,
-    }
-    values.update(overrides)
-    return load_settings(**values)
+@pytest.fixture
+def outage_settings(make_settings: Factory) -> Callable[..., Settings]:
+    """``outage_settings(**overrides)``: the test's settings with short tier timeouts, no
+    connect retries and no blob storage unless a test passes one."""
+
+    def build(**overrides: Any) -> Settings:
+        values: dict[str, Any] = {
+            "storage_backend": "none",
+            "tier_timeout_episodic": 0.5,
+            "tier_timeout_working": 1.0,
+            "tier_timeout_checkpoint": 0.5,
+            "tier_timeout_athena": 0.5,
+            "redis_connect_retries": 0,
+        }
+        values.update(overrides)
+        settings: Settings = make_settings(**values)
+        return settings
+
+    return build
 
 
 # --- Redis ------------------------------------------------------------------------------------
 
 
-def redis_runtime(settings: Settings) -> MemoryRuntime:
-    return MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+@pytest.fixture
+def redis_runtime(make_runtime: Factory) -> Callable[[Settings], MemoryRuntime]:
+    """``redis_runtime(settings)``: a runtime owning a client of ``settings.redis_url``,
+    closed after the test."""
+
+    def build(settings: Settings) -> MemoryRuntime:
+        runtime: MemoryRuntime = make_runtime(
+            settings=settings, redis=create_redis(settings), owns_clients=True
+        )
+        return runtime
+
+    return build
 
 
 async def ledger_turns(mem: UnifiedMemory) -> list[str]:
@@ -94,14 +107,14 @@ def recover(server: RedisServerProcess, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["killed", "sigstopped"])
 async def test_turns_logged_while_redis_is_down_are_replayed_in_order_after_recovery(
-    tmp_path: Path,
-    keyspace: KeySpace,
     workflow_id: str,
     redis_server: RedisServerProcess,
     caplog: pytest.LogCaptureFixture,
+    outage_settings: Factory,
+    redis_runtime: Factory,
     how: str,
 ) -> None:
-    settings = outage_settings(tmp_path, keyspace, redis_url=redis_server.url)
+    settings = outage_settings(redis_url=redis_server.url)
     rt = redis_runtime(settings)
     mem = rt.memory(workflow_id, "s1", "a1")
     for turn in range(1, 4):
@@ -142,17 +155,17 @@ async def test_turns_logged_while_redis_is_down_are_replayed_in_order_after_reco
         f"\nOUTAGE redis {how}: {OUTAGE_SECONDS:g}s down, {last - 3} turns queued, "
         f"{last - 3 + 1} records replayed in order, 0 lost, 0 duplicates"
     )
-    await rt.close()
 
 
 async def test_a_full_outbox_drops_counts_warns_and_reports_in_health(
     tmp_path: Path,
-    keyspace: KeySpace,
     workflow_id: str,
     redis_server: RedisServerProcess,
     caplog: pytest.LogCaptureFixture,
+    outage_settings: Factory,
+    redis_runtime: Factory,
 ) -> None:
-    settings = outage_settings(tmp_path, keyspace, redis_url=redis_server.url, outbox_max_entries=4)
+    settings = outage_settings(redis_url=redis_server.url, outbox_max_entries=4)
     rt = redis_runtime(settings)
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "t", "a", "r")
@@ -178,7 +191,6 @@ async def test_a_full_outbox_drops_counts_warns_and_reports_in_health(
     # The loss stays visible after recovery: dropped writes are not forgotten.
     assert health["outboxes"][writer.name]["dropped"] == 6
     assert health["degraded"]
-    await rt.close()
 
 
 # --- Azurite ----------------------------------------------------------------------------------
@@ -250,13 +262,16 @@ def azurite(tmp_path: Path) -> Iterator[AzuriteProcess]:
 
 
 async def test_scratchpad_appends_made_while_azurite_is_down_are_replayed_in_order(
-    tmp_path: Path, keyspace: KeySpace, workflow_id: str, azurite: AzuriteProcess
+    workflow_id: str,
+    azurite: AzuriteProcess,
+    outage_settings: Factory,
+    make_runtime: Factory,
 ) -> None:
     from jarvismem.backends.blob.azure import AzureBlobStorage
 
-    settings = outage_settings(tmp_path, keyspace)
+    settings = outage_settings()
     blob = AzureBlobStorage(azurite.connection_string, "outage" + uuid.uuid4().hex[:12])
-    rt = MemoryRuntime(settings, blob=blob, owns_clients=True)
+    rt = make_runtime(settings=settings, blob=blob, owns_clients=True)
     mem = rt.memory(workflow_id, "s1", "a1")
     assert mem.working is not None
     for turn in range(1, 4):
@@ -280,7 +295,6 @@ async def test_scratchpad_appends_made_while_azurite_is_down_are_replayed_in_ord
     first_seen = list(dict.fromkeys(r["turn_id"] for r in records))
     assert first_seen == [str(t) for t in range(1, 8)]
     assert (await mem.health())["ok"]
-    await rt.close()
 
 
 # --- Athena -----------------------------------------------------------------------------------
@@ -298,21 +312,20 @@ FAULTS = ["error500", "timeout", "hang", "refused"]
 
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_an_athena_fault_never_stops_log_turn_and_is_marked_degraded_in_the_bundle(
-    tmp_path: Path,
-    keyspace: KeySpace,
     workflow_id: str,
     real_redis: Any,
     athena_server: FakeAthenaServer,
+    outage_settings: Factory,
+    make_athena_client: Factory,
+    make_runtime: Factory,
     fault: str,
 ) -> None:
-    from jarvismem.backends.athena import AthenaClient
-
     # "timeout": each request is slower than the client's HTTP timeout; "hang": the
     # request outlives everything, only the tier timeout ends the wait.
     http_timeout = 0.3 if fault == "timeout" else 20.0
-    settings = outage_settings(tmp_path, keyspace)
-    client = AthenaClient(athena_server.url, timeout=http_timeout, max_retries=0)
-    rt = MemoryRuntime(settings, redis=real_redis, athena=client)
+    settings = outage_settings()
+    client = make_athena_client(athena_server.url, timeout=http_timeout, max_retries=0)
+    rt = make_runtime(settings=settings, redis=real_redis, athena=client)
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "t1", "a", "r")
     assert await rt.athena_memory("a1") is not None
@@ -332,5 +345,3 @@ async def test_an_athena_fault_never_stops_log_turn_and_is_marked_degraded_in_th
     assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "2", "3", "4", "5"]
     assert set(bundle["degraded"]) == {"athena"}
     athena_server.mode = "ok"
-    await client.aclose()
-    await rt.close()

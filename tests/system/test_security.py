@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,14 +19,14 @@ from typing import Any, ClassVar
 import pytest
 
 from jarvismem.backends.athena import AthenaClient
-from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemError
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.redis_server import free_port
+from tests.conftest import Factory
 
 pytestmark = pytest.mark.integration
+
 
 SECRET_KEY = "sk-" + "Zq9Xw8Vu7Ts6Rq5P" * 2
 SECRET_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZ2VudCJ9.c2lnbmF0dXJlLXNlY3JldA"
@@ -38,23 +39,35 @@ def _ns() -> str:
 # --- tenant isolation -----------------------------------------------------------------------------
 
 
-async def _isolation(tmp_path: Path, real_redis: Any, *, same_athena_tenant: bool) -> None:
-    blob_root = tmp_path / "blobs"
-    namespaces = [_ns(), _ns()]
-    with FakeAthenaServer() as athena:
-        runtimes = []
-        for ns in namespaces:
-            s = load_settings(
-                _env_file=None,
-                jarvismem_namespace=ns,
-                athena_tenant_id="shared" if same_athena_tenant else ns,
-                compaction_enabled=False,
-                outbox_path=tmp_path / "outbox" / ns,
+@pytest.fixture
+def check_isolation(
+    tmp_path: Path,
+    real_redis: Any,
+    local_blob: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_settings: Factory,
+    make_runtime: Factory,
+) -> Callable[..., Awaitable[None]]:
+    """``await check_isolation(same_athena_tenant=...)``: two namespaces, each with its own
+    runtime on the same Redis, blob folder and Athena, write under the same ids; each
+    sees only its own data, keys, scratchpad and Athena session."""
+
+    async def check(*, same_athena_tenant: bool) -> None:
+        namespaces = [_ns(), _ns()]
+        runtimes = [
+            make_runtime(
+                settings=make_settings(
+                    jarvismem_namespace=ns,
+                    athena_tenant_id="shared" if same_athena_tenant else ns,
+                    outbox_path=tmp_path / "outbox" / ns,
+                ),
+                redis=real_redis,
+                blob=local_blob,
+                athena=make_athena_client(athena_server.url, max_retries=0),
             )
-            client = AthenaClient(athena.url, max_retries=0)
-            runtimes.append(
-                MemoryRuntime(s, redis=real_redis, blob=LocalBlobStorage(blob_root), athena=client)
-            )
+            for ns in namespaces
+        ]
         mems = [rt.memory("wf-same", "s1", "agent-same") for rt in runtimes]
         for ns, mem in zip(namespaces, mems, strict=True):
             await mem.log_turn(1, f"private thought of {ns}", "act", "res")
@@ -75,98 +88,76 @@ async def _isolation(tmp_path: Path, real_redis: Any, *, same_athena_tenant: boo
         assert sessions[0] != sessions[1]
         paths = {mem.working.path for mem in mems if mem.working is not None}
         assert len(paths) == 2
-        for rt in runtimes:
-            await rt.close()
-            assert rt.athena is not None
-            await rt.athena.aclose()
-        for ns in namespaces:
-            keys = [k async for k in real_redis.scan_iter(match=f"jm:{ns}:*")]
-            if keys:
-                await real_redis.delete(*keys)
+
+    return check
 
 
 async def test_two_namespaces_with_the_same_ids_never_see_each_others_data(
-    tmp_path: Path, real_redis: Any
+    check_isolation: Callable[..., Awaitable[None]],
 ) -> None:
-    await _isolation(tmp_path, real_redis, same_athena_tenant=False)
+    await check_isolation(same_athena_tenant=False)
 
 
 async def test_two_namespaces_sharing_an_athena_tenant_do_not_share_athena_context(
-    tmp_path: Path, real_redis: Any
+    check_isolation: Callable[..., Awaitable[None]],
 ) -> None:
-    await _isolation(tmp_path, real_redis, same_athena_tenant=True)
+    await check_isolation(same_athena_tenant=True)
 
 
 # --- redaction before anything leaves the process -------------------------------------------------
 
 
 async def test_secrets_are_redacted_in_ledger_scratchpad_summary_and_athena_events(
-    tmp_path: Path, keyspace: Any, workflow_id: str, real_redis: Any
+    real_redis: Any,
+    local_blob: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_memory: Factory,
 ) -> None:
-    with FakeAthenaServer() as athena:
-        s = load_settings(
-            _env_file=None,
-            jarvismem_namespace=keyspace.namespace,
-            compaction_enabled=False,
-            outbox_path=tmp_path / "outbox",
-        )
-        client = AthenaClient(athena.url, max_retries=0)
-        blob = LocalBlobStorage(tmp_path / "blobs")
-        rt = MemoryRuntime(s, redis=real_redis, blob=blob, athena=client)
-        mem = rt.memory(workflow_id, "s1", "a1")
-        assert await rt.athena_memory("a1") is not None
-        await mem.log_turn(
-            1,
-            f"my key is {SECRET_KEY}",
-            f"Authorization: Bearer {SECRET_JWT}",
-            "password=hunter22secret",
-        )
-        assert mem.working is not None and mem.ltm is not None
-        await mem.working.write("note", {"token": SECRET_KEY}, scope="goal")
-        await mem.ltm.save_summary(f"the agent used {SECRET_KEY} and token={SECRET_JWT}")
-        athena_mem = await rt.athena_memory("a1")
-        assert athena_mem is not None
-        await athena_mem.flush(timeout=5)
+    client = make_athena_client(athena_server.url, max_retries=0)
+    mem = make_memory(redis=real_redis, blob=local_blob, athena=client)
+    rt = mem.runtime
+    assert await rt.athena_memory("a1") is not None
+    await mem.log_turn(
+        1,
+        f"my key is {SECRET_KEY}",
+        f"Authorization: Bearer {SECRET_JWT}",
+        "password=hunter22secret",
+    )
+    assert mem.working is not None and mem.ltm is not None
+    await mem.working.write("note", {"token": SECRET_KEY}, scope="goal")
+    await mem.ltm.save_summary(f"the agent used {SECRET_KEY} and token={SECRET_JWT}")
+    athena_mem = await rt.athena_memory("a1")
+    assert athena_mem is not None
+    await athena_mem.flush(timeout=5)
 
-        stored: list[str] = [json.dumps(await mem.episodic.full_history())]  # type: ignore[union-attr]
-        for path in await blob.list(""):
-            stored.append((await blob.read(path)).decode("utf-8", "replace"))
-        stored.append(
-            json.dumps(
-                {k.decode(): v.decode() for k, v in (await real_redis.hgetall(mem.ltm.key)).items()}
-            )
+    stored: list[str] = [json.dumps(await mem.episodic.full_history())]  # type: ignore[union-attr]
+    for path in await local_blob.list(""):
+        stored.append((await local_blob.read(path)).decode("utf-8", "replace"))
+    stored.append(
+        json.dumps(
+            {k.decode(): v.decode() for k, v in (await real_redis.hgetall(mem.ltm.key)).items()}
         )
-        stored.append(json.dumps([r.json for r in athena.requests]))
-        assert any("REDACTED" in chunk for chunk in stored[-1:])  # events reached Athena
-        for chunk in stored:
-            for secret in (SECRET_KEY, SECRET_JWT, "hunter22secret"):
-                assert secret not in chunk
-        await rt.close()
-        await client.aclose()
+    )
+    stored.append(json.dumps([r.json for r in athena_server.requests]))
+    assert any("REDACTED" in chunk for chunk in stored[-1:])  # events reached Athena
+    for chunk in stored:
+        for secret in (SECRET_KEY, SECRET_JWT, "hunter22secret"):
+            assert secret not in chunk
 
 
 async def test_secrets_nested_in_structured_turn_fields_are_redacted(
-    tmp_path: Path, keyspace: Any, workflow_id: str, real_redis: Any
+    real_redis: Any, local_blob: Any, make_memory: Factory
 ) -> None:
-    s = load_settings(
-        _env_file=None,
-        jarvismem_namespace=keyspace.namespace,
-        compaction_enabled=False,
-        outbox_path=tmp_path / "outbox",
+    mem = make_memory(redis=real_redis, blob=local_blob)
+    await mem.log_turn(
+        1,
+        "t",
+        {"tool": "http", "headers": [f"Bearer {SECRET_JWT}"]},
+        {"note": f"key {SECRET_KEY}"},
     )
-    rt = MemoryRuntime(s, redis=real_redis, blob=LocalBlobStorage(tmp_path / "blobs"))
-    mem = rt.memory(workflow_id, "s1", "a1")
-    try:
-        await mem.log_turn(
-            1,
-            "t",
-            {"tool": "http", "headers": [f"Bearer {SECRET_JWT}"]},
-            {"note": f"key {SECRET_KEY}"},
-        )
-        stored = json.dumps(await mem.episodic.full_history())  # type: ignore[union-attr]
-        assert SECRET_KEY not in stored and SECRET_JWT not in stored
-    finally:
-        await rt.close()
+    stored = json.dumps(await mem.episodic.full_history())  # type: ignore[union-attr]
+    assert SECRET_KEY not in stored and SECRET_JWT not in stored
 
 
 # --- credentials only to the configured host ------------------------------------------------------
@@ -201,54 +192,61 @@ class _Recorder(BaseHTTPRequestHandler):
         return
 
 
-def _serve(handler: type[BaseHTTPRequestHandler], host: str) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, 0), handler)
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    return server
+@pytest.fixture
+def serve() -> Iterator[Callable[[type[BaseHTTPRequestHandler], str], ThreadingHTTPServer]]:
+    """``serve(handler, host)``: an HTTP server on ``host`` (any port), shut down afterwards."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(handler: type[BaseHTTPRequestHandler], host: str) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer((host, 0), handler)
+        servers.append(server)
+        threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
-async def test_athena_credentials_are_not_sent_along_a_redirect_to_another_host() -> None:
+async def test_athena_credentials_are_not_sent_along_a_redirect_to_another_host(
+    serve: Callable[[type[BaseHTTPRequestHandler], str], ThreadingHTTPServer],
+    make_athena_client: Factory,
+) -> None:
     other: type[_Recorder] = type("Other", (_Recorder,), {"seen": [], "location": ""})
-    target = _serve(other, "127.0.0.2")
+    target = serve(other, "127.0.0.2")
     redirector: type[_Recorder] = type(
         "Redirector",
         (_Recorder,),
         {"seen": [], "location": f"http://127.0.0.2:{target.server_address[1]}"},
     )
-    origin = _serve(redirector, "127.0.0.1")
-    client = AthenaClient(
+    origin = serve(redirector, "127.0.0.1")
+    client = make_athena_client(
         f"http://127.0.0.1:{origin.server_address[1]}",
         api_key=SECRET_KEY,
         jwt_token=SECRET_JWT,
         max_retries=0,
         timeout=2,
     )
-    try:
-        with pytest.raises(AthenaError) as info:
-            await client.create_session("t", "u", "a")
-        assert SECRET_KEY not in str(info.value) and SECRET_JWT not in str(info.value)
-        assert redirector.seen and redirector.seen[0].get("x-api-key") == SECRET_KEY
-        assert other.seen == []  # the other host never received anything, let alone the key
-    finally:
-        await client.aclose()
-        for server in (origin, target):
-            server.shutdown()
-            server.server_close()
+    with pytest.raises(AthenaError) as info:
+        await client.create_session("t", "u", "a")
+    assert SECRET_KEY not in str(info.value) and SECRET_JWT not in str(info.value)
+    assert redirector.seen and redirector.seen[0].get("x-api-key") == SECRET_KEY
+    assert other.seen == []  # the other host never received anything, let alone the key
 
 
 # --- no secret in logs, health or exceptions ------------------------------------------------------
 
 
 async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    make_settings: Factory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     dead = free_port()
     azure_key = "QWxhZGRpbjpvcGVuIHNlc2FtZQ" * 3 + "=="
-    s = load_settings(
-        _env_file=None,
+    s = make_settings(
         redis_url=f"redis://:redis-pass-{SECRET_KEY}@127.0.0.1:{dead}/0",
         redis_connect_retries=1,
         athena_url=f"http://127.0.0.1:{dead}",
@@ -262,8 +260,6 @@ async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
             "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
             f"AccountKey={azure_key};BlobEndpoint=http://127.0.0.1:{dead}/devstoreaccount1;"
         ),
-        outbox_path=tmp_path / "outbox",
-        compaction_enabled=False,
         tier_timeout_episodic=0.3,
         tier_timeout_working=0.3,
         tier_timeout_ltm=0.3,
@@ -381,37 +377,27 @@ def tls_redis(tmp_path: Path) -> Any:
     proc.wait()
 
 
-async def test_rediss_url_makes_a_real_tls_round_trip(tmp_path: Path, tls_redis: Any) -> None:
+async def test_rediss_url_makes_a_real_tls_round_trip(
+    tls_redis: Any, make_settings: Factory, make_runtime: Factory
+) -> None:
     from jarvismem.backends.redis import connect_redis
 
     port, cert = tls_redis
-    s = load_settings(
-        _env_file=None,
-        redis_url=f"rediss://127.0.0.1:{port}/0",
-        redis_ssl_ca_certs=cert,
-        compaction_enabled=False,
-        outbox_path=tmp_path / "outbox",
-    )
+    s = make_settings(redis_url=f"rediss://127.0.0.1:{port}/0", redis_ssl_ca_certs=cert)
     client = await connect_redis(s)
-    rt = MemoryRuntime(s, redis=client, owns_clients=True)
+    rt = make_runtime(settings=s, redis=client, owns_clients=True)
     mem = rt.memory("wf-tls", "s1", "a1")
     await mem.log_turn(1, "over tls", "a", "r")
     assert [t["thought"] for t in await mem.episodic.tail(1)] == ["over tls"]  # type: ignore[union-attr]
     assert (await mem.health())["backends"]["redis"]["reachable"]
-    await rt.close()
 
 
 async def test_rediss_refuses_a_server_whose_certificate_is_not_trusted(
-    tmp_path: Path, tls_redis: Any
+    tls_redis: Any, make_settings: Factory
 ) -> None:
     from jarvismem.backends.redis import connect_redis
 
     port, _ = tls_redis
-    s = load_settings(
-        _env_file=None,
-        redis_url=f"rediss://127.0.0.1:{port}/0",
-        redis_connect_retries=0,
-        outbox_path=tmp_path / "outbox",
-    )
+    s = make_settings(redis_url=f"rediss://127.0.0.1:{port}/0", redis_connect_retries=0)
     with pytest.raises(BackendUnavailableError):
         await connect_redis(s)

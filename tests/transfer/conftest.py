@@ -12,7 +12,6 @@ import pytest
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import load_settings
 
 MakeRuntime = Callable[..., MemoryRuntime]
 
@@ -21,32 +20,37 @@ TURNS = 7
 
 
 @pytest.fixture
-async def make_runtime(
-    redis_client: Any, keyspace: KeySpace, tmp_path: Path
+async def make_store_runtime(
+    redis_client: Any,
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    tmp_path: Path,
+    make_settings: Callable[..., Any],
+    make_runtime: MakeRuntime,
 ) -> AsyncIterator[MakeRuntime]:
-    """``make_runtime(blob_dir, namespace=None)``: a runtime over ``redis_client`` and a
-    local blob folder under ``tmp_path``; closed, and its keys removed, after the test."""
+    """``make_store_runtime(blob_dir=None, namespace=None)``: a runtime over ``redis_client``
+    and a local blob folder (``local_blob``, or ``tmp_path / blob_dir``), in the test's
+    namespace or ``namespace``; closed, and its keys removed, after the test."""
     made: list[MemoryRuntime] = []
+    extra_blobs: list[LocalBlobStorage] = []
 
-    def make(blob_dir: str = "blobs", *, namespace: str | None = None) -> MemoryRuntime:
-        settings = load_settings(
-            _env_file=None,
-            jarvismem_namespace=namespace or keyspace.namespace,
-            outbox_path=tmp_path / "outbox",
-            compaction_enabled=False,
-        )
-        rt = MemoryRuntime(settings, redis=redis_client, blob=LocalBlobStorage(tmp_path / blob_dir))
+    def make(blob_dir: str | None = None, *, namespace: str | None = None) -> MemoryRuntime:
+        blob = local_blob
+        if blob_dir is not None:
+            blob = LocalBlobStorage(tmp_path / blob_dir)
+            extra_blobs.append(blob)
+        settings = make_settings(jarvismem_namespace=namespace or keyspace.namespace)
+        rt = make_runtime(settings=settings, redis=redis_client, blob=blob)
         made.append(rt)
         return rt
 
     yield make
+    # Closed here, before the blob folders they write to (make_runtime's own close
+    # afterwards finds them closed; redis_client's teardown deletes every namespace).
     for rt in made:
         await rt.close()
-    # The shared fixture cleans the test's own namespace; the others are ours.
-    for ns in {rt.keyspace.namespace for rt in made} - {keyspace.namespace}:
-        keys = [k async for k in redis_client.scan_iter(match=f"jm:{ns}:*")]
-        if keys:
-            await redis_client.delete(*keys)
+    for blob in extra_blobs:
+        await blob.close()
 
 
 async def populate(rt: MemoryRuntime, wf: str) -> None:

@@ -18,9 +18,9 @@ async def _lines(rt: MemoryRuntime, wf: str, **kw: Any) -> list[str]:
 
 
 async def test_every_tier_is_exported_and_every_line_validates(
-    make_runtime: MakeRuntime,
+    make_store_runtime: MakeRuntime,
 ) -> None:
-    rt = make_runtime()
+    rt = make_store_runtime()
     await populate(rt, "wf1")
     progress: list[tuple[int, int]] = []
     lines = await _lines(rt, "wf1", progress=lambda d, t: progress.append((d, t)))
@@ -42,11 +42,11 @@ async def test_every_tier_is_exported_and_every_line_validates(
     assert all("\n" not in line and json.loads(line) for line in lines)
 
 
-async def test_an_empty_workflow_exports_its_header_alone(make_runtime: MakeRuntime) -> None:
-    lines = await _lines(make_runtime(), "nothing-here")
+async def test_an_empty_workflow_exports_its_header_alone(make_store_runtime: MakeRuntime) -> None:
+    lines = await _lines(make_store_runtime(), "nothing-here")
     assert len(lines) == 1 and parse_header(lines[0]).workflow_id == "nothing-here"
 
 
-async def test_a_bad_workflow_id_is_refused(make_runtime: MakeRuntime) -> None:
+async def test_a_bad_workflow_id_is_refused(make_store_runtime: MakeRuntime) -> None:
     with pytest.raises(InvalidIdError):
-        await _lines(make_runtime(), "../etc")
+        await _lines(make_store_runtime(), "../etc")

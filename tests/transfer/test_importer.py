@@ -11,7 +11,6 @@ import pytest
 
 from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import load_settings
 from jarvismem.transfer import (
     TransferError,
     export_workflow,
@@ -29,10 +28,10 @@ async def _export(rt: MemoryRuntime, wf: str, path: Path) -> list[dict[str, Any]
 
 
 async def test_round_trip_reproduces_every_bundle(
-    make_runtime: MakeRuntime, keyspace: KeySpace, tmp_path: Path
+    make_store_runtime: MakeRuntime, keyspace: KeySpace, tmp_path: Path
 ) -> None:
-    source = make_runtime("src")
-    target = make_runtime("dst", namespace=keyspace.namespace + "imp")
+    source = make_store_runtime("src")
+    target = make_store_runtime("dst", namespace=keyspace.namespace + "imp")
     await populate(source, "wf1")
     records = await _export(source, "wf1", tmp_path / "wf1.jsonl")
     assert records[0]["format"] == "jarvismem-export" and records[0]["version"] == 1
@@ -59,9 +58,9 @@ async def test_round_trip_reproduces_every_bundle(
 
 
 async def test_import_refuses_a_non_empty_target_unless_forced(
-    make_runtime: MakeRuntime, tmp_path: Path
+    make_store_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
-    rt = make_runtime()
+    rt = make_store_runtime()
     await populate(rt, "wf1")
     await _export(rt, "wf1", tmp_path / "wf1.jsonl")
     with pytest.raises(TransferError, match="already holds data"):
@@ -82,21 +81,17 @@ def _file(tmp_path: Path, *records: dict[str, Any]) -> Path:
     return path
 
 
-async def test_ledger_records_need_redis(tmp_path: Path) -> None:
-    settings = load_settings(_env_file=None, outbox_path=tmp_path / "outbox")
-    rt = MemoryRuntime(settings, redis=None, blob=None)
-    try:
-        path = _file(tmp_path, {"kind": "ledger", "id": "1-1", "fields": {"a": 1}})
-        with pytest.raises(TransferError, match="Redis is not configured"):
-            await import_workflow(rt, path)
-    finally:
-        await rt.close()
+async def test_ledger_records_need_redis(make_runtime: MakeRuntime, tmp_path: Path) -> None:
+    rt = make_runtime()  # no Redis, no blob storage
+    path = _file(tmp_path, {"kind": "ledger", "id": "1-1", "fields": {"a": 1}})
+    with pytest.raises(TransferError, match="Redis is not configured"):
+        await import_workflow(rt, path)
 
 
 async def test_a_foreign_ledger_entry_keeps_its_id_and_is_not_indexed(
-    make_runtime: MakeRuntime, redis_client: Any, tmp_path: Path
+    make_store_runtime: MakeRuntime, redis_client: Any, tmp_path: Path
 ) -> None:
-    rt = make_runtime()
+    rt = make_store_runtime()
     turn = {"step_id": "s", "agent_id": "a", "turn_id": 1, "thought": "t"}
     path = _file(
         tmp_path,

@@ -49,13 +49,13 @@ HEADER = '{"format": "jarvismem-export", "version": 1, "workflow_id": "w", "name
     ],
 )
 async def test_a_bad_file_is_refused_with_its_line_and_nothing_written(
-    make_runtime: MakeRuntime, tmp_path: Path, content: str, message: str
+    make_store_runtime: MakeRuntime, tmp_path: Path, content: str, message: str
 ) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(content)
     with pytest.raises(TransferError, match=message):
         await validate_export(path)
-    rt = make_runtime()
+    rt = make_store_runtime()
     with pytest.raises(TransferError):
         await import_workflow(rt, path)
     assert await workflow_is_empty(rt, "w")

@@ -16,9 +16,9 @@ from tests.transfer.conftest import MakeRuntime, populate
 
 
 async def test_a_populated_workflow_is_found_and_cleared_without_touching_another(
-    make_runtime: MakeRuntime,
+    make_store_runtime: MakeRuntime,
 ) -> None:
-    rt = make_runtime()
+    rt = make_store_runtime()
     await populate(rt, "wf1")
     await populate(rt, "wf2")
     assert rt.blob is not None
@@ -36,9 +36,9 @@ async def test_a_populated_workflow_is_found_and_cleared_without_touching_anothe
 
 
 async def test_a_long_term_blob_alone_makes_a_workflow_non_empty(
-    make_runtime: MakeRuntime,
+    make_store_runtime: MakeRuntime,
 ) -> None:
-    rt = make_runtime()
+    rt = make_store_runtime()
     assert rt.blob is not None
     assert await workflow_is_empty(rt, "wf1")
     await rt.blob.write(rt.keyspace.ltm_blob("wf1"), b"summary")

@@ -21,8 +21,15 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.engine.core import MemoryEngine
 from jarvismem.keys import KeySpace
+from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
+from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.testing.redis_server import RedisServerProcess
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -171,7 +178,6 @@ async def fake_redis() -> AsyncIterator[Any]:
 @pytest.fixture
 async def local_blob(tmp_path: Path) -> AsyncIterator[Any]:
     """A ``LocalBlobStorage`` rooted at ``tmp_path / "blobs"``, closed after the test."""
-    from jarvismem.backends.blob.local import LocalBlobStorage
 
     storage = LocalBlobStorage(tmp_path / "blobs")
     yield storage
@@ -220,7 +226,6 @@ async def make_engine(settings: Any) -> AsyncIterator[Callable[..., Any]]:
     ``settings`` it uses the ``settings`` fixture. Request the client fixtures
     before this one, so that the engines close before their clients do.
     """
-    from jarvismem.engine.core import MemoryEngine
 
     built: list[Any] = []
 
@@ -242,7 +247,6 @@ async def make_runtime(settings: Any) -> AsyncIterator[Callable[..., Any]]:
     ``settings`` it uses the ``settings`` fixture. Request the client fixtures
     before this one, so that the runtimes close before their clients do.
     """
-    from jarvismem.runtime import MemoryRuntime
 
     built: list[Any] = []
 
@@ -283,7 +287,6 @@ async def real_runtime(real_redis: Any, local_blob: Any, make_runtime: Callable[
 @pytest.fixture
 def athena_server() -> Iterator[Any]:
     """A fake Athena server over real HTTP; its ``hang`` mode hangs 3 s per request."""
-    from jarvismem.testing.fake_athena import FakeAthenaServer
 
     server = FakeAthenaServer(hang_seconds=3.0).start()
     yield server
@@ -296,7 +299,6 @@ async def make_athena_client() -> AsyncIterator[Callable[..., Any]]:
 
     Request it before ``make_runtime``: the runtimes using a client close first.
     """
-    from jarvismem.backends.athena import AthenaClient
 
     made: list[Any] = []
 
@@ -313,7 +315,6 @@ async def make_athena_client() -> AsyncIterator[Callable[..., Any]]:
 @pytest.fixture
 def fake_llm() -> Iterator[Any]:
     """A fake OpenAI-compatible LLM server over real HTTP; set ``mode`` to misbehave."""
-    from jarvismem.testing.fake_llm import FakeLLMServer
 
     with FakeLLMServer() as server:
         yield server
@@ -338,8 +339,6 @@ def azurite_connection_string() -> str:
 async def blob_storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     """A BlobStorage: a local tmp dir, then an Azurite container."""
     if request.param == "local":
-        from jarvismem.backends.blob.local import LocalBlobStorage
-
         storage: Any = LocalBlobStorage(tmp_path / "blobs")
     else:
         require_backend(azurite_available(), "Azurite blob service on 127.0.0.1:10000")
@@ -376,7 +375,6 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> ThreadHops:
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[Any]:
     """A private ``redis-server`` (AOF ``always``) this test may stop, pause or kill."""
-    from jarvismem.testing.redis_server import RedisServerProcess
 
     require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
     server = RedisServerProcess(tmp_path / "redis", appendfsync="always")

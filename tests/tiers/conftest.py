@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -46,12 +46,6 @@ class RecordingSummarizer:
 
 def make_ltm(redis: Any, blob: Any, keyspace: KeySpace, wf: str, **kw: Any) -> LongTermMemory:
     return LongTermMemory(redis, blob, keyspace, wf, ttl_seconds=TTL, **kw)
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -13,12 +13,6 @@ API_KEY = "sk-test-abcdefghijklmnopqrstuvwxyz"
 MESSAGES = [{"role": "user", "content": "line one\nline two"}]
 
 MakeClient = Callable[..., ChatCompletionsClient]
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -80,6 +80,8 @@ class EpisodicLedger:
         self.redis = redis
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.key = keyspace.ledger(workflow_id)
+        # Named once: every append is wrapped, and formatting per call shows in profiles.
+        self._append_what = f"ledger of {workflow_id}: append"
         self.index_key = keyspace.turn_index(workflow_id)
         self.ttl_seconds = ttl_seconds
         self.max_len = max_len
@@ -125,7 +127,7 @@ class EpisodicLedger:
         (the append may or may not have landed; appending again is safe for a
         deduplicated turn) or :class:`~jarvismem.errors.BackendRejectedError`.
         """
-        async with redis_errors(f"ledger of {self.workflow_id}: append"):
+        async with redis_errors(self._append_what):
             reply = await _batcher_for(self.redis, self._script).call(
                 [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
             )

@@ -43,7 +43,9 @@ MAY_IMPORT_BACKEND_LIBRARIES = ("jarvismem.backends",)
 # Optional extras may be imported where they are used (absent without the extra),
 # and so may the one module that needs them: importing it must fail with an
 # install hint only when Azure is configured.
-OPTIONAL_EXTRAS = ("azure", "aiohttp", "jarvismem.backends.blob.azure")
+# The embedded Redis stand-in (fakeredis, ~65 modules) is needed only when no
+# REDIS_URL is configured, so it is loaded on first use too.
+OPTIONAL_EXTRAS = ("azure", "aiohttp", "jarvismem.backends.blob.azure", "fakeredis")
 
 
 def _module_name(path: Path) -> str:

@@ -12,7 +12,6 @@ import logging
 import ssl
 from typing import Any, TypeAlias
 
-import fakeredis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -122,6 +121,11 @@ _embedded_server: Any = None
 
 def embedded_redis() -> aioredis.Redis:
     """A client of the process-wide embedded server (fakeredis, with Lua)."""
+    # Imported here, not at module top: the stand-in is ~65 modules that a
+    # process with REDIS_URL set never needs (start-up time, memory, and more
+    # long-lived objects for every garbage collection to walk).
+    import fakeredis
+
     global _embedded_server
     if _embedded_server is None:
         _embedded_server = fakeredis.FakeServer()

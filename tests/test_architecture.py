@@ -20,7 +20,7 @@ PACKAGE = ROOT / "jarvismem"
 # Entries are module names or prefixes ending in ".".
 LAYERS: list[tuple[str, ...]] = [
     ("jarvismem.errors", "jarvismem.defaults", "jarvismem.resilience"),
-    ("jarvismem.keys", "jarvismem.redaction"),
+    ("jarvismem.keys", "jarvismem.redaction", "jarvismem.payload"),
     ("jarvismem.settings",),
     ("jarvismem.backends", "jarvismem.backends."),
     ("jarvismem.records",),

@@ -33,8 +33,8 @@ pytestmark = pytest.mark.integration
 
 OUTAGE_SECONDS = float(os.environ.get("JARVISMEM_OUTAGE_SECONDS", "0"))
 
+# Installed by scripts/services (which .ci/run and scripts/test call).
 AZURITE_BINARIES = (
-    Path("/tmp/azcache/node_modules/.bin/azurite-blob"),
     Path(__file__).resolve().parents[2] / ".cache/azurite/node_modules/.bin/azurite-blob",
 )
 

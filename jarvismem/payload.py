@@ -185,6 +185,9 @@ def clean_value(
     stack: list[tuple[Any, Any, bool]] = [_frame(value, root)]
     budget = 2 * max_chars
     seen = 2
+    # An upper bound of the JSON length too: below max_chars, the value needs
+    # no encoding to be measured (a typical structured turn is a few KB).
+    upper = 2
     while stack:
         frame, out, is_dict = stack[-1]
         entry: Any = next(frame, _END)
@@ -193,14 +196,24 @@ def clean_value(
             continue
         if is_dict:
             key, item = entry
-            name = _key_text(key, field)
-            secret = is_secret_key(name)
-            name = _clean_text(name, redact, max_chars, field)
+            known = _KEYS.get((key, redact, is_secret_key)) if type(key) is str else None
+            if known is None:
+                name = _key_text(key, field)
+                secret = is_secret_key(name)
+                name = _clean_text(name, redact, max_chars, field)
+                if type(key) is str and len(key) <= _CACHED_KEY_CHARS:
+                    if len(_KEYS) >= _KEY_CACHE_SIZE:
+                        _KEYS.clear()
+                    _KEYS[(key, redact, is_secret_key)] = (name, secret)
+            else:
+                name, secret = known
             seen += len(name) + 3
+            upper += _ESCAPED * len(name) + 4
             if secret:
                 # Replaced whatever its type, and never looked into.
                 out[name] = REDACTED
                 seen += len(REDACTED) + 2
+                upper += len(REDACTED) + 3
                 continue
         else:
             item = entry
@@ -208,18 +221,29 @@ def clean_value(
         if isinstance(item, str):
             cleaned = _clean_text(item, redact, max_chars, field)
             seen += len(cleaned) + 2
+            upper += _ESCAPED * len(cleaned) + 3
         elif isinstance(item, list | tuple | dict):
             if len(stack) >= max_depth:
                 raise InvalidPayloadError(f"{field}: nesting deeper than {max_depth} levels")
             cleaned = {} if isinstance(item, dict) else []
             stack.append(_frame(item, cleaned))
             seen += 2
+            upper += 3
         elif isinstance(item, bytes | bytearray):
             cleaned = _clean_text(bytes(item).decode("utf-8", "replace"), redact, max_chars, field)
             seen += len(cleaned) + 2
+            upper += _ESCAPED * len(cleaned) + 3
         else:
             cleaned = _check_scalar(item, field)
             seen += 1
+            # true/false/null; an int has at most bits/3 + 2 digits (and a
+            # sign); a float prints in at most 24 characters.
+            if cleaned is None or cleaned is True or cleaned is False:
+                upper += 6
+            elif isinstance(cleaned, int):
+                upper += cleaned.bit_length() // 3 + 4
+            else:
+                upper += 26
         if is_dict:
             out[name] = cleaned
         else:
@@ -227,6 +251,8 @@ def clean_value(
         if seen > budget:
             # Certain to be cut: the rest is never examined, stored or sent.
             return _marker(_encode_checked(root, field), value, max_chars)
+    if upper <= max_chars:
+        return root
     encoded = _encode_checked(root, field)
     if len(encoded) > max_chars:
         return _marker(encoded, value, max_chars)
@@ -234,6 +260,16 @@ def clean_value(
 
 
 _END: Final[Any] = object()
+
+# Cleaned dict keys, by (key, redactor, matcher). An agent's payloads repeat the
+# same few keys on every turn, and running the redactor over each of them again
+# tripled the cost of a typical structured turn. Redactors and matchers are
+# pure functions of the text, so a cached answer is the answer. Bounded: cleared
+# when full (a handful of distinct keys is the common case).
+_KEYS: dict[tuple[str, Redactor, Callable[[str], bool]], tuple[str, bool]] = {}
+_KEY_CACHE_SIZE: Final = 4096
+_ESCAPED: Final = 6  # JSON characters of one escaped character at most (\u001f)
+_CACHED_KEY_CHARS: Final = 64
 
 
 def _frame(container: Any, out: Any) -> tuple[Any, Any, bool]:

@@ -7,6 +7,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.payload import (
@@ -207,3 +209,37 @@ def test_the_largest_field_limit_for_an_append_size_round_trips() -> None:
 def test_the_cleaned_value_is_always_encodable() -> None:
     out = clean({"a": [b"\x00\xff", 1.5, float("inf")], "b": ("t",)})
     assert json.loads(compact_json(out)) == out
+
+
+JSON_LIKE = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats()
+    | st.text(max_size=60)
+    | st.binary(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=8)
+        | st.dictionaries(st.text(max_size=12) | st.integers(), inner, max_size=8)
+    ),
+    max_leaves=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_LIKE, max_chars=st.integers(min_value=256, max_value=2000))
+def test_any_json_like_value_comes_back_encodable_within_the_limit(
+    value: Any, max_chars: int
+) -> None:
+    try:
+        out = clean(value, max_chars=max_chars, redact=no_redaction)
+    except InvalidPayloadError as exc:
+        # Only lone surrogates in generated text are refused here.
+        assert "surrogates" in str(exc)
+        return
+    encoded = compact_json(out)
+    encoded.encode("utf-8")
+    if isinstance(value, str | bytes):
+        assert len(out) <= max_chars + 32
+    else:
+        assert len(encoded) <= max_chars

@@ -182,7 +182,8 @@ class Settings(BaseSettings):
         ge=1,
         le=512,
         description="Deepest nesting of lists/dicts accepted in a turn field or a "
-        "scratchpad note; deeper values are refused (InvalidPayloadError).",
+        "scratchpad note; deeper values are refused (InvalidPayloadError). At most 512: "
+        "readers decode stored JSON recursively.",
     )
     max_checkpoint_bytes: int = Field(
         defaults.MAX_CHECKPOINT_BYTES, ge=1024, description="Larger checkpoints are refused."

@@ -84,12 +84,13 @@ _STRING_MARKER_CHARS: Final = 32
 
 _RECORD_OVERHEAD_BYTES: Final = 8192
 """Upper bound of a turn record's bytes besides its three fields: JSON keys and
-punctuation, ts, type, scope, a turn id (a validated id, at most 256 chars),
-and a token count (an int the encoder can print: at most 4,300 digits)."""
+punctuation, ts, type, scope, a turn id (a validated id, at most 128 chars),
+and a token count (an int the encoder can print: at most 4,300 digits by default)."""
 
-# Python refuses to print ints of more than 4,300 digits (sys.int_info); an
-# int of this many bits or more has more digits than that.
-_MAX_INT_BITS: Final = 14_300
+# Ints this long are printed once to learn whether Python will print them at
+# all (sys.set_int_max_str_digits, 4,300 digits by default); shorter ones
+# always print.
+_CHECKED_INT_BITS: Final = 1024
 
 
 def truncate_text(text: str, max_chars: int) -> str:
@@ -143,9 +144,7 @@ def _key_text(key: Any, field: str) -> str:
     if key is None:
         return "null"
     if isinstance(key, int):
-        if key.bit_length() >= _MAX_INT_BITS:
-            raise InvalidPayloadError(f"{field}: a dict key is an int too long to encode")
-        return int.__repr__(key)
+        return _int_text(key, field)
     if isinstance(key, float):
         return float.__repr__(key)
     raise InvalidPayloadError(
@@ -235,7 +234,9 @@ def clean_value(
             upper += _ESCAPED * len(cleaned) + 3
         else:
             cleaned = _check_scalar(item, field)
-            seen += 1
+            # An int of n bits prints at least n/4 digits: a list of huge ints
+            # reaches the budget as early as their text would.
+            seen += 1 if type(cleaned) is not int else 1 + cleaned.bit_length() // 4
             # true/false/null; an int has at most bits/3 + 2 digits (and a
             # sign); a float prints in at most 24 characters.
             if cleaned is None or cleaned is True or cleaned is False:
@@ -282,13 +283,23 @@ def _check_scalar(value: Any, field: str) -> Any:
     if value is None or isinstance(value, bool | float):
         return value
     if isinstance(value, int):
-        if value.bit_length() >= _MAX_INT_BITS:
-            raise InvalidPayloadError(f"{field}: an int too long to encode (over 4300 digits)")
+        if value.bit_length() >= _CHECKED_INT_BITS:
+            _int_text(value, field)
         return value
     raise InvalidPayloadError(
         f"{field}: a value of type {type(value).__name__} is not JSON-serialisable "
         "(accepted: str, bytes, int, float, bool, None, list, tuple, dict)"
     )
+
+
+def _int_text(value: int, field: str) -> str:
+    """An int as JSON writes it, or InvalidPayloadError when Python refuses to print it."""
+    try:
+        return int.__repr__(value)
+    except ValueError:
+        raise InvalidPayloadError(
+            f"{field}: an int too long to encode (over the interpreter's digit limit)"
+        ) from None
 
 
 def _encode_checked(cleaned: Any, field: str) -> str:

@@ -123,6 +123,13 @@ def test_a_huge_list_becomes_a_marker_saying_what_was_cut_within_the_limit() -> 
     assert elapsed < 0.5
 
 
+def test_a_list_of_huge_ints_is_cut_as_early_as_its_text_would_be() -> None:
+    start = time.perf_counter()
+    out = clean([10**4299] * 10_000, max_chars=65_536)  # 43 MB of digits
+    assert time.perf_counter() - start < 0.5
+    assert out["items"] == 10_000 and out["truncated"].startswith("[1000")
+
+
 def test_a_huge_dict_and_many_small_strings_are_bounded_too() -> None:
     out = clean({f"k{i}": "v" * 50 for i in range(100_000)})
     assert out["kind"] == "dict" and out["items"] == 100_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import lru_cache, partial
 from typing import Any
 
@@ -95,7 +95,10 @@ class UnifiedMemory:
         s = rt.settings
         self._turn_field_limit = s.max_turn_field_chars
         self._max_depth = s.max_payload_depth
-        self._is_secret_key = _key_matcher(rt.redactor is no_redaction, _secret_names(s))
+        # TEMPORARY until the redaction branch is merged: its engine builds
+        # ``is_secret_key`` from REDACTION_KEYS; before that, the default names.
+        engine_matcher: Callable[[str], bool] | None = getattr(rt, "is_secret_key", None)
+        self._is_secret_key = engine_matcher or _key_matcher(rt.redactor is no_redaction)
         _check_append_limit(rt.blob, self._turn_field_limit)
         self._wf = rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
@@ -465,22 +468,11 @@ def _never_secret(key: str) -> bool:
     return False
 
 
-def _secret_names(settings: Settings) -> tuple[str, ...]:
-    """The configured secret key names.
-
-    TEMPORARY: ``REDACTION_KEYS`` (``settings.redaction_keys``) arrives with the
-    redaction branch; until then the documented default list is used.
-    """
-    names: Iterable[str] | str = getattr(settings, "redaction_keys", SECRET_KEY_NAMES)
-    if isinstance(names, str):
-        names = names.split(",")
-    return tuple(n.strip() for n in names if n.strip())
-
-
-@lru_cache(maxsize=16)
-def _key_matcher(disabled: bool, names: tuple[str, ...]) -> Callable[[str], bool]:
-    """One matcher per configured list, shared by every view (it caches its answers)."""
-    return _never_secret if disabled else secret_key_matcher(names)
+@lru_cache(maxsize=2)
+def _key_matcher(disabled: bool) -> Callable[[str], bool]:
+    """TEMPORARY (see ``__init__``): one matcher of the default secret names, shared
+    by every view so that its answers and the cleaned-key cache are shared too."""
+    return _never_secret if disabled else secret_key_matcher(SECRET_KEY_NAMES)
 
 
 def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:

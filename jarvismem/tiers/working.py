@@ -36,6 +36,10 @@ from jarvismem.redaction import no_redaction, secret_key_matcher
 MAX_ENTRY_TYPE_CHARS = 256
 """Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
 
+# One matcher of the default secret names for scratchpads built without one:
+# shared, so that its answers (and payload's cleaned-key cache) are too.
+_DEFAULT_SECRET_KEYS = secret_key_matcher()
+
 
 class WorkingScratchpad:
     """What am I in the middle of? One step's notes and turns, in blob storage."""
@@ -71,7 +75,7 @@ class WorkingScratchpad:
         self.max_chars = max_chars
         self.max_depth = max_depth
         if is_secret_key is None:
-            is_secret_key = _no_secret_keys if redactor is None else secret_key_matcher()
+            is_secret_key = _no_secret_keys if redactor is None else _DEFAULT_SECRET_KEYS
         self._is_secret_key = is_secret_key
         # The facade passes its durable writer here, so a blob outage queues
         # appends in the local outbox instead of raising into the kernel.

@@ -152,6 +152,16 @@ MAX_TURN_FIELD_CHARS: Final = 65_536
 MAX_CHECKPOINT_BYTES: Final = 4 * 1024 * 1024
 """Largest checkpoint accepted; larger ones are refused."""
 
+MAX_PAYLOAD_DEPTH: Final = 64
+"""Deepest nesting of containers accepted in a turn field or a scratchpad note; deeper
+values are refused. Tool results nest a dozen levels at most in practice; 64 leaves
+room for that and stays far below what a JSON decoder reading them back recurses into."""
+
+AZURE_APPEND_BLOCK_BYTES: Final = 4 * 1024 * 1024
+"""Largest append to an Azure append blob (one append block, a service limit): the
+Azure backend refuses more, and the settings refuse turn-field limits whose records
+could exceed it."""
+
 # --- durable outbox ---------------------------------------------------------------------------
 
 OUTBOX_PATH: Final = Path(".jarvismem/outbox")
@@ -173,6 +183,7 @@ __all__ = [
     "ATHENA_HTTP_TIMEOUT",
     "ATHENA_TENANT_ID",
     "ATHENA_USER_ID",
+    "AZURE_APPEND_BLOCK_BYTES",
     "AZURE_CONTAINER",
     "COMPACTION_CHUNK_CHARS",
     "COMPACTION_EVERY_TURNS",
@@ -191,6 +202,7 @@ __all__ = [
     "LLM_MODEL",
     "LLM_TIMEOUT",
     "MAX_CHECKPOINT_BYTES",
+    "MAX_PAYLOAD_DEPTH",
     "MAX_TURN_FIELD_CHARS",
     "NAMESPACE",
     "OUTBOX_CLAIM_POLL_SECONDS",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping
-from functools import partial
+from collections.abc import Awaitable, Callable, Mapping
+from functools import lru_cache, partial
 from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
@@ -22,14 +22,21 @@ from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS
 from jarvismem.engine.core import MemoryEngine
-from jarvismem.errors import BackendUnavailableError, InvalidPayloadError, RecallStoreMissingError
+from jarvismem.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    InvalidPayloadError,
+    RecallStoreMissingError,
+)
 from jarvismem.health import memory_health
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
+from jarvismem.payload import clean_value, max_field_chars_for, turn_record_max_bytes
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_turn
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.stores import RecallStore
 from jarvismem.records import encode_fields
+from jarvismem.redaction import SECRET_KEY_NAMES, no_redaction, secret_key_matcher
 from jarvismem.settings import Settings, default_settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
@@ -85,8 +92,15 @@ class UnifiedMemory:
         ):
             raise TypeError("pass either backends (and settings) or runtime=, not both")
         self.runtime = rt = runtime
-        self._wf = rt.workflow(self.workflow_id)
         s = rt.settings
+        self._turn_field_limit = s.max_turn_field_chars
+        self._max_depth = s.max_payload_depth
+        # TEMPORARY until the redaction branch is merged: its engine builds
+        # ``is_secret_key`` from REDACTION_KEYS; before that, the default names.
+        engine_matcher: Callable[[str], bool] | None = getattr(rt, "is_secret_key", None)
+        self._is_secret_key = engine_matcher or _key_matcher(rt.redactor is no_redaction)
+        _check_append_limit(rt.blob, self._turn_field_limit)
+        self._wf = rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
         if rt.blob is not None:
             self.working = WorkingScratchpad(
@@ -99,11 +113,13 @@ class UnifiedMemory:
                 budget_chars=s.scratchpad_budget_chars,
                 redactor=rt.redactor,
                 append=self._wf.durable_append,
+                max_chars=self._turn_field_limit,
+                max_depth=self._max_depth,
+                is_secret_key=self._is_secret_key,
             )
         self.episodic: EpisodicLedger | None = self._wf.ledger
         self.ltm: LongTermMemory | None = self._wf.ltm
         self._spaces: SpacesStore | None = None
-        self._turn_field_limit = s.max_turn_field_chars
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
         # validated above, so log_turn only appends the validated turn id.
         self._turn_prefix = KeySpace.turn_field(self.step_id, self.agent_id, "0")[:-1]
@@ -198,21 +214,19 @@ class UnifiedMemory:
             log.warning("Athena copy of turn %s not queued: %s: %s", turn, type(exc).__name__, exc)
 
     def _clean(self, value: Any, name: str) -> Any:
-        """Redact strings (nested ones too) and bound their size (documented truncation)."""
-        if isinstance(value, str):
-            value = self.runtime.redactor(value)
-            limit = self._turn_field_limit
-            if len(value) > limit:
-                cut = len(value) - limit
-                value = value[:limit] + f"…[truncated {cut} chars]"
-            return value
-        if isinstance(value, bytes):
-            return self._clean(value.decode("utf-8", "replace"), name)
-        if isinstance(value, dict):
-            return {k: self._clean(v, name) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self._clean(v, name) for v in value]
-        return value
+        """Redact, bound and check one turn field (the size policy of ``jarvismem.payload``).
+
+        Raises ``InvalidPayloadError`` naming the field (too deep, not JSON)
+        before anything is written.
+        """
+        return clean_value(
+            value,
+            redact=self.runtime.redactor,
+            is_secret_key=self._is_secret_key,
+            max_chars=self._turn_field_limit,
+            max_depth=self._max_depth,
+            field=name,
+        )
 
     # --- checkpoints -----------------------------------------------------------------------
 
@@ -447,6 +461,34 @@ class UnifiedMemory:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def _never_secret(key: str) -> bool:
+    """The key matcher with redaction disabled: no dict key names a secret."""
+    return False
+
+
+@lru_cache(maxsize=2)
+def _key_matcher(disabled: bool) -> Callable[[str], bool]:
+    """TEMPORARY (see ``__init__``): one matcher of the default secret names, shared
+    by every view so that its answers and the cleaned-key cache are shared too."""
+    return _never_secret if disabled else secret_key_matcher(SECRET_KEY_NAMES)
+
+
+def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:
+    """Refuse a field limit whose turn records could exceed the blob store's largest append.
+
+    Such a record would fail on the scratchpad append after the ledger write
+    (Azure: one append block, 4 MiB). Settings check this for the Azure
+    backend; this covers any store handed to a view.
+    """
+    limit = getattr(blob, "max_append_bytes", None)
+    if isinstance(limit, int) and turn_record_max_bytes(max_chars) > limit:
+        raise ConfigError(
+            f"MAX_TURN_FIELD_CHARS={max_chars} allows turn records larger than the "
+            f"{limit}-byte largest append of the {getattr(blob, 'name', 'given')} blob store; "
+            f"use at most {max_field_chars_for(limit)}"
+        )
 
 
 def _estimate_tokens(*values: Any) -> int:

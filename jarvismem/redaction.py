@@ -16,6 +16,120 @@ Redactor = Callable[[str], str]
 
 REDACTED = "[REDACTED]"
 
+# Dict keys (and key=value names) whose value is a secret whatever its type.
+# Matching ignores case and the separators - _ . and space, and accepts the
+# name as a prefix, suffix or inner part of a longer key (client_secret,
+# db_password, x-api-key, github_token, secret_key), see secret_key_matcher.
+# Configurable with REDACTION_KEYS. Deliberately absent: "key" (ids and cache
+# keys), "tokens" (usage counts), "pwd" (the working directory in env dumps),
+# "session" (session objects and ids that are not bearer credentials).
+SECRET_KEY_NAMES: tuple[str, ...] = (
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "secret",
+    "secrets",
+    "token",
+    "api_key",
+    "access_key",
+    "secret_key",
+    "private_key",
+    "signing_key",
+    "encryption_key",
+    "authorization",
+    "auth",
+    "credential",
+    "credentials",
+    "cookie",
+    "set_cookie",
+    "connection_string",
+    "account_key",
+)
+
+# Words that, right after a secret name, make the key describe the secret
+# rather than hold it: token_count, token_type, password_policy,
+# secret_name, api_key_id. Without this the value 512 of {"token_count": 512}
+# would be hidden, which loses data and teaches users to turn redaction off.
+NON_SECRET_QUALIFIERS: frozenset[str] = frozenset(
+    {
+        "at", "budget", "count", "counts", "created", "enabled", "endpoint",
+        "env", "expiration", "expires", "expiry", "field", "file", "format",
+        "hint", "id", "ids", "index", "kind", "label", "len", "length", "limit",
+        "max", "method", "min", "name", "names", "path", "policy", "present",
+        "provided", "required", "reset", "rotation", "scheme", "set", "size",
+        "strength", "ttl", "type", "updated", "uri", "url", "usage", "used",
+        "version",
+    }
+)  # fmt: skip
+
+_KEY_SEPARATORS = re.compile(r"[-_. ]+")
+_KEY_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+# Keys longer than this are checked but not cached (the cache holds keys).
+_KEY_CACHE_MAX_LEN = 128
+_KEY_CACHE_SIZE = 4096
+
+
+def _normalise_name(name: str) -> str:
+    return _KEY_SEPARATORS.sub("", name).lower()
+
+
+def secret_key_matcher(names: Iterable[str] = SECRET_KEY_NAMES) -> Callable[[str], bool]:
+    """A predicate telling whether a dict key names a secret.
+
+    ``names`` are secret words (``SECRET_KEY_NAMES`` by default). A key
+    matches when, ignoring case and the separators ``- _ .`` and space:
+
+    * it ends with a name (``db_password``, ``x-api-key``, ``githubToken``,
+      ``dbpassword``); or
+    * a run of its words spells a name and the next word, if any, is not a
+      describing qualifier from :data:`NON_SECRET_QUALIFIERS`
+      (``secret_key`` and ``password_hash`` match; ``token_count``,
+      ``password_policy`` and ``secretary`` do not).
+
+    Words are split at separators and at camelCase boundaries. Cost is
+    linear in the key length; results for short keys are cached because an
+    agent's payloads repeat the same few keys on every turn.
+    """
+    normalised = tuple(sorted({_normalise_name(n) for n in names if _normalise_name(n)}))
+    wanted = frozenset(normalised)
+    # A name spans at most this many words (api_key is 2; a compound name
+    # written without separators is 1).
+    span = max((len(_KEY_SEPARATORS.split(n.strip("-_. "))) for n in names), default=1)
+    cache: dict[str, bool] = {}
+
+    def check(key: str) -> bool:
+        flat = _normalise_name(key)
+        if not flat:
+            return False
+        if flat.endswith(normalised):
+            return True
+        words = [w.lower() for w in _KEY_WORDS.findall(key)]
+        for i in range(len(words)):
+            joined = ""
+            for j in range(i, min(len(words), i + span)):
+                joined += words[j]
+                if joined in wanted and (
+                    j + 1 == len(words) or words[j + 1] not in NON_SECRET_QUALIFIERS
+                ):
+                    return True
+        return False
+
+    def is_secret_key(key: str) -> bool:
+        if len(key) > _KEY_CACHE_MAX_LEN:
+            return check(key)
+        hit = cache.get(key)
+        if hit is None:
+            if len(cache) >= _KEY_CACHE_SIZE:
+                cache.clear()
+            hit = cache[key] = check(key)
+        return hit
+
+    return is_secret_key
+
+
+is_secret_key: Callable[[str], bool] = secret_key_matcher()
+
 # Names of key=value pairs whose value is a secret.
 _SECRET_NAMES = (
     r"(?:api[_-]?key|x-api-key|secret|secret[_-]access[_-]key|password|passwd|token"

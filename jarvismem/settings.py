@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from jarvismem import defaults
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
+from jarvismem.payload import max_field_chars_for, turn_record_max_bytes
 from jarvismem.redaction import mask_url
 
 StorageBackend = Literal["local", "azure", "none"]
@@ -173,7 +174,16 @@ class Settings(BaseSettings):
     max_turn_field_chars: int = Field(
         defaults.MAX_TURN_FIELD_CHARS,
         ge=256,
-        description="thought/action/result longer than this are truncated.",
+        description="thought/action/result longer than this are truncated (a string's "
+        "characters, a list's or dict's compact JSON; see the size policy).",
+    )
+    max_payload_depth: int = Field(
+        defaults.MAX_PAYLOAD_DEPTH,
+        ge=1,
+        le=512,
+        description="Deepest nesting of lists/dicts accepted in a turn field or a "
+        "scratchpad note; deeper values are refused (InvalidPayloadError). At most 512: "
+        "readers decode stored JSON recursively.",
     )
     max_checkpoint_bytes: int = Field(
         defaults.MAX_CHECKPOINT_BYTES, ge=1024, description="Larger checkpoints are refused."
@@ -248,6 +258,22 @@ class Settings(BaseSettings):
     def _cluster_needs_tcp(self) -> Settings:
         if self.redis_cluster and (self.redis_url or "").startswith("unix://"):
             raise ValueError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
+        return self
+
+    @model_validator(mode="after")
+    def _turn_records_fit_azure_appends(self) -> Settings:
+        # A turn record is one append block on Azure: a field limit whose
+        # worst-case record is larger would fail after the ledger write.
+        limit = defaults.AZURE_APPEND_BLOCK_BYTES
+        if (
+            self.storage_backend == "azure"
+            and turn_record_max_bytes(self.max_turn_field_chars) > limit
+        ):
+            raise ValueError(
+                f"MAX_TURN_FIELD_CHARS={self.max_turn_field_chars} allows turn records larger "
+                f"than one Azure append block ({limit} bytes); with STORAGE_BACKEND=azure it "
+                f"must be at most {max_field_chars_for(limit)}"
+            )
         return self
 
     @model_validator(mode="after")

@@ -260,6 +260,64 @@ async def test_secrets_are_redacted_before_any_tier_persists_them(
     assert secret.encode() not in raw and b"abcdefgh12345678" not in raw
 
 
+async def test_values_under_secret_named_keys_are_hidden_whatever_their_type(
+    redis_client: Any, blob_storage: Any, make_memory: Factory
+) -> None:
+    # Regression: {"password": "hunter2"} and {"api_key": ...} were stored as given.
+    mem = make_memory(redis=redis_client, blob=blob_storage)
+    action = {"tool": "login", "args": {"user": "alice", "password": "hunter2"}}
+    result = {"api_key": {"id": 7, "value": "k-123456"}, "token_count": 12}
+    await mem.log_turn(1, "t", action, result)
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    assert turn["action"] == {"tool": "login", "args": {"user": "alice", "password": "[REDACTED]"}}
+    assert turn["result"] == {"api_key": "[REDACTED]", "token_count": 12}
+    raw = await blob_storage.read(mem.working.path)  # type: ignore[union-attr]
+    assert b"hunter2" not in raw and b"k-123456" not in raw
+
+
+async def test_with_redaction_disabled_secret_named_keys_are_kept(
+    make_settings: Factory, redis_client: Any, make_memory: Factory
+) -> None:
+    mem = make_memory(settings=make_settings(redaction_enabled=False), redis=redis_client)
+    await mem.log_turn(1, "t", {"password": "hunter2"}, "r")
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    assert turn["action"] == {"password": "hunter2"}
+
+
+async def test_a_depth_limit_from_settings_is_applied(
+    make_settings: Factory, redis_client: Any, make_memory: Factory
+) -> None:
+    mem = make_memory(settings=make_settings(max_payload_depth=2), redis=redis_client)
+    await mem.log_turn(1, "t", {"a": [1]}, "r")
+    with pytest.raises(InvalidPayloadError, match=r"^action: nesting deeper than 2 levels$"):
+        await mem.log_turn(2, "t", {"a": [[1]]}, "r")
+    assert [t["turn_id"] for t in await mem.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
+
+
+async def test_a_huge_structured_result_costs_a_few_summarizer_calls_to_compact(
+    redis_client: Any, local_blob: Any, make_memory: Factory
+) -> None:
+    # Regression: a 10 MB list result was stored whole and cost 861
+    # summarizer calls to compact; bounded, it costs a handful.
+    calls: list[int] = []
+
+    class Counting:
+        name = "counting"
+
+        async def summarize(
+            self, text: str, *, previous_summary: str | None = None, max_chars: int = 4000
+        ) -> str:
+            calls.append(len(text))
+            return "summary"
+
+    mem = make_memory(redis=redis_client, blob=local_blob, summarizer=Counting())
+    big = [{"row": i, "text": "x" * 40} for i in range(200_000)]
+    await mem.log_turn(1, "t", "a", big)
+    report = await mem.compact_now()
+    assert report["compacted"] is True
+    assert 1 <= len(calls) <= 10
+
+
 async def test_a_custom_redactor_is_applied(redis_client: Any, make_memory: Factory) -> None:
     mem = make_memory(redis=redis_client, redactor=lambda s: s.replace("Alice", "[name]"))
     await mem.log_turn(1, "Alice asked", "reply to Alice", "done")

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from jarvismem.redaction import (
     REDACTED,
+    SECRET_KEY_NAMES,
     PatternRedactor,
     Redactor,
     default_redactor,
+    is_secret_key,
     mask_url,
     no_redaction,
+    secret_key_matcher,
 )
 
 # Fake secrets in real shapes (none of them is a live credential).
@@ -200,3 +204,94 @@ def test_pattern_redactor_accepts_a_function_replacement() -> None:
 def test_pattern_redactor_applies_patterns_in_order() -> None:
     chain = PatternRedactor([(re.compile("a"), "b"), (re.compile("b"), "c")])
     assert chain("a") == "c"
+
+
+# --- secret key names ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password",
+        "Password",
+        "PASSWORD",
+        "passwd",
+        "client_secret",
+        "clientSecret",
+        "db_password",
+        "dbpassword",
+        "db.password",
+        "x-api-key",
+        "X-Api-Key",
+        "api key",
+        "apiKey",
+        "github_token",
+        "githubToken",
+        "access_token",
+        "refresh_token",
+        "secret_key",
+        "aws_secret_access_key",
+        "private_key",
+        "password_hash",
+        "Authorization",
+        "proxy-authorization",
+        "set-cookie",
+        "Cookie",
+        "credentials",
+        "AccountKey",
+        "secrets",
+    ],
+)
+def test_secret_key_names_match(key: str) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "token_count",
+        "tokenCount",
+        "max_tokens",
+        "prompt_tokens",
+        "tokens",
+        "token_type",
+        "password_policy",
+        "password_reset_url",
+        "secret_name",
+        "api_key_id",
+        "secretary",
+        "author",
+        "authorship",
+        "tokenizer",
+        "key",
+        "cache_key",
+        "keyboard",
+        "passenger",
+        "pwd",
+        "name",
+        "",
+        "id",
+    ],
+)
+def test_ordinary_key_names_do_not_match(key: str) -> None:
+    assert not is_secret_key(key)
+
+
+def test_the_default_key_list_is_documented_and_normalised() -> None:
+    assert "password" in SECRET_KEY_NAMES
+    assert "api_key" in SECRET_KEY_NAMES
+    assert all(name == name.lower() for name in SECRET_KEY_NAMES)
+
+
+def test_a_custom_key_list_replaces_the_default() -> None:
+    match = secret_key_matcher(["pin", "ssn"])
+    assert match("card_pin")
+    assert match("SSN")
+    assert not match("password")
+
+
+def test_matching_a_huge_key_is_linear() -> None:
+    key = "token_count_" * 10_000
+    start = time.perf_counter()
+    is_secret_key(key)
+    assert time.perf_counter() - start < 0.2

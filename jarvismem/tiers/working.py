@@ -20,11 +20,25 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.defaults import SCRATCHPAD_BUDGET_CHARS, SCRATCHPAD_TAIL_BYTES
+from jarvismem.defaults import (
+    MAX_PAYLOAD_DEPTH,
+    MAX_TURN_FIELD_CHARS,
+    SCRATCHPAD_BUDGET_CHARS,
+    SCRATCHPAD_TAIL_BYTES,
+)
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.payload import clean_value
 from jarvismem.records import TURN, Scope, encode_record, parse_records
 from jarvismem.records import compact_json as _dumps
+from jarvismem.redaction import no_redaction, secret_key_matcher
+
+MAX_ENTRY_TYPE_CHARS = 256
+"""Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
+
+# One matcher of the default secret names for scratchpads built without one:
+# shared, so that its answers (and payload's cleaned-key cache) are too.
+_DEFAULT_SECRET_KEYS = secret_key_matcher()
 
 
 class WorkingScratchpad:
@@ -42,6 +56,9 @@ class WorkingScratchpad:
         budget_chars: int = SCRATCHPAD_BUDGET_CHARS,
         redactor: Callable[[str], str] | None = None,
         append: Callable[[str, bytes], Awaitable[object]] | None = None,
+        max_chars: int = MAX_TURN_FIELD_CHARS,
+        max_depth: int = MAX_PAYLOAD_DEPTH,
+        is_secret_key: Callable[[str], bool] | None = None,
     ) -> None:
         self.blob = blob
         self.keyspace = keyspace
@@ -52,7 +69,14 @@ class WorkingScratchpad:
         self.goals_path = keyspace.goals(workflow_id, step_id, agent_id)
         self.tail_bytes = tail_bytes
         self.budget_chars = budget_chars
-        self._redact = redactor
+        self._redact = redactor or no_redaction
+        # A note's data obeys the turn fields' size policy (jarvismem.payload),
+        # so every record fits the blob store's largest append.
+        self.max_chars = max_chars
+        self.max_depth = max_depth
+        if is_secret_key is None:
+            is_secret_key = _no_secret_keys if redactor is None else _DEFAULT_SECRET_KEYS
+        self._is_secret_key = is_secret_key
         # The facade passes its durable writer here, so a blob outage queues
         # appends in the local outbox instead of raising into the kernel.
         self._append = append or blob.append
@@ -65,6 +89,10 @@ class WorkingScratchpad:
             raise InvalidPayloadError(f"scope must be 'step' or 'goal', got {scope!r}")
         if not isinstance(entry_type, str) or not entry_type:
             raise InvalidPayloadError("entry_type must be a non-empty string")
+        if len(entry_type) > MAX_ENTRY_TYPE_CHARS:
+            raise InvalidPayloadError(
+                f"entry_type is longer than {MAX_ENTRY_TYPE_CHARS} characters"
+            )
         record = {"ts": time.time(), "type": entry_type, "scope": scope, "data": self._clean(data)}
         payload = encode_record(record)
         if scope == "goal":
@@ -78,9 +106,15 @@ class WorkingScratchpad:
         await self._append(self.path, encode_record(record))
 
     def _clean(self, data: Any) -> Any:
-        if self._redact is None:
-            return data
-        return _redact_value(data, self._redact)
+        """Redacted, bounded, JSON-safe data (InvalidPayloadError when too deep or not JSON)."""
+        return clean_value(
+            data,
+            redact=self._redact,
+            is_secret_key=self._is_secret_key,
+            max_chars=self.max_chars,
+            max_depth=self.max_depth,
+            field="data",
+        )
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -167,14 +201,9 @@ class WorkingScratchpad:
         return render_notes(goals, recent, self.budget_chars)
 
 
-def _redact_value(value: Any, redact: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_value(v, redact) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact_value(v, redact) for v in value]
-    return value
+def _no_secret_keys(key: str) -> bool:
+    """Without a redactor no dict key is treated as naming a secret."""
+    return False
 
 
 def _fmt(value: Any) -> str:

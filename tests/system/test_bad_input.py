@@ -15,10 +15,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from jarvismem.defaults import SUMMARY_MAX_CHARS
-from jarvismem.errors import InvalidIdError, InvalidPayloadError
+from jarvismem.defaults import AZURE_APPEND_BLOCK_BYTES, SUMMARY_MAX_CHARS
+from jarvismem.errors import ConfigError, InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.memory import UnifiedMemory
+from jarvismem.payload import max_field_chars_for, turn_record_max_bytes
+from jarvismem.records import compact_json
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
@@ -87,6 +89,96 @@ async def test_a_10_mb_thought_is_truncated_in_every_tier_with_a_documented_mark
     (record,) = await mem.working.read_all()  # type: ignore[union-attr]
     for thought in (turn["thought"], record["data"]["thought"]):
         assert thought == "z" * limit + marker
+
+
+def nested_list(levels: int) -> list[Any]:
+    """``levels`` lists one inside the other, built without recursion."""
+    root: list[Any] = []
+    inner = root
+    for _ in range(levels - 1):
+        child: list[Any] = []
+        inner.append(child)
+        inner = child
+    return root
+
+
+async def test_a_10_mb_list_result_is_bounded_in_the_ledger_and_the_scratchpad(
+    mem: UnifiedMemory, settings: Settings
+) -> None:
+    # Regression: only strings were truncated; the whole list was stored (and
+    # on Azure the record failed its append after the ledger write).
+    big = [{"row": i, "text": "x" * 40} for i in range(200_000)]  # ~10 MB of JSON
+    await mem.log_turn(1, "t", "a", big)
+    limit = settings.max_turn_field_chars
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    for result in (turn["result"], record["data"]["result"]):
+        assert set(result) == {"truncated", "kind", "items", "kept_chars"}
+        assert result["kind"] == "list" and result["items"] == 200_000
+        assert result["truncated"].startswith('[{"row":0,"text":"xxx')
+        assert len(compact_json(result)) <= limit
+    raw = await mem.working.blob.read(mem.working.path)  # type: ignore[union-attr]
+    assert len(raw) < 4 * limit
+
+
+@pytest.mark.parametrize("levels", [495, 10_000])
+async def test_deep_nesting_is_refused_with_a_specific_error_and_nothing_written(
+    mem: UnifiedMemory, levels: int
+) -> None:
+    # Regression: ~495 levels made log_turn raise RecursionError on valid JSON.
+    with pytest.raises(InvalidPayloadError, match=r"^result: nesting deeper than 64 levels$"):
+        await mem.log_turn(1, "t", "a", nested_list(levels))
+    assert await nothing_written(mem)
+    await mem.log_turn(2, "t", "a", nested_list(64))
+    (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
+    assert turn["result"] == nested_list(64)
+
+
+async def test_a_deep_scratchpad_note_is_refused_without_recursion(mem: UnifiedMemory) -> None:
+    assert mem.working is not None
+    with pytest.raises(InvalidPayloadError, match="nesting deeper than 64 levels"):
+        await mem.working.write("note", {"tree": nested_list(10_000)}, scope="goal")
+    assert await mem.working.read_all() == []
+    assert await mem.working.goal_findings() == []
+
+
+async def test_a_turn_of_three_worst_case_fields_fits_one_append_on_every_blob_store(
+    mem: UnifiedMemory, settings: Settings
+) -> None:
+    # Each field at the limit with every character escaped to six bytes: the
+    # largest record the size policy allows still appends (Azure: one block).
+    limit = settings.max_turn_field_chars
+    worst = "\x01" * (limit + 10)
+    await mem.log_turn(1, worst, worst, worst, tokens=10**4000)
+    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    assert record["data"]["result"].startswith("\x01" * 10)
+    size = len(await mem.working.blob.read(mem.working.path))  # type: ignore[union-attr]
+    assert size <= turn_record_max_bytes(limit)
+    cap = getattr(mem.working.blob, "max_append_bytes", None)  # type: ignore[union-attr]
+    assert cap is None or turn_record_max_bytes(limit) <= cap
+
+
+def test_azure_settings_refuse_a_field_limit_whose_records_exceed_one_append_block(
+    make_settings: MakeSettings,
+) -> None:
+    fits = max_field_chars_for(AZURE_APPEND_BLOCK_BYTES)
+    azure = {
+        "storage_backend": "azure",
+        "azure_storage_connection_string": "UseDevelopmentStorage=true",
+    }
+    assert make_settings(max_turn_field_chars=fits, **azure).max_turn_field_chars == fits
+    with pytest.raises(ConfigError, match=f"MAX_TURN_FIELD_CHARS.*must be at most {fits}"):
+        make_settings(max_turn_field_chars=fits + 1, **azure)
+    # A local folder takes any append: the same limit is fine there.
+    assert make_settings(max_turn_field_chars=fits + 1).max_turn_field_chars == fits + 1
+
+
+async def test_a_view_over_a_store_with_a_smaller_append_limit_is_refused(
+    blob_storage: Any, make_memory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(type(blob_storage), "max_append_bytes", 1024 * 1024, raising=False)
+    with pytest.raises(ConfigError, match="MAX_TURN_FIELD_CHARS=65536"):
+        make_memory(blob=blob_storage)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ import pytest
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import BackendRejectedError, BlobRejectedError, InvalidPayloadError
 from jarvismem.keys import KeySpace
+from jarvismem.records import compact_json
+from jarvismem.redaction import REDACTED, default_redactor
 from jarvismem.tiers.working import WorkingScratchpad
 
 
@@ -23,7 +25,8 @@ def pad_of(
 
 @pytest.fixture
 def pad(blob_storage: Any, keyspace: KeySpace, workflow_id: str) -> WorkingScratchpad:
-    return pad_of(blob_storage, keyspace, workflow_id)
+    # Small bounds so the size and depth policies show without megabytes.
+    return pad_of(blob_storage, keyspace, workflow_id, max_chars=1000, max_depth=5)
 
 
 async def test_entries_read_back_in_order_with_their_data(pad: WorkingScratchpad) -> None:
@@ -45,7 +48,14 @@ async def test_goal_findings_are_kept_in_their_own_blob_too(pad: WorkingScratchp
 
 @pytest.mark.parametrize(
     ("entry_type", "data", "scope"),
-    [("note", "x", "forever"), ("", "x", "step"), ("note", {1, 2}, "step")],
+    [
+        ("note", "x", "forever"),
+        ("", "x", "step"),
+        ("note", {1, 2}, "step"),
+        ("n" * 257, "x", "step"),
+        ("note", {"deep": [[[[["x"]]]]]}, "goal"),
+    ],
+    ids=["scope", "empty-type", "set", "long-type", "too-deep"],
 )
 async def test_bad_entries_are_refused_before_anything_is_written(
     pad: WorkingScratchpad, entry_type: str, data: Any, scope: Any
@@ -121,3 +131,24 @@ async def test_a_blob_store_that_refuses_writes_raises_a_jarvismem_error(
     with pytest.raises(BlobRejectedError) as caught:
         await pad.write("note", "x")
     assert isinstance(caught.value, BackendRejectedError)
+
+
+async def test_a_note_obeys_the_size_policy_of_turn_fields(pad: WorkingScratchpad) -> None:
+    await pad.write("note", "x" * 1500)
+    await pad.write("table", [["cell"] * 10] * 1000)
+    text, table = (r["data"] for r in await pad.read_all())
+    assert text == "x" * 1000 + "…[truncated 500 chars]"
+    assert (table["kind"], table["items"]) == ("list", 1000)
+    assert table["truncated"].startswith('[["cell","cell"')
+    assert len(compact_json(table)) <= 1000
+
+
+async def test_values_under_secret_named_keys_are_hidden_in_notes(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    pad = pad_of(local_blob, keyspace, workflow_id, redactor=default_redactor)
+    await pad.write("login", {"user": "alice", "password": "hunter2", "api_key": {"v": 1}})
+    raw = await local_blob.read(pad.path)
+    assert b"hunter2" not in raw
+    [record] = await pad.read_all()
+    assert record["data"] == {"user": "alice", "password": REDACTED, "api_key": REDACTED}

@@ -55,6 +55,7 @@ from jarvismem.backends.blob.base import (
     validate_max_bytes,
     validate_write_conditions,
 )
+from jarvismem.defaults import AZURE_APPEND_BLOCK_BYTES
 from jarvismem.errors import (
     BlobError,
     BlobNotFoundError,
@@ -66,8 +67,10 @@ from jarvismem.errors import (
     PayloadTooLargeError,
 )
 
-MAX_APPEND_BYTES = 4 * 1024 * 1024
-"""Largest ``append`` payload: one append block on the service."""
+MAX_APPEND_BYTES = AZURE_APPEND_BLOCK_BYTES
+"""Largest ``append`` payload: one append block on the service. Service versions
+since 2022-11-02 accept up to 100 MiB per block, earlier ones (and the emulators
+speaking them) 4 MiB: the smaller is the one every account honours."""
 
 HARD_BLOCK_LIMIT = 50_000
 """Blocks an append blob can hold on the service."""
@@ -193,6 +196,11 @@ class AzureBlobStorage:
     def name(self) -> str:
         """Backend name for logs and status."""
         return "azure"
+
+    @property
+    def max_append_bytes(self) -> int:
+        """Largest ``append`` accepted (:data:`MAX_APPEND_BYTES`): what a record must fit."""
+        return MAX_APPEND_BYTES
 
     @property
     def destination(self) -> str:

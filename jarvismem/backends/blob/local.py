@@ -189,6 +189,11 @@ class LocalBlobStorage:
         return "local"
 
     @property
+    def max_append_bytes(self) -> int | None:
+        """Largest ``append`` accepted: None, a file takes any size in one write."""
+        return None
+
+    @property
     def destination(self) -> str:
         """Where writes land (names this store's outboxes): the absolute root."""
         return f"local:{self._root.absolute()}"

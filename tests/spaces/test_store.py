@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from jarvismem.errors import (
+    BackendRejectedError,
     InvalidPayloadError,
     ReservedSpaceError,
     SpaceConflictError,
@@ -17,8 +18,9 @@ from jarvismem.errors import (
     SpaceTypeError,
     TaskNotFoundError,
 )
-from jarvismem.keys import KeySpace
+from jarvismem.keys import MAX_REVISION, KeySpace
 from jarvismem.spaces import MemoryContainer, Space, SpacesStore
+from jarvismem.spaces.store import _CAS_SCRIPT
 
 
 def make_store(redis: Any, keyspace: KeySpace, wf: str, **kw: Any) -> SpacesStore:
@@ -304,3 +306,44 @@ async def test_processes_adding_tasks_lose_nothing(
     texts = [t["text"] for t in await store.tasks_open()]
     assert sorted(texts) == sorted(f"p{p}-{i}" for p in range(procs) for i in range(per_proc))
     assert (await store.get_space("tasks")).rev == procs * per_proc
+
+
+# --- revisions a Lua double cannot hold (issue 11, failure 5) ---------------------------
+
+
+@pytest.mark.parametrize("where", ["container", "world"])
+@pytest.mark.parametrize("rev", [2**53, 2**63], ids=["2^53", "2^63"])
+async def test_a_snapshot_with_a_revision_above_2_53_is_refused_and_spaces_stay_writable(
+    store: SpacesStore, where: str, rev: int
+) -> None:
+    # Regression: the restore was accepted, and the next write bumped the container
+    # revision in Lua doubles to -9223372036854775808, after which every write was
+    # refused as a corrupt container.
+    await store.world_put("door", "open")
+    before = await store.snapshot()
+    snapshot = await store.snapshot()
+    if where == "container":
+        snapshot["rev"] = rev
+    else:
+        snapshot["spaces"]["world"]["rev"] = rev
+    with pytest.raises(InvalidPayloadError, match="2\\^53-1"):
+        await store.restore(snapshot)
+    assert await store.snapshot() == before
+    await store.world_put("door", "closed")
+    assert await revs(store) == {"memory": 2, "world": 2, "tasks": 0}
+
+
+async def test_a_space_at_the_largest_revision_refuses_a_write_without_writing(
+    store: SpacesStore,
+) -> None:
+    snapshot = MemoryContainer().to_dict()
+    snapshot["rev"] = MAX_REVISION
+    await store.restore(snapshot)
+    before = await store.snapshot()
+    with pytest.raises(BackendRejectedError, match="revision limit"):
+        await store.world_put("k", 1)
+    assert await store.snapshot() == before
+
+
+def test_the_cas_script_spells_out_max_revision() -> None:
+    assert str(MAX_REVISION) in _CAS_SCRIPT

@@ -346,15 +346,44 @@ async def _move_blobs(rt: MemoryRuntime, target: str, staged: KeySpace, paths: l
     for path in await live_blob_paths(blob, rt.keyspace, target):
         if path not in keep:
             await blob.delete(path)
+    appended = (rt.keyspace.scratchpad_prefix(target), rt.keyspace.goals_prefix(target))
     for path in paths:
         source = staged.staged_path(target, path)
         try:
             data = await blob.read(source)
         except BlobNotFoundError:
             continue
-        await blob.write(path, data)
+        if path.startswith(appended):
+            # Scratchpads must stay append blobs (Azure refuses to append to a
+            # block blob, which write() makes): rebuilt by appends, from empty,
+            # so that running this again after a crash cannot duplicate records.
+            await blob.delete(path)
+            for chunk in append_chunks(data, BLOB_BATCH_BYTES):
+                await blob.append(path, chunk)
+        else:
+            await blob.write(path, data)
     for path in paths:
         await blob.delete(staged.staged_path(target, path))
+
+
+def append_chunks(data: bytes, limit: int) -> list[bytes]:
+    """``data`` (newline-led JSONL records) cut between records into appends of at most
+    ``limit`` bytes (a record longer than that alone in its chunk); joined, they are ``data``."""
+    chunks: list[bytes] = []
+    buf: list[bytes] = []
+    size = 0
+    for i, part in enumerate(data.split(b"\n")):
+        piece = part if i == 0 else b"\n" + part
+        if not piece:
+            continue
+        if buf and size + len(piece) > limit:
+            chunks.append(b"".join(buf))
+            buf, size = [], 0
+        buf.append(piece)
+        size += len(piece)
+    if buf:
+        chunks.append(b"".join(buf))
+    return chunks
 
 
 async def _switch_did_not_run(rt: MemoryRuntime, target: str, staged: KeySpace) -> bool:

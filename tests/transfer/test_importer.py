@@ -371,3 +371,41 @@ async def test_force_replaces_in_one_switch_and_drops_what_the_file_lacks(
     assert suffixes == {"ledger", "turns"}
     assert rt.blob is not None and not await rt.blob.list("workflows/wf1/")
     assert await rt.memory("wf1", "s3", "a3").load_checkpoint() is None
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\n{}", b"\n{}\n{}\n{}", b"legacy\n{}", b"\n" + b"x" * 40 + b"\n{}", b"\n\n{}"],
+)
+def test_append_chunks_cut_between_records_and_join_back(data: bytes) -> None:
+    chunks = importer.append_chunks(data, 10)
+    assert b"".join(chunks) == data
+    assert all(len(c) <= 10 or c.count(b"\n") <= 1 for c in chunks)
+
+
+async def test_an_imported_scratchpad_stays_appendable_on_every_blob_backend(
+    redis_client: Any,
+    blob_storage: Any,
+    make_settings: Any,
+    make_runtime: MakeRuntime,
+    keyspace: KeySpace,
+    tmp_path: Path,
+) -> None:
+    # Azure refuses to append to a block blob: a moved scratchpad must be rebuilt by appends.
+    rt = make_runtime(
+        settings=make_settings(jarvismem_namespace=keyspace.namespace),
+        redis=redis_client,
+        blob=blob_storage,
+    )
+    await populate(rt, "wf1")
+    path = tmp_path / "wf1.jsonl"
+    await _export(rt, "wf1", path)
+    await import_workflow(rt, path, force=True)
+    await import_workflow(rt, path, workflow_id="wf2")
+    for wf in ("wf1", "wf2"):
+        mem = rt.memory(wf, "s1", "a1")
+        assert mem.working is not None
+        await mem.working.write("note", f"after the import of {wf}")
+        notes = await mem.working.read_all()
+        assert notes[-1]["data"] == f"after the import of {wf}"
+    assert not await blob_storage.list("staging/")

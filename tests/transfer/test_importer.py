@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -409,3 +411,141 @@ async def test_an_imported_scratchpad_stays_appendable_on_every_blob_backend(
         notes = await mem.working.read_all()
         assert notes[-1]["data"] == f"after the import of {wf}"
     assert not await blob_storage.list("staging/")
+
+
+# --- a real crash: the importer process killed (os._exit, no cleanup) at several points ---
+
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+"""The worktree whose code the child process must run (not an installed copy)."""
+
+_CHILD = """
+import asyncio, os, sys
+from pathlib import Path
+
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import load_settings
+from jarvismem.transfer import importer
+
+redis_url, blobs, namespace, export, where = sys.argv[1:6]
+point, _, count = where.partition(":")
+left = int(count or 0)
+
+
+def crash_point(fn, *, run_first=False):
+    async def wrapped(*args, **kwargs):
+        global left
+        if run_first:
+            result = await fn(*args, **kwargs)
+            os._exit(9)
+        if left == 0:
+            os._exit(9)
+        left -= 1
+        return await fn(*args, **kwargs)
+    return wrapped
+
+
+if point == "add":
+    importer.RecordWriter.add = crash_point(importer.RecordWriter.add)
+elif point == "before-switch":
+    importer._switch = crash_point(importer._switch)
+elif point == "after-switch":
+    importer._switch = crash_point(importer._switch, run_first=True)
+elif point == "move":
+    chunks = importer.append_chunks
+
+    def crashing_chunks(data, limit):
+        global left
+        if left == 0:
+            os._exit(9)
+        left -= 1
+        return chunks(data, limit)
+
+    importer.append_chunks = crashing_chunks
+
+
+async def main():
+    settings = load_settings(
+        _env_file=None, redis_url=redis_url, storage_base_path=Path(blobs),
+        jarvismem_namespace=namespace, outbox_path=Path(blobs) / "outbox",
+        compaction_enabled=False,
+    )
+    rt = await MemoryRuntime.from_env(settings)
+    async with rt:
+        await importer.import_workflow(rt, Path(export), force=True)
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    "where", ["add:0", "add:5", "add:25", "before-switch", "after-switch", "move:0", "move:2"]
+)
+async def test_an_importer_killed_at_any_point_leaves_old_or_new_and_a_retry_succeeds(
+    real_redis: Any,
+    make_settings: Any,
+    make_runtime: MakeRuntime,
+    keyspace: KeySpace,
+    tmp_path: Path,
+    where: str,
+) -> None:
+    from jarvismem.backends.blob.local import LocalBlobStorage
+    from tests.conftest import REAL_REDIS_URL
+
+    blob_root = tmp_path / "target-blobs"
+    blob = LocalBlobStorage(blob_root)
+    source = make_runtime(
+        settings=make_settings(), redis=real_redis, blob=LocalBlobStorage(tmp_path / "src")
+    )
+    await populate(source, "wf1")
+    path = tmp_path / "wf1.jsonl"
+    await _export(source, "wf1", path)
+    want = {s: await source.memory("wf1", s, a).rehydrate_bundle(ledger_tail=30) for s, a in STEPS}
+    # The target holds an older, different copy of wf1 (the source itself, in another namespace).
+    target = make_runtime(
+        settings=make_settings(
+            jarvismem_namespace=keyspace.namespace + "t", storage_base_path=blob_root
+        ),
+        redis=real_redis,
+        blob=blob,
+    )
+    await populate(target, "wf1")
+    await target.memory("wf1", "s3", "a3").log_turn(1, "old only", "a", "r")
+    old = await _dump(target, real_redis)
+    child = tmp_path / "child.py"
+    child.write_text(_CHILD)
+    env = {**os.environ, "PYTHONPATH": _REPO_ROOT}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(child),
+        REAL_REDIS_URL,
+        str(blob_root),
+        target.keyspace.namespace,
+        str(path),
+        where,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert await proc.wait() == 9, "the importer was meant to be killed"
+    now = await _dump(target, real_redis)
+    live = {k: v for k, v in now["keys"].items() if "~import-" not in k}
+    if where.startswith(("add", "before-switch")):
+        # Killed before the switch: the live workflow is exactly the old one.
+        assert live == old["keys"]
+        assert {p: b for p, b in now["blobs"].items() if not p.startswith("staging/")} == old[
+            "blobs"
+        ]
+    else:
+        # Killed after the switch: every key is the import's; the marker says blobs move.
+        assert await real_redis.exists(target.keyspace.import_pending("wf1"))
+    # The retry (with --force: the old or new copy is there) completes the job.
+    await import_workflow(target, path, force=True)
+    for step, agent in STEPS:
+        got = await target.memory("wf1", step, agent).rehydrate_bundle(ledger_tail=30)
+        assert got == want[step]
+    after = await _dump(target, real_redis)
+    assert not [k for k in after["keys"] if "~import-" in k or k.endswith(":import")]
+    assert not [p for p in after["blobs"] if p.startswith("staging/")]
+    assert not await blob.exists(target.keyspace.scratchpad("wf1", "s3", "a3"))
+    await blob.close()

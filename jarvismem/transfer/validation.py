@@ -5,11 +5,11 @@ what it would write is acceptable to the stores: ids pass
 :func:`~jarvismem.keys.validate_id`, ledger fields and scratchpad records encode
 (:mod:`jarvismem.records`), a spaces snapshot loads with every revision within
 ``0..MAX_REVISION``, a checkpoint's within ``1..MAX_REVISION``, a scratchpad
-record fits one blob append. The file as a whole (:class:`ExportChecker`) must
-also keep ledger ids strictly increasing from above ``0-0`` (the order XADD
-accepts), give every turn a valid and unique ``step:agent:turn`` index field,
-and hold at most one summary, one checkpoint per step and one spaces snapshot
-per agent. Every error names its line.
+record and a ledger entry fit one blob append (4 MiB). The file as a whole
+(:class:`ExportChecker`) must also keep ledger ids strictly increasing from
+above ``0-0`` (the order XADD accepts), give every turn a valid and unique
+``step:agent:turn`` index field, and hold at most one summary, one checkpoint
+per step and one spaces snapshot per agent. Every error names its line.
 """
 
 from __future__ import annotations
@@ -158,7 +158,14 @@ def parse_record(
             validate_id(rec.agent_id, "agent_id")
             MemoryContainer.from_dict(rec.snapshot)
         elif isinstance(rec, LedgerLine):
-            encode_fields(rec.fields)
+            # Bounded like a scratchpad record: a turn is mirrored into blobs too, and
+            # no turn the runtime stores (fields capped by MAX_TURN_FIELD_CHARS) comes near.
+            size = sum(len(part.encode("utf-8")) for part in encode_fields(rec.fields))
+            if size > MAX_BLOB_APPEND_BYTES:
+                raise ValueError(
+                    f"ledger entry is {size} bytes encoded; an entry holds at most "
+                    f"{MAX_BLOB_APPEND_BYTES}"
+                )
     except (JarvisMemError, ValueError) as exc:
         raise TransferError(f"line {lineno}: {exc}") from None
     return rec

@@ -192,6 +192,14 @@ def test_a_spaces_snapshot_above_2_53_is_refused_with_its_line() -> None:
         parse_record(line, 9)
 
 
+def test_a_ledger_entry_over_one_append_is_refused() -> None:
+    # Issue 11 failure 2 seen from import: a 10 MB result in an export of an old runtime.
+    fields = {**TURN, "result": ["x" * 1000] * 10_000}
+    line = json.dumps({"kind": "ledger", "id": "1-0", "fields": fields})
+    with pytest.raises(TransferError, match=r"line 3: ledger entry is \d+ bytes encoded"):
+        parse_record(line, 3)
+
+
 def test_a_scratchpad_record_over_one_append_is_refused() -> None:
     record = {"type": "note", "text": "x" * MAX_BLOB_APPEND_BYTES}
     line = json.dumps({"kind": "scratchpad", "step_id": "s", "agent_id": "a", "record": record})

@@ -8,6 +8,8 @@ import os
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarvismem.errors import (
     BackendRejectedError,
@@ -347,3 +349,55 @@ async def test_a_space_at_the_largest_revision_refuses_a_write_without_writing(
 
 def test_the_cas_script_spells_out_max_revision() -> None:
     assert str(MAX_REVISION) in _CAS_SCRIPT
+
+
+_HOSTILE_INT = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([MAX_REVISION - 1, MAX_REVISION, MAX_REVISION + 1, 2**63, -1, 0]),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.none(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(["container", "world", "tasks", "custom"]),
+    field=st.sampled_from(["rev", "created_at", "updated_at"]),
+    value=_HOSTILE_INT,
+)
+def test_a_hostile_snapshot_is_restored_whole_or_refused_and_spaces_stay_writable(
+    where: str, field: str, value: Any
+) -> None:
+    import fakeredis
+
+    async def run() -> None:
+        client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        store = make_store(client, KeySpace("prop"), "wf")
+        await store.world_put("k", "v")
+        await store.put_space("custom", {"a": 1})
+        before = await store.snapshot()
+        snapshot = await store.snapshot()
+        target = snapshot if where == "container" else snapshot["spaces"][where]
+        target[field] = value
+        try:
+            await store.restore(snapshot)
+        except (InvalidPayloadError, ReservedSpaceError):
+            assert await store.snapshot() == before
+        else:
+            assert isinstance(value, int) and 0 <= value <= MAX_REVISION
+        # Whatever happened, a write either lands with exact revisions or is refused
+        # (a revision at the limit) without changing anything.
+        now = await store.snapshot()
+        try:
+            await store.world_put("k", "w")
+        except BackendRejectedError:
+            assert MAX_REVISION in (now["rev"], now["spaces"]["world"]["rev"])
+            assert await store.snapshot() == now
+        else:
+            after = await store.snapshot()
+            assert after["rev"] == now["rev"] + 1
+            assert after["spaces"]["world"]["rev"] == now["spaces"]["world"]["rev"] + 1
+        await client.aclose()
+
+    asyncio.run(run())

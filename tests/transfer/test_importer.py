@@ -549,3 +549,64 @@ async def test_an_importer_killed_at_any_point_leaves_old_or_new_and_a_retry_suc
     assert not [p for p in after["blobs"] if p.startswith("staging/")]
     assert not await blob.exists(target.keyspace.scratchpad("wf1", "s3", "a3"))
     await blob.close()
+
+
+# --- Redis Cluster: staging keys share the workflow's slot, so the switch is one script ---
+
+_CLUSTER_PORT = 7130  # not the system suite's 7000: the two may run side by side
+
+
+@pytest.fixture(scope="module")
+def import_cluster_port() -> Any:
+    import subprocess
+
+    from tests.conftest import require_backend
+
+    script = Path(_REPO_ROOT) / "scripts" / "redis-cluster"
+    try:
+        run = subprocess.run(
+            [str(script), "start", str(_CLUSTER_PORT)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        require_backend(False, f"Redis Cluster via scripts/redis-cluster ({exc})")
+    if run.returncode != 0:
+        require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
+    yield _CLUSTER_PORT
+    subprocess.run([str(script), "stop", str(_CLUSTER_PORT)], capture_output=True, timeout=60)
+
+
+@pytest.mark.integration
+async def test_an_import_into_a_redis_cluster_switches_in_one_slot(
+    import_cluster_port: int,
+    make_store_runtime: MakeRuntime,
+    make_settings: Any,
+    make_runtime: MakeRuntime,
+    local_blob: Any,
+    keyspace: KeySpace,
+    tmp_path: Path,
+) -> None:
+    from redis.asyncio.cluster import RedisCluster
+
+    source = make_store_runtime("src")
+    await populate(source, "wf1")
+    path = tmp_path / "wf1.jsonl"
+    await _export(source, "wf1", path)
+    cluster = RedisCluster(host="127.0.0.1", port=import_cluster_port)
+    await cluster.initialize()
+    try:
+        rt = make_runtime(settings=make_settings(), redis=cluster, blob=local_blob)
+        await import_workflow(rt, path)
+        await import_workflow(rt, path, force=True)
+        for step, agent in STEPS:
+            want = await source.memory("wf1", step, agent).rehydrate_bundle(ledger_tail=20)
+            assert await rt.memory("wf1", step, agent).rehydrate_bundle(ledger_tail=20) == want
+        keys = [k async for k in cluster.scan_iter(match=f"jm:{keyspace.namespace}:*")]
+        assert keys and not [k for k in keys if b"~import-" in k]
+        for key in keys:
+            await cluster.delete(key)
+    finally:
+        await cluster.aclose()

@@ -30,6 +30,16 @@ _ID_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9_-])?\Z")
 
 KEY_PREFIX = "jm"
 
+MAX_REVISION = 2**53 - 1
+"""The largest revision any store keeps: the Lua scripts that bump revisions
+compute in doubles, which hold every integer up to 2^53 exactly and no more
+(above it ``rev + 1 == rev``, and formatting one as an integer gave
+-9223372036854775808). Imports refuse anything above it."""
+
+# Marks a staging key (after the workflow's hash tag) and never occurs in an id,
+# so a staging key can neither collide with nor match a live workflow's keys.
+_STAGING_MARK = "~import-"
+
 
 def validate_id(value: object, kind: str = "id") -> str:
     """Return ``value`` if it is a usable id, else raise :class:`InvalidIdError`.
@@ -63,6 +73,23 @@ def validate_turn_id(value: object) -> str:
     return validate_id(value, "turn_id")
 
 
+def validate_revision(value: object, kind: str = "revision", *, minimum: int = 0) -> int:
+    """Return ``value`` if it is an int in ``minimum..MAX_REVISION``, else raise.
+
+    Raises :class:`InvalidIdError` (a ``ValueError``): a revision is what a
+    compare-and-set compares, so one a Lua double cannot hold exactly is as
+    unusable as a malformed id.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidIdError(f"{kind} must be an integer, got {type(value).__name__}")
+    if not minimum <= value <= MAX_REVISION:
+        raise InvalidIdError(
+            f"{kind} {value} is out of range: it must be {minimum}..{MAX_REVISION} (2^53-1, "
+            "the largest integer the stores' Lua scripts hold exactly)"
+        )
+    return value
+
+
 def _check_scope(scope_key: object) -> str:
     """A recall scope key as made by :meth:`KeySpace.recall_scope`, else raise.
 
@@ -81,17 +108,90 @@ def _check_scope(scope_key: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class KeySpace:
-    """Key and path maker for one tenant namespace."""
+    """Key and path maker for one tenant namespace.
+
+    ``staging``: when set (see :meth:`staged`), every *workflow* key and blob
+    path this key space makes is the staging twin of the live one: an import
+    writes there first and moves everything into place at the end. Keys and
+    paths outside a workflow are the live ones.
+    """
 
     namespace: str = NAMESPACE
+    staging: str | None = None
 
     def __post_init__(self) -> None:
         validate_id(self.namespace, "namespace")
+        if self.staging is not None:
+            validate_id(self.staging, "staging token")
 
     # --- Redis keys: one workflow, one hash slot ------------------------------------
 
     def _wf(self, workflow_id: str) -> str:
-        return f"{KEY_PREFIX}:{self.namespace}:{{{validate_id(workflow_id, 'workflow_id')}}}"
+        base = f"{KEY_PREFIX}:{self.namespace}:{{{validate_id(workflow_id, 'workflow_id')}}}"
+        if self.staging is None:
+            return base
+        # Same hash tag, so a Redis Cluster slot holds a workflow and its staging
+        # keys and one script can RENAME them into place; the mark after the tag
+        # keeps them out of workflow_pattern's SCAN.
+        return f"{base}{_STAGING_MARK}{self.staging}"
+
+    # --- staging (import): build a workflow's keys and blobs aside, then switch --------
+
+    def staged(self, token: str) -> KeySpace:
+        """This namespace's key space whose workflow keys and paths are staging ones.
+
+        ``token`` (an id) names one import attempt.
+        """
+        return KeySpace(self.namespace, staging=validate_id(token, "staging token"))
+
+    def live(self) -> KeySpace:
+        """The key space of the live keys (this one without ``staging``)."""
+        return KeySpace(self.namespace)
+
+    def staging_pattern(self, workflow_id: str) -> str:
+        """SCAN pattern for the staging keys of ``workflow_id``.
+
+        Of this key space's token when staged, of every import attempt otherwise
+        (what a crashed import left behind).
+        """
+        live = self.live()._wf(workflow_id)
+        token = "*" if self.staging is None else self.staging
+        return f"{live}{_STAGING_MARK}{token}:*"
+
+    def unstaged_key(self, workflow_id: str, key: str) -> str:
+        """The live key whose staging twin is ``key`` (a key this staged space made)."""
+        prefix = self._wf(workflow_id) + ":"
+        if self.staging is None or not key.startswith(prefix):
+            raise InvalidIdError(f"{key[:80]!r} is not a staging key of this import")
+        return f"{self.live()._wf(workflow_id)}:{key[len(prefix) :]}"
+
+    def import_pending(self, workflow_id: str) -> str:
+        """Marker of an import whose keys are switched but whose blobs are still moving.
+
+        Holds ``{"token", "paths"}`` (JSON): enough for the next import (or
+        :func:`jarvismem.transfer.recover_import`) to finish the move.
+        """
+        return f"{self.live()._wf(workflow_id)}:import"
+
+    def staging_blob_prefix(self, workflow_id: str) -> str:
+        """Prefix of the staging blobs of ``workflow_id`` (this token's, or every one)."""
+        # The namespace always appears (unlike live paths), so the join is injective.
+        base = f"staging/imports/{self.namespace}/{validate_id(workflow_id, 'workflow_id')}/"
+        return base if self.staging is None else f"{base}{self.staging}/"
+
+    def staged_path(self, workflow_id: str, path: str) -> str:
+        """The staging twin, in this staged space, of the live blob ``path``."""
+        prefix = self.live()._wf_dir(workflow_id) + "/"
+        if self.staging is None or not path.startswith(prefix):
+            raise InvalidIdError(f"{path[:80]!r} is not a blob of workflow {workflow_id}")
+        return f"{self._wf_dir(workflow_id)}/{path[len(prefix) :]}"
+
+    def unstaged_path(self, workflow_id: str, path: str) -> str:
+        """The live blob path whose staging twin is ``path`` (a path this staged space made)."""
+        prefix = self._wf_dir(workflow_id) + "/"
+        if self.staging is None or not path.startswith(prefix):
+            raise InvalidIdError(f"{path[:80]!r} is not a staging blob of this import")
+        return f"{self.live()._wf_dir(workflow_id)}/{path[len(prefix) :]}"
 
     def ledger(self, workflow_id: str) -> str:
         """Stream of turns of a workflow (tier 2)."""
@@ -210,6 +310,8 @@ class KeySpace:
 
     def _wf_dir(self, workflow_id: str) -> str:
         wf = validate_id(workflow_id, "workflow_id")
+        if self.staging is not None:
+            return f"{self.live().staging_blob_prefix(wf)}{self.staging}"
         if self.namespace == NAMESPACE:
             return f"workflows/{wf}"
         return f"tenants/{self.namespace}/workflows/{wf}"

@@ -13,7 +13,14 @@ from redis.crc import key_slot
 
 from jarvismem.backends.blob.base import validate_blob_path, validate_blob_prefix
 from jarvismem.errors import InvalidIdError
-from jarvismem.keys import MAX_ID_LENGTH, KeySpace, validate_id, validate_turn_id
+from jarvismem.keys import (
+    MAX_ID_LENGTH,
+    MAX_REVISION,
+    KeySpace,
+    validate_id,
+    validate_revision,
+    validate_turn_id,
+)
 
 FORBIDDEN = ("/", "\\", ":", "{", "}", "*", "?", "[", "]", "\x00")
 
@@ -374,3 +381,101 @@ def test_scratchpads_live_under_their_listing_prefix(ids: Ids) -> None:
     path = ks.scratchpad(ids.workflow, ids.step, ids.agent)
     assert path.startswith(ks.scratchpad_prefix(ids.workflow))
     assert ks.goals(ids.workflow, ids.step, ids.agent).startswith(ks.goals_prefix(ids.workflow))
+
+
+# --- revisions and import staging ---------------------------------------------------
+
+
+def test_max_revision_is_the_largest_integer_a_double_holds_exactly() -> None:
+    assert float(MAX_REVISION) == MAX_REVISION and float(MAX_REVISION + 1) == MAX_REVISION + 1
+    assert float(MAX_REVISION + 2) == float(MAX_REVISION + 1)  # beyond: no longer exact
+
+
+@pytest.mark.parametrize(
+    ("value", "minimum", "ok"),
+    [
+        (0, 0, True),
+        (MAX_REVISION, 1, True),
+        (0, 1, False),
+        (MAX_REVISION + 1, 0, False),
+        (-1, 0, False),
+        (True, 0, False),
+        (1.0, 0, False),
+        ("1", 0, False),
+    ],
+)
+def test_validate_revision(value: object, minimum: int, ok: bool) -> None:
+    if ok:
+        assert validate_revision(value, minimum=minimum) == value
+    else:
+        with pytest.raises(InvalidIdError):
+            validate_revision(value, minimum=minimum)
+
+
+def _workflow_keys(ks: KeySpace, wf: str) -> list[str]:
+    return [
+        ks.ledger(wf),
+        ks.turn_index(wf),
+        ks.checkpoint(wf, "s"),
+        ks.checkpoint_ops(wf, "s"),
+        ks.ltm_summary(wf),
+        ks.ltm_state(wf),
+        ks.ltm_lock(wf),
+        ks.spaces(wf, "a"),
+        ks.spaces_ops(wf, "a"),
+    ]
+
+
+def _workflow_paths(ks: KeySpace, wf: str) -> list[str]:
+    return [
+        ks.scratchpad(wf, "s", "a"),
+        ks.goals(wf, "s", "a"),
+        ks.ltm_blob(wf),
+        ks.ltm_meta_blob(wf),
+    ]
+
+
+@pytest.mark.parametrize("namespace", ["default", "tenant1"])
+def test_staging_keys_share_the_slot_and_never_match_the_workflow(namespace: str) -> None:
+    live = KeySpace(namespace)
+    staged = live.staged("tok1")
+    for key, twin in zip(_workflow_keys(live, "wf"), _workflow_keys(staged, "wf"), strict=True):
+        assert twin != key and key_slot(twin.encode()) == key_slot(key.encode())
+        assert not fnmatch.fnmatchcase(twin, live.workflow_pattern("wf"))
+        assert fnmatch.fnmatchcase(twin, staged.staging_pattern("wf"))
+        assert fnmatch.fnmatchcase(twin, live.staging_pattern("wf"))
+        assert not fnmatch.fnmatchcase(twin, live.staged("tok2").staging_pattern("wf"))
+        assert staged.unstaged_key("wf", twin) == key
+    assert staged.import_pending("wf") == live.import_pending("wf")
+    assert fnmatch.fnmatchcase(live.import_pending("wf"), live.workflow_pattern("wf"))
+    # Keys outside a workflow are the live ones.
+    assert staged.workflow_index() == live.workflow_index()
+
+
+@pytest.mark.parametrize("namespace", ["default", "tenant1"])
+def test_staging_paths_live_outside_every_workflow_and_map_back(namespace: str) -> None:
+    live = KeySpace(namespace)
+    staged = live.staged("tok1")
+    for path, twin in zip(_workflow_paths(live, "wf"), _workflow_paths(staged, "wf"), strict=True):
+        validate_blob_path(twin)
+        assert twin.startswith(staged.staging_blob_prefix("wf"))
+        assert twin.startswith(live.staging_blob_prefix("wf"))
+        assert not twin.startswith(live.scratchpad_prefix("wf").split("/scratchpads/")[0])
+        assert staged.unstaged_path("wf", twin) == path
+        assert staged.staged_path("wf", path) == twin
+    validate_blob_prefix(live.staging_blob_prefix("wf"))
+
+
+def test_staging_translation_refuses_what_it_did_not_make() -> None:
+    live = KeySpace("ns")
+    staged = live.staged("tok1")
+    with pytest.raises(InvalidIdError):
+        staged.unstaged_key("wf", live.ledger("wf"))
+    with pytest.raises(InvalidIdError):
+        live.unstaged_key("wf", staged.ledger("wf"))
+    with pytest.raises(InvalidIdError):
+        staged.unstaged_path("wf", live.scratchpad("wf", "s", "a"))
+    with pytest.raises(InvalidIdError):
+        staged.staged_path("wf", live.scratchpad("other", "s", "a"))
+    with pytest.raises(InvalidIdError):
+        live.staged("a:b")

@@ -1,6 +1,10 @@
 """``jarvismem export`` / ``jarvismem import``: a workflow as JSON lines.
 
-The format is documented in :mod:`jarvismem.transfer`.
+The format is documented in :mod:`jarvismem.transfer`. An import is all or
+nothing (validated whole, staged, switched into place; see
+:mod:`jarvismem.transfer.importer`): a refused file exits 1 having written
+nothing, and running the same command again after a crash finishes or cleans
+up the interrupted import first.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="the .jsonl file written by `jarvismem export`")
     p.add_argument("--workflow", default=None, help="import under this workflow id instead")
     p.add_argument(
-        "--force", action="store_true", help="replace the target workflow if it already holds data"
+        "--force",
+        action="store_true",
+        help="replace the target workflow if it already holds data (in one atomic switch)",
     )
     p.set_defaults(handler=import_)
 

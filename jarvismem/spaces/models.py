@@ -36,7 +36,7 @@ from jarvismem.errors import (
     SpaceTypeError,
     TaskNotFoundError,
 )
-from jarvismem.keys import validate_id
+from jarvismem.keys import MAX_REVISION, validate_id
 
 SpaceKind = Literal["map", "list"]
 SpaceData = dict[str, Any] | list[Any]
@@ -113,6 +113,26 @@ def check_space_data(name: str, data: object) -> SpaceData:
     return data
 
 
+_INT_FIELDS = ("rev", "created_at", "updated_at")
+
+
+def _bounded_int(value: object, what: str) -> int:
+    """A revision or epoch-ms stamp of a snapshot: an int in ``0..MAX_REVISION``.
+
+    The store's compare-and-set script reads revisions as Lua doubles, exact
+    only up to 2^53: a larger one loaded from an import would be bumped to a
+    wrong number (the issue saw -9223372036854775808) and every later write to
+    the spaces refused, so it is refused here, before anything is written.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidPayloadError(f"{what} must be a non-negative integer")
+    if value > MAX_REVISION:
+        raise InvalidPayloadError(
+            f"{what} {value} is above {MAX_REVISION} (2^53-1), the largest the store keeps exactly"
+        )
+    return value
+
+
 def _check_task(item: object) -> None:
     if not isinstance(item, dict):
         raise InvalidPayloadError(f"a task must be a dict {{id, text, status}}, got {item!r:.60}")
@@ -179,12 +199,7 @@ class Space:
         data = raw.get("data")
         if not isinstance(data, dict | list):
             raise InvalidPayloadError(f"space {name!r} data must be an object or an array")
-        ints = {}
-        for key in ("rev", "created_at", "updated_at"):
-            value = raw.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidPayloadError(f"space {name!r} {key} must be a non-negative integer")
-            ints[key] = value
+        ints = {key: _bounded_int(raw.get(key, 0), f"space {name!r} {key}") for key in _INT_FIELDS}
         metadata = raw.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise InvalidPayloadError(f"space {name!r} metadata must be an object")
@@ -563,12 +578,7 @@ class MemoryContainer:
         cid = raw.get("id")
         if not isinstance(cid, str) or not cid.startswith("mem_"):
             raise InvalidPayloadError("container id must be a string starting with 'mem_'")
-        ints = {}
-        for key in ("rev", "created_at", "updated_at"):
-            value = raw.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidPayloadError(f"container {key} must be a non-negative integer")
-            ints[key] = value
+        ints = {key: _bounded_int(raw.get(key, 0), f"container {key}") for key in _INT_FIELDS}
         metadata = raw.get("metadata") or {}
         raw_spaces = raw.get("spaces") or {}
         if not isinstance(metadata, dict) or not isinstance(raw_spaces, Mapping):

@@ -112,7 +112,10 @@ return {redis.call('HGET', KEYS[1], ARGV[1]), t[1], t[2]}
 # Returns {1, new container rev} on success, {2, 0} when this op id was already
 # applied, {0, stored rev} on a stale rev, {0, -1} when "del" finds no such
 # space, {0, -2} when the deadline has passed (nothing written).
-# Every check comes before the first write, so a refusal writes nothing.
+# Every check comes before the first write, so a refusal writes nothing. A
+# revision at MAX_REVISION (2^53-1, written out below; a test pins it) is refused
+# with an error reply: Lua numbers are doubles, so bumping it would store an
+# inexact (once, a negative) revision.
 _CAS_SCRIPT = """
 local key, ops, op, field = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 if redis.call('ZSCORE', ops, ARGV[4]) then return {2, 0} end
@@ -132,6 +135,9 @@ if container then
   local r, rest = string.match(container, '^{"rev":(%d+),"updated_at":%d+,(.*)$')
   if not r then return redis.error_reply('corrupt container field') end
   crev, tail = tonumber(r), rest
+end
+if stored >= 9007199254740991 or crev >= 9007199254740991 then
+  return redis.error_reply('space revision limit: ' .. field .. ' or the container is at 2^53-1')
 end
 local value
 if op == 'del' then

@@ -32,7 +32,7 @@ from typing import Any
 from jarvismem.backends.redis import redis_errors
 from jarvismem.defaults import MAX_CHECKPOINT_BYTES
 from jarvismem.errors import CheckpointConflictError, InvalidPayloadError, PayloadTooLargeError
-from jarvismem.keys import KeySpace
+from jarvismem.keys import MAX_REVISION, KeySpace, validate_revision
 
 OPS_KEPT = 32
 """Operation ids remembered per step: a retry or replay of one of them is a no-op."""
@@ -41,13 +41,16 @@ OPS_KEPT = 32
 # unconditional), ts, ttl, stamp (integer microseconds), op id, "live"|"replay".
 # Returns {1, rev, stamp} when applied now or earlier (same op id), {0, rev, 0}
 # on a stale expected rev, {2, rev, stored stamp} for a replay older than the
-# stored save (superseded: nothing written). Stamps stay below 2^53, exact in
-# Lua's doubles.
+# stored save (superseded: nothing written), {3, -1, 0} when the stored
+# revision is already MAX_REVISION (ARGV[9]) or unreadable: Lua numbers are
+# doubles, so rev + 1 would not be exact; nothing is written. Stamps stay below
+# 2^53, exact in Lua's doubles.
 _SAVE_LUA = """
 local seen = redis.call('ZSCORE', KEYS[2], ARGV[6])
 if seen then return {1, tonumber(seen), 0} end
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'stamp')
 local rev = tonumber(cur[1] or '0')
+if not rev or rev >= tonumber(ARGV[9]) then return {3, -1, 0} end
 local stored = tonumber(cur[2] or '0')
 local stamp = tonumber(ARGV[5])
 if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= rev then
@@ -132,6 +135,15 @@ def validate_checkpoint(state: object, max_bytes: int) -> str:
     return state
 
 
+def validate_checkpoint_rev(rev: object) -> int:
+    """``rev`` if a checkpoint may hold it (an int in ``1..MAX_REVISION``), else
+    :class:`~jarvismem.errors.InvalidPayloadError`."""
+    try:
+        return validate_revision(rev, "checkpoint revision", minimum=1)
+    except ValueError as exc:
+        raise InvalidPayloadError(str(exc)) from None
+
+
 class CheckpointStore:
     """Save and load one step's checkpoint."""
 
@@ -194,9 +206,15 @@ class CheckpointStore:
                     op_id or new_op_id(),
                     "replay" if replay else "live",
                     OPS_KEPT,
+                    MAX_REVISION,
                 ],
             )
         ok, rev = int(reply[0]), int(reply[1])
+        if ok == 3:
+            raise InvalidPayloadError(
+                f"checkpoint {self.key}: the stored revision is at or above {MAX_REVISION} "
+                "(2^53-1) or unreadable, so it cannot be raised exactly; nothing was written"
+            )
         if int(reply[2]):
             CLOCK.observe(int(reply[2]))
         if not ok:
@@ -233,13 +251,12 @@ class CheckpointStore:
         state orders before any later live save. Raises
         :class:`~jarvismem.errors.InvalidPayloadError` /
         :class:`~jarvismem.errors.PayloadTooLargeError` for a state :meth:`save`
-        would refuse or a revision that is not an int >= 1 (nothing is written
-        then), and :class:`~jarvismem.errors.BackendUnavailableError`
-        when Redis cannot be reached.
+        would refuse or a revision outside ``1..MAX_REVISION`` (2^53-1, the
+        largest the save script raises exactly; nothing is written then), and
+        :class:`~jarvismem.errors.BackendUnavailableError` when Redis cannot be reached.
         """
         validate_checkpoint(state, self.max_bytes)
-        if isinstance(rev, bool) or not isinstance(rev, int) or rev < 1:
-            raise InvalidPayloadError(f"checkpoint revision must be an int >= 1, got {rev!r}")
+        validate_checkpoint_rev(rev)
         async with redis_errors("checkpoint restore"):
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(self.key, mapping={"state": state, "rev": rev, "ts": repr(ts)})

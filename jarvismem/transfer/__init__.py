@@ -19,9 +19,13 @@ The format (``jarvismem-export`` version 1), one UTF-8 JSON object per line:
     spaces as ``SpacesStore.snapshot()`` returns them.
 
 Import validates the whole file before writing anything (an error names the
-line), refuses a target workflow that already holds data unless asked to
-replace it, and writes ledger entries with their original ids (XADD with an
-explicit id) so that provenance ids and the exactly-once index stay valid.
+line; ledger ids must rise strictly from above ``0-0``, turn index fields be
+valid and unique, revisions fit ``MAX_REVISION`` = 2^53-1), refuses a target
+workflow that already holds data unless asked to replace it, and is all or
+nothing: it writes into staging keys and blobs and switches them into place at
+the end (:mod:`~jarvismem.transfer.importer` says what a crash leaves). Ledger
+entries keep their original ids (XADD with an explicit id) so that provenance
+ids and the exactly-once index stay valid.
 
 The parts, by job: :mod:`~jarvismem.transfer.format` (the line models),
 :mod:`~jarvismem.transfer.validation` (reading and checking a file),
@@ -45,8 +49,13 @@ from jarvismem.transfer.format import (
     SummaryLine,
     TransferError,
 )
-from jarvismem.transfer.importer import RecordWriter, import_workflow
-from jarvismem.transfer.validation import parse_header, parse_record, validate_export
+from jarvismem.transfer.importer import RecordWriter, import_workflow, recover_import
+from jarvismem.transfer.validation import (
+    ExportChecker,
+    parse_header,
+    parse_record,
+    validate_export,
+)
 from jarvismem.transfer.workflow import clear_workflow, workflow_is_empty
 
 __all__ = [
@@ -54,6 +63,7 @@ __all__ = [
     "VERSION",
     "BlobRecordLine",
     "CheckpointLine",
+    "ExportChecker",
     "Header",
     "LedgerLine",
     "Progress",
@@ -67,6 +77,7 @@ __all__ = [
     "import_workflow",
     "parse_header",
     "parse_record",
+    "recover_import",
     "validate_export",
     "workflow_is_empty",
 ]

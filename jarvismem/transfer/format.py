@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from jarvismem.errors import JarvisMemError
+from jarvismem.keys import MAX_REVISION
 from jarvismem.records import compact_json
 
 FORMAT = "jarvismem-export"
@@ -24,6 +25,13 @@ Progress = Callable[[int, int], None]
 
 PAGE = 500
 """Ledger entries read (export) or written (import) per round trip."""
+
+STREAM_ID = r"^\d{1,20}-\d{1,20}$"
+"""A Redis stream id as exported: ``<ms>-<seq>`` (each part also checked to fit 64 bits)."""
+
+MAX_BLOB_APPEND_BYTES = 4 * 1024 * 1024
+"""The smallest append limit of the blob backends (Azure's append block, 4 MiB):
+one imported scratchpad record, and one batched append, must fit in it."""
 
 
 class TransferError(JarvisMemError, ValueError):
@@ -48,7 +56,7 @@ class LedgerLine(_Line):
     """One ledger stream entry with its original id."""
 
     kind: Literal["ledger"]
-    id: Annotated[str, Field(pattern=r"^\d+-\d+$")]
+    id: Annotated[str, Field(pattern=STREAM_ID)]
     fields: dict[str, Any]
 
 
@@ -57,9 +65,9 @@ class SummaryLine(_Line):
 
     kind: Literal["summary"]
     text: str
-    from_id: str | None = None
-    to_id: str | None = None
-    turns: int = 0
+    from_id: Annotated[str, Field(pattern=STREAM_ID)] | None = None
+    to_id: Annotated[str, Field(pattern=STREAM_ID)] | None = None
+    turns: int = Field(default=0, ge=0)
     updated_at: float | None = None
     summarizer: str | None = None
 
@@ -70,7 +78,7 @@ class CheckpointLine(_Line):
     kind: Literal["checkpoint"]
     step_id: str
     state: str
-    rev: int = Field(ge=1)
+    rev: int = Field(ge=1, le=MAX_REVISION)
     ts: float = 0.0
 
 

@@ -39,8 +39,21 @@ def split_blob_path(prefix: str, path: str) -> tuple[str, str]:
     return step, agent_file.removesuffix(".jsonl")
 
 
+async def live_blob_paths(blob: BlobStorage, keyspace: KeySpace, workflow_id: str) -> list[str]:
+    """Every blob of ``workflow_id``: scratchpads, goal findings and the summary pair."""
+    paths = await blob_paths(blob, keyspace, workflow_id)
+    for path in (keyspace.ltm_blob(workflow_id), keyspace.ltm_meta_blob(workflow_id)):
+        if await blob.exists(path):
+            paths.append(path)
+    return paths
+
+
 async def workflow_is_empty(rt: MemoryRuntime, workflow_id: str) -> bool:
-    """Whether no tier holds anything of ``workflow_id`` in this runtime's namespace."""
+    """Whether no tier holds anything of ``workflow_id`` in this runtime's namespace.
+
+    An import's staging keys and blobs (see :mod:`jarvismem.transfer.importer`)
+    are not the workflow's: their names are outside its key pattern and prefixes.
+    """
     if rt.redis is not None and await workflow_keys(rt, workflow_id):
         return False
     if rt.blob is not None:

@@ -56,3 +56,26 @@ def test_import_of_a_bad_file_names_the_line(cli: Cli, tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     tail = cli.run("tail", "--workflow", "w")
     assert "is empty" in tail.stdout  # the valid line 2 was not written either
+
+
+def test_import_of_out_of_order_ids_writes_nothing_and_a_fixed_file_imports(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # Regression (issue 11, failure 4): the checkpoint was written, the ledger refused
+    # by Redis, and the retry answered "already holds data".
+    header = '{"format": "jarvismem-export", "version": 1, "workflow_id": "wo", "namespace": "n"}'
+    ckpt = '{"kind": "checkpoint", "step_id": "s1", "state": "x", "rev": 2}'
+    turn = '"fields": {"step_id": "s1", "agent_id": "a1", "turn_id": %d, "thought": "t"}'
+    first = '{"kind": "ledger", "id": "9-0", ' + turn % 1 + "}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        "\n".join([header, ckpt, first, '{"kind": "ledger", "id": "3-0", ' + turn % 2 + "}"])
+    )
+    proc = cli.run("import", str(bad))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("jarvismem: error: line 4: ledger id 3-0 is not above 9-0")
+    good = tmp_path / "good.jsonl"
+    good.write_text(bad.read_text().replace('"id": "3-0"', '"id": "10-0"'))
+    proc = cli.run("import", str(good), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["counts"] == {"checkpoint": 1, "ledger": 2}

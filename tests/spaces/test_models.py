@@ -287,3 +287,17 @@ def test_from_dict_rejects_malformed(mem: MemoryContainer) -> None:
         MemoryContainer.from_dict({**good, "rev": -1})
     with pytest.raises(ReservedSpaceError):
         MemoryContainer.from_dict({**good, "spaces": {"world": {"data": [], "rev": 0}}})
+
+
+@pytest.mark.parametrize("field", ["rev", "created_at", "updated_at"])
+def test_snapshot_integers_above_2_53_are_refused(field: str) -> None:
+    snapshot = MemoryContainer().to_dict()
+    snapshot[field] = 2**53
+    with pytest.raises(InvalidPayloadError, match="2\\^53-1"):
+        MemoryContainer.from_dict(snapshot)
+    snapshot = MemoryContainer().to_dict()
+    snapshot["spaces"]["world"][field] = 2**53
+    with pytest.raises(InvalidPayloadError, match="2\\^53-1"):
+        MemoryContainer.from_dict(snapshot)
+    snapshot["spaces"]["world"][field] = 2**53 - 1
+    assert MemoryContainer.from_dict(snapshot).spaces["world"].to_dict()[field] == 2**53 - 1

@@ -8,8 +8,11 @@ import os
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarvismem.errors import (
+    BackendRejectedError,
     InvalidPayloadError,
     ReservedSpaceError,
     SpaceConflictError,
@@ -17,8 +20,9 @@ from jarvismem.errors import (
     SpaceTypeError,
     TaskNotFoundError,
 )
-from jarvismem.keys import KeySpace
+from jarvismem.keys import MAX_REVISION, KeySpace
 from jarvismem.spaces import MemoryContainer, Space, SpacesStore
+from jarvismem.spaces.store import _CAS_SCRIPT
 
 
 def make_store(redis: Any, keyspace: KeySpace, wf: str, **kw: Any) -> SpacesStore:
@@ -304,3 +308,96 @@ async def test_processes_adding_tasks_lose_nothing(
     texts = [t["text"] for t in await store.tasks_open()]
     assert sorted(texts) == sorted(f"p{p}-{i}" for p in range(procs) for i in range(per_proc))
     assert (await store.get_space("tasks")).rev == procs * per_proc
+
+
+# --- revisions a Lua double cannot hold (issue 11, failure 5) ---------------------------
+
+
+@pytest.mark.parametrize("where", ["container", "world"])
+@pytest.mark.parametrize("rev", [2**53, 2**63], ids=["2^53", "2^63"])
+async def test_a_snapshot_with_a_revision_above_2_53_is_refused_and_spaces_stay_writable(
+    store: SpacesStore, where: str, rev: int
+) -> None:
+    # Regression: the restore was accepted, and the next write bumped the container
+    # revision in Lua doubles to -9223372036854775808, after which every write was
+    # refused as a corrupt container.
+    await store.world_put("door", "open")
+    before = await store.snapshot()
+    snapshot = await store.snapshot()
+    if where == "container":
+        snapshot["rev"] = rev
+    else:
+        snapshot["spaces"]["world"]["rev"] = rev
+    with pytest.raises(InvalidPayloadError, match="2\\^53-1"):
+        await store.restore(snapshot)
+    assert await store.snapshot() == before
+    await store.world_put("door", "closed")
+    assert await revs(store) == {"memory": 2, "world": 2, "tasks": 0}
+
+
+async def test_a_space_at_the_largest_revision_refuses_a_write_without_writing(
+    store: SpacesStore,
+) -> None:
+    snapshot = MemoryContainer().to_dict()
+    snapshot["rev"] = MAX_REVISION
+    await store.restore(snapshot)
+    before = await store.snapshot()
+    with pytest.raises(BackendRejectedError, match="revision limit"):
+        await store.world_put("k", 1)
+    assert await store.snapshot() == before
+
+
+def test_the_cas_script_spells_out_max_revision() -> None:
+    assert str(MAX_REVISION) in _CAS_SCRIPT
+
+
+_HOSTILE_INT = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([MAX_REVISION - 1, MAX_REVISION, MAX_REVISION + 1, 2**63, -1, 0]),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.none(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(["container", "world", "tasks", "custom"]),
+    field=st.sampled_from(["rev", "created_at", "updated_at"]),
+    value=_HOSTILE_INT,
+)
+def test_a_hostile_snapshot_is_restored_whole_or_refused_and_spaces_stay_writable(
+    where: str, field: str, value: Any
+) -> None:
+    import fakeredis
+
+    async def run() -> None:
+        client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer())
+        store = make_store(client, KeySpace("prop"), "wf")
+        await store.world_put("k", "v")
+        await store.put_space("custom", {"a": 1})
+        before = await store.snapshot()
+        snapshot = await store.snapshot()
+        target = snapshot if where == "container" else snapshot["spaces"][where]
+        target[field] = value
+        try:
+            await store.restore(snapshot)
+        except (InvalidPayloadError, ReservedSpaceError):
+            assert await store.snapshot() == before
+        else:
+            assert isinstance(value, int) and 0 <= value <= MAX_REVISION
+        # Whatever happened, a write either lands with exact revisions or is refused
+        # (a revision at the limit) without changing anything.
+        now = await store.snapshot()
+        try:
+            await store.world_put("k", "w")
+        except BackendRejectedError:
+            assert MAX_REVISION in (now["rev"], now["spaces"]["world"]["rev"])
+            assert await store.snapshot() == now
+        else:
+            after = await store.snapshot()
+            assert after["rev"] == now["rev"] + 1
+            assert after["spaces"]["world"]["rev"] == now["spaces"]["world"]["rev"] + 1
+        await client.aclose()
+
+    asyncio.run(run())

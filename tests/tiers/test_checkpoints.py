@@ -14,7 +14,7 @@ from jarvismem.errors import (
     InvalidPayloadError,
     PayloadTooLargeError,
 )
-from jarvismem.keys import KeySpace
+from jarvismem.keys import MAX_REVISION, KeySpace
 from jarvismem.tiers.checkpoints import (
     OPS_KEPT,
     CheckpointStore,
@@ -165,8 +165,10 @@ async def test_restore_writes_the_given_revision_with_the_ttl_and_saves_continue
         ("lone \udc80 surrogate", 1, InvalidPayloadError),
         ("ok", 0, InvalidPayloadError),
         ("ok", True, InvalidPayloadError),
+        ("ok", 2**53, InvalidPayloadError),
+        ("ok", 2**63, InvalidPayloadError),
     ],
-    ids=["too-large", "surrogate", "rev-0", "rev-bool"],
+    ids=["too-large", "surrogate", "rev-0", "rev-bool", "rev-2^53", "rev-2^63"],
 )
 async def test_restore_refuses_what_it_cannot_store_before_writing(
     store: CheckpointStore, state: str, rev: Any, error: type[Exception]
@@ -182,3 +184,26 @@ async def test_restore_on_an_unreachable_redis_is_unavailable(
     store = store_of(unreachable_redis, keyspace, workflow_id)
     with pytest.raises(BackendUnavailableError, match="checkpoint restore"):
         await store.restore("x", 1, 1.0)
+
+
+async def test_a_revision_above_2_53_is_refused_and_the_checkpoint_stays_writable(
+    store: CheckpointStore,
+) -> None:
+    # Regression (issue 11, failure 5, checkpoint side): a restored revision above
+    # 2^53 was stored, and the save script (Lua doubles) then bumped it inexactly.
+    await store.save("before", ts=1.0)
+    with pytest.raises(InvalidPayloadError, match="2\\^53-1"):
+        await store.restore("imported", 2**53 + 1, 2.0)
+    loaded = await store.load()
+    assert loaded is not None and (loaded.state, loaded.rev) == ("before", 1)
+    assert await store.save("after") == 2
+
+
+async def test_a_checkpoint_at_the_largest_revision_refuses_a_save_without_writing(
+    store: CheckpointStore,
+) -> None:
+    await store.restore("top", MAX_REVISION, 1.0)
+    with pytest.raises(InvalidPayloadError, match="cannot be raised exactly"):
+        await store.save("next")
+    loaded = await store.load()
+    assert loaded is not None and (loaded.state, loaded.rev) == ("top", MAX_REVISION)

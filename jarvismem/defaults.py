@@ -157,6 +157,16 @@ MAX_PAYLOAD_DEPTH: Final = 64
 values are refused. Tool results nest a dozen levels at most in practice; 64 leaves
 room for that and stays far below what a JSON decoder reading them back recurses into."""
 
+SPACE_VALUE_MAX_CHARS: Final = 1024 * 1024
+"""Longest JSON encoding of one value written to a cognitive space (a key's value,
+a list item, a task, or a whole space's data); larger ones are refused, not cut:
+a belief or a task truncated mid-way would be a wrong one."""
+
+RECALL_CONTENT_MAX_CHARS: Final = 64 * 1024
+"""Longest fact accepted by ``remember`` (and by a recall store's write); longer
+ones are refused. A fact is a sentence or a paragraph, and each one is indexed
+token by token, so a huge one costs its size several times over."""
+
 AZURE_APPEND_BLOCK_BYTES: Final = 4 * 1024 * 1024
 """Largest append to an Azure append blob (one append block, a service limit): the
 Azure backend refuses more, and the settings refuse turn-field limits whose records
@@ -211,6 +221,7 @@ __all__ = [
     "OUTBOX_PATH",
     "OUTBOX_POLL_SECONDS",
     "PROMPT_BUDGET_CHARS",
+    "RECALL_CONTENT_MAX_CHARS",
     "RECALL_NAMESPACE",
     "REDIS_CONNECT_RETRIES",
     "REDIS_MAX_CONNECTIONS",
@@ -218,6 +229,7 @@ __all__ = [
     "SCRATCHPAD_BUDGET_CHARS",
     "SCRATCHPAD_TAIL_BYTES",
     "SEARCH_LIMIT",
+    "SPACE_VALUE_MAX_CHARS",
     "STORAGE_BASE_PATH",
     "SUMMARY_MAX_CHARS",
     "TIER_TIMEOUT_ATHENA",

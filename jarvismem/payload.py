@@ -330,10 +330,32 @@ def _marker(encoded: str, original: Any, max_chars: int) -> dict[str, Any]:
         keep = max(0, keep - (excess + 1) // 2)
 
 
+def check_depth(value: Any, max_depth: int = MAX_PAYLOAD_DEPTH, field: str = "value") -> None:
+    """Raise :class:`InvalidPayloadError` when ``value`` nests more than ``max_depth`` containers.
+
+    For values that are stored as given (cognitive spaces), where
+    :func:`clean_value`'s rewriting does not apply: a check only, iterative,
+    so no nesting can raise ``RecursionError`` here or in the JSON encoder after it.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth >= max_depth:
+            raise InvalidPayloadError(f"{field}: nesting deeper than {max_depth} levels")
+        stack.extend((child, depth + 1) for child in children)
+
+
 __all__ = [
     "MAX_ESCAPED_BYTES_PER_CHAR",
     "MAX_UTF8_BYTES_PER_CHAR",
     "TRUNCATION_KEYS",
+    "check_depth",
     "clean_value",
     "max_field_chars_for",
     "truncate_text",

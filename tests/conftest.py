@@ -54,11 +54,17 @@ def env_without_settings() -> dict[str, str]:
     passes them, whatever the developer has exported.
     """
     names = {name.upper() for name in Settings.model_fields}
-    return {
+    env = {
         k: v
         for k, v in os.environ.items()
         if k.upper() not in names and not k.upper().startswith("JARVISMEM_")
     }
+    # The child imports this checkout's jarvismem, not whichever one the
+    # environment has installed (a worktree beside an editable install).
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
+    )
+    return env
 
 
 def _port_open(host: str, port: int) -> bool:

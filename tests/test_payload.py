@@ -250,3 +250,16 @@ def test_any_json_like_value_comes_back_encodable_within_the_limit(
         assert len(out) <= max_chars + 32
     else:
         assert len(encoded) <= max_chars
+
+
+def test_check_depth_counts_containers_and_never_recurses() -> None:
+    from jarvismem.payload import check_depth
+
+    check_depth({"a": [1, {"b": 2}]}, max_depth=3)
+    with pytest.raises(InvalidPayloadError, match="nesting deeper than 2"):
+        check_depth({"a": [1, {"b": 2}]}, max_depth=2, field="value")
+    deep: object = 0
+    for _ in range(200_000):
+        deep = {"k": deep}
+    with pytest.raises(InvalidPayloadError):
+        check_depth(deep)

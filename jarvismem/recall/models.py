@@ -13,7 +13,7 @@ import uuid
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from jarvismem.defaults import RECALL_NAMESPACE, SEARCH_LIMIT
+from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE, SEARCH_LIMIT
 from jarvismem.keys import validate_id
 
 
@@ -84,7 +84,13 @@ class MemoryEntry(_Scoped):
     @field_validator("content")
     @classmethod
     def _content(cls, value: object) -> str:
-        return _text(value, "content")
+        text = _text(value, "content")
+        if len(text) > RECALL_CONTENT_MAX_CHARS:
+            raise ValueError(
+                f"content is {len(text)} characters; a remembered fact may hold at most "
+                f"{RECALL_CONTENT_MAX_CHARS}"
+            )
+        return text
 
 
 class RecallRequest(_Scoped):
@@ -114,7 +120,13 @@ class WriteRequest(_Scoped):
     @field_validator("content")
     @classmethod
     def _content(cls, value: object) -> str:
-        return _text(value, "content")
+        text = _text(value, "content")
+        if len(text) > RECALL_CONTENT_MAX_CHARS:
+            raise ValueError(
+                f"content is {len(text)} characters; a remembered fact may hold at most "
+                f"{RECALL_CONTENT_MAX_CHARS}"
+            )
+        return text
 
 
 class RecallResult(BaseModel):

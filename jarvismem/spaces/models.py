@@ -28,8 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from jarvismem.defaults import MAX_PAYLOAD_DEPTH, SPACE_VALUE_MAX_CHARS
 from jarvismem.errors import (
     InvalidPayloadError,
+    PayloadTooLargeError,
     ReservedSpaceError,
     SpaceIndexError,
     SpaceNotFoundError,
@@ -37,6 +39,7 @@ from jarvismem.errors import (
     TaskNotFoundError,
 )
 from jarvismem.keys import MAX_REVISION, validate_id
+from jarvismem.payload import check_depth
 
 SpaceKind = Literal["map", "list"]
 SpaceData = dict[str, Any] | list[Any]
@@ -82,11 +85,22 @@ def kind_of(data: object) -> SpaceKind:
 
 
 def check_json(value: object, what: str = "value") -> None:
-    """Raise :class:`InvalidPayloadError` unless ``value`` survives a JSON round trip."""
+    """Raise unless ``value`` can be stored in a space as it is.
+
+    :class:`InvalidPayloadError` for a value that does not survive a JSON round
+    trip or nests deeper than ``MAX_PAYLOAD_DEPTH``; :class:`PayloadTooLargeError`
+    when its JSON encoding is longer than ``SPACE_VALUE_MAX_CHARS``.
+    """
+    check_depth(value, MAX_PAYLOAD_DEPTH, what)
     try:
-        json.dumps(value, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidPayloadError(f"{what} is not JSON-serialisable: {exc}") from None
+    if len(encoded) > SPACE_VALUE_MAX_CHARS:
+        raise PayloadTooLargeError(
+            f"{what} is {len(encoded)} characters of JSON; a space value may hold at most "
+            f"{SPACE_VALUE_MAX_CHARS}"
+        )
 
 
 def check_space_data(name: str, data: object) -> SpaceData:

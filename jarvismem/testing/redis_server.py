@@ -50,6 +50,9 @@ class RedisServerProcess:
         extra_args: list[str] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        # A port picked here may be taken by another process before the server
+        # binds it (parallel test runs): the first start then moves to another.
+        self._port_chosen = port is None
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.persistence = persistence
@@ -89,7 +92,27 @@ class RedisServerProcess:
         """Start (or restart from its AOF) and wait until it answers PING."""
         if self.proc is not None and self.proc.poll() is None:
             return
+        for attempt in range(4):
+            try:
+                self._start_once(timeout)
+            except RuntimeError:
+                if not (self._port_chosen and attempt < 3 and self._lost_the_port()):
+                    raise
+                self.port = free_port()
+            else:
+                # Started once: a restart must come back where the clients look.
+                self._port_chosen = False
+                return
+
+    def _lost_the_port(self) -> bool:
+        log = self.directory / "redis.log"
+        return log.exists() and "Address already in use" in log.read_text(errors="replace")
+
+    def _start_once(self, timeout: float) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self._port_chosen:
+            # Not started yet: an earlier attempt's log must not count for this one.
+            (self.directory / "redis.log").unlink(missing_ok=True)
         self.proc = subprocess.Popen(
             self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from jarvismem.defaults import AZURE_APPEND_BLOCK_BYTES
 from jarvismem.errors import JarvisMemError
 from jarvismem.keys import MAX_REVISION
 from jarvismem.records import compact_json
@@ -29,7 +30,7 @@ PAGE = 500
 STREAM_ID = r"^\d{1,20}-\d{1,20}$"
 """A Redis stream id as exported: ``<ms>-<seq>`` (each part also checked to fit 64 bits)."""
 
-MAX_BLOB_APPEND_BYTES = 4 * 1024 * 1024
+MAX_BLOB_APPEND_BYTES = AZURE_APPEND_BLOCK_BYTES
 """The smallest append limit of the blob backends (Azure's append block, 4 MiB):
 one imported scratchpad record, and one batched append, must fit in it."""
 

@@ -144,3 +144,13 @@ def test_results_are_frozen() -> None:
     result = RecallResult(entry=MemoryEntry(agent_id="a", content="x"), score=1.0)
     with pytest.raises(ValidationError):
         result.score = 2.0  # type: ignore[misc]
+
+
+def test_a_fact_over_the_content_limit_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS
+
+    WriteRequest(agent_id="a1", content="x" * RECALL_CONTENT_MAX_CHARS)
+    with pytest.raises(ValidationError, match="at most"):
+        WriteRequest(agent_id="a1", content="x" * (RECALL_CONTENT_MAX_CHARS + 1))

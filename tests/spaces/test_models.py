@@ -301,3 +301,24 @@ def test_snapshot_integers_above_2_53_are_refused(field: str) -> None:
         MemoryContainer.from_dict(snapshot)
     snapshot["spaces"]["world"][field] = 2**53 - 1
     assert MemoryContainer.from_dict(snapshot).spaces["world"].to_dict()[field] == 2**53 - 1
+
+
+def test_deep_nesting_is_refused_without_recursion() -> None:
+    from jarvismem.errors import InvalidPayloadError
+    from jarvismem.spaces.models import check_json
+
+    deep: object = "x"
+    for _ in range(10_000):
+        deep = [deep]
+    with pytest.raises(InvalidPayloadError, match="nesting deeper than 64"):
+        check_json(deep, "value of key 'k'")
+
+
+def test_a_space_value_over_the_size_limit_is_refused() -> None:
+    from jarvismem.defaults import SPACE_VALUE_MAX_CHARS
+    from jarvismem.errors import PayloadTooLargeError
+    from jarvismem.spaces.models import check_json
+
+    check_json("x" * (SPACE_VALUE_MAX_CHARS - 2))  # fits with its two quotes
+    with pytest.raises(PayloadTooLargeError, match="at most"):
+        check_json("x" * (SPACE_VALUE_MAX_CHARS - 1))

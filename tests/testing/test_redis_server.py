@@ -68,3 +68,44 @@ def test_kill_of_a_paused_server_does_not_hang(server: RedisServerProcess) -> No
     server.pause()
     server.kill()
     assert not server.running
+
+
+def test_a_port_taken_before_the_first_start_moves_the_server(tmp_path: Path) -> None:
+    """Another process may take the picked port before redis-server binds it."""
+    import socket
+
+    from jarvismem.testing.redis_server import RedisServerProcess
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    server = RedisServerProcess(tmp_path / "r", persistence=False)
+    server.port = taken  # as if free_port() had raced with the squatter
+    try:
+        server.start()
+        assert server.port != taken
+        assert server.url.endswith(f":{server.port}/0")
+    finally:
+        server.kill()
+        squatter.close()
+
+
+def test_a_port_given_by_the_caller_is_never_moved(tmp_path: Path) -> None:
+    import socket
+
+    import pytest
+
+    from jarvismem.testing.redis_server import RedisServerProcess
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    server = RedisServerProcess(tmp_path / "r", port=taken, persistence=False)
+    try:
+        with pytest.raises(RuntimeError, match="exited"):
+            server.start()
+    finally:
+        server.kill()
+        squatter.close()

@@ -26,10 +26,16 @@ from jarvismem.errors import BackendUnavailableError, InvalidPayloadError, Recal
 from jarvismem.health import memory_health
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.recall.models import MemoryEntry, RecallResult
-from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_turn
+from jarvismem.recall.prompt import (
+    Preflight,
+    capture_conversation,
+    recall_for_turn,
+    redact_results,
+)
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.stores import RecallStore
 from jarvismem.records import encode_fields
+from jarvismem.redaction import REDACTED, redact_json_text
 from jarvismem.settings import Settings, default_settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
@@ -39,6 +45,10 @@ from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queue
 from jarvismem.tiers.working import WorkingScratchpad
 
 log = logging.getLogger(__name__)
+
+# Checkpoint states up to this size are redacted on the event loop (~0.1 ms at
+# this size); larger ones on a worker thread.
+_INLINE_REDACT_CHARS = 16_384
 
 
 class UnifiedMemory:
@@ -225,7 +235,8 @@ class UnifiedMemory:
         :class:`~jarvismem.errors.CheckpointConflictError`. Without it, during a
         Redis outage the save is queued durably and ``None`` is returned.
         """
-        state = validate_checkpoint(state_json, self.runtime.settings.max_checkpoint_bytes)
+        max_bytes = self.runtime.settings.max_checkpoint_bytes
+        state = validate_checkpoint(state_json, max_bytes)
         if isinstance(expected_rev, bool) or not (
             expected_rev is None or isinstance(expected_rev, int)
         ):
@@ -234,6 +245,12 @@ class UnifiedMemory:
         writer = wf.redis_writer
         if writer is None:
             return None
+        if self.runtime.settings.redact_checkpoints:
+            # Checkpoints go into the bundle, hence the prompt: secrets are
+            # hidden unless REDACT_CHECKPOINTS=false (exact state needed).
+            # Redacting can lengthen the state ("[REDACTED]"), so it is
+            # checked against the limit again.
+            state = validate_checkpoint(await self._redact_state(state), max_bytes)
         self.runtime.ensure_background()
         store = wf.checkpoints(self.step_id)
         if expected_rev is not None:
@@ -263,6 +280,17 @@ class UnifiedMemory:
         }
         result = await writer.submit(record)
         return None if result is None else int(result)
+
+    async def _redact_state(self, state: str) -> str:
+        """Checkpoint state redacted by structure when it is JSON (see redact_json_text).
+
+        A large state is parsed and redacted on a worker thread: up to
+        MAX_CHECKPOINT_BYTES of JSON would hold the event loop for tens of ms.
+        """
+        rt = self.runtime
+        if len(state) <= _INLINE_REDACT_CHARS:
+            return redact_json_text(state, rt.redactor, rt.is_secret_key)
+        return await asyncio.to_thread(redact_json_text, state, rt.redactor, rt.is_secret_key)
 
     async def load_checkpoint(self) -> str | None:
         """This step's last saved state, or None."""
@@ -299,6 +327,8 @@ class UnifiedMemory:
                 self.agent_id,
                 ttl_seconds=self.runtime.settings.ttl_seconds,
                 timeout=self.runtime.settings.tier_timeout_checkpoint,
+                redactor=self.runtime.redactor,
+                is_secret_key=self.runtime.is_secret_key,
             )
         return self._spaces
 
@@ -325,9 +355,19 @@ class UnifiedMemory:
             session_id=session_id,
             context=context,
             entry_id=entry_id,
-            metadata=metadata,
+            metadata=None if metadata is None else self._redacted_metadata(metadata),
         )
         return await store.write(request)
+
+    def _redacted_metadata(self, metadata: Mapping[str, str]) -> dict[str, str]:
+        """Entry metadata with secret-named values hidden and the rest redacted."""
+        rt = self.runtime
+        return {
+            key: REDACTED
+            if rt.is_secret_key(key) and value
+            else (rt.redactor(value) if isinstance(value, str) else value)
+            for key, value in metadata.items()
+        }
 
     async def recall(
         self,
@@ -336,8 +376,12 @@ class UnifiedMemory:
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
     ) -> list[RecallResult]:
-        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled)."""
-        return await recall_for_turn(
+        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled).
+
+        Their content is redacted with the runtime's redactor: an entry stored
+        before a pattern existed does not hand its secret back to the agent.
+        """
+        results = await recall_for_turn(
             self.runtime.recall_store,
             self.runtime.policy,
             agent_id=self.agent_id,
@@ -345,6 +389,7 @@ class UnifiedMemory:
             session_id=session_id,
             context=context,
         )
+        return redact_results(results, self.runtime.redactor)
 
     async def preflight(
         self,
@@ -370,6 +415,8 @@ class UnifiedMemory:
             recalled=recalled,
             policy=self.runtime.policy,
             budget_chars=budget_chars,
+            redactor=self.runtime.redactor,
+            is_secret_key=self.runtime.is_secret_key,
         )
 
     async def capture(

@@ -240,15 +240,20 @@ def _last_word(name: str) -> str:
     return words[-1] if words else ""
 
 
+_HAS_ALNUM = re.compile(r"[^\W_]")
+
+
 def _hide_value(m: re.Match[str]) -> str:
     """The match with its value group (the last group of each alternative) hidden.
 
-    An empty value ("password": "") holds no secret and is left as it is,
-    which also keeps redaction idempotent.
+    A value without a letter or digit (``"password": ""``) holds no secret
+    and is left as it is.
     """
     group = m.lastgroup
     whole = m.group(0)
-    if group is None or not m.group(group):
+    # No letter or digit: an empty value, or punctuation taken for an opening
+    # quote (getpass('Password: ') closes a string, it opens no value).
+    if group is None or not _HAS_ALNUM.search(m.group(group)):
         return whole
     cut = m.start(group) - m.start()
     # A bare scalar ("token": 12345) becomes a quoted string, so JSON (or a
@@ -284,18 +289,28 @@ def pair_patterns(
         r"|(?!(?:null|true|false)\b)(?P<vb>[^\s,}\]\[{\"'\\]++))"
     )
     # 2. A bare key (password=..., token: ..., PASSWORD = '...'). A quoted
-    #    value is hidden whole (a passphrase may hold spaces). Unquoted: after
-    #    "=" any 6+ characters; after ":" (prose such as "Password: incorrect")
-    #    only a value with a digit or punctuation in its first 256 characters,
-    #    or a run of 20+ letters. A scheme word (Authorization: Bearer ...) is
-    #    left to the header pattern, which keeps it readable.
+    #    value is hidden whole (a passphrase may hold spaces). An unquoted one:
+    #    after "=" any 6+ characters; after ":" (prose such as "Password:
+    #    incorrect", "The secret: patience.") only one with a digit, or with
+    #    punctuation inside it, in its first 256 characters, or a run of 20+
+    #    letters. Left alone: a scheme word (Authorization: Bearer ... is the
+    #    header pattern's, which keeps it readable), and what is code or a
+    #    placeholder rather than a secret - password=password (a keyword
+    #    argument), get_password(), os.environ["X"], self.token, ${VAR},
+    #    <password>, {{ secrets.x }}, None/null/true/false.
     bare_key = re.compile(
-        r"(?i)" + name + r"[ \t]*+(?:(?P<eq>=)|:)[ \t]*+"
+        r"(?i)(?<![A-Za-z0-9])(?P<n>" + _name_regex(names) + r")(?![A-Za-z0-9_])"
+        r"[ \t]*+(?:(?P<eq>=)|:)[ \t]*+"
         r"(?:\"(?P<vd>(?:\\.|[^\"\\\n])*+)"
         r"|'(?P<vs>(?:\\.|[^'\\\n])*+)"
-        r"|(?!(?:bearer|basic|jwt|digest|negotiate)\s)"
+        r"|(?!(?:bearer|basic|jwt|digest|negotiate)\s"
+        r"|(?P=n)\b|[$<{%]|(?:none|null|nil|true|false|undefined)\b"
+        r"|[A-Za-z_]\w*+(?:\.\w++)*+[ \t]*+[(\[]"
+        r"|(?:self|cls|this|os|config|settings|env|args|kwargs|options|opts|params"
+        r"|request|req|ctx)\.)"
         r"(?(eq)(?P<vq>[^\s\"',;&]{6,}+)"
-        r"|(?:(?=[^\s\"',;&]{0,255}[^A-Za-z\s\"',;&])(?P<vc>[^\s\"',;&]{6,}+)"
+        r"|(?:(?=[^\s\"',;&]{0,255}(?:[0-9]|[^A-Za-z0-9\s\"',;&][^\s\"',;&]))"
+        r"(?P<vc>[^\s\"',;&]{6,}+)"
         r"|(?P<vl>[A-Za-z]{20,}+))))"
     )
     return ((quoted_key, _hide_value, triggers), (bare_key, _hide_value, triggers))

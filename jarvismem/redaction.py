@@ -275,34 +275,35 @@ def pair_patterns(
     names = tuple(names)
     if not names:
         return ()
-    name = r"(?<![A-Za-z0-9])" + _name_regex(names) + r"(?![A-Za-z0-9_])"
     triggers = _name_triggers(names)
-    # 1. The key is quoted ("password": / 'password': / \"password\": from JSON
-    #    inside a JSON string): any value is a secret - a quoted string (to its
-    #    closing quote, escaped quotes included; to the line end if unclosed)
-    #    or a bare scalar such as a number. null/true/false and objects stay.
-    quoted_key = re.compile(
-        r"(?i)" + name + r"\\*[\"'][ \t]*+[:=][ \t]*+"
+    # One pattern, the name first: the regex engine tries each position once
+    # for both forms (this pattern is the costliest of the defaults).
+    pair = re.compile(
+        r"(?i)(?<![A-Za-z0-9])(?P<n>" + _name_regex(names) + r")(?![A-Za-z0-9_])"
+        # 1. The key is quoted ("password": / 'password': / \"password\": from
+        #    JSON inside a JSON string): any value is a secret - a quoted
+        #    string (to its closing quote, escaped quotes included; to the line
+        #    end if unclosed) or a bare scalar such as a number.
+        #    null/true/false and objects stay.
+        r"(?:\\*[\"'][ \t]*+[:=][ \t]*+"
         r"(?:\\++\"(?P<ve>(?:[^\"\\\n]|\\++(?!\"))*+)"
         r"|\"(?P<vd>(?:\\.|[^\"\\\n])*+)"
         r"|'(?P<vs>(?:\\.|[^'\\\n])*+)"
         r"|(?!(?:null|true|false)\b)(?P<vb>[^\s,}\]\[{\"'\\]++))"
-    )
-    # 2. A bare key (password=..., token: ..., PASSWORD = '...'). A quoted
-    #    value is hidden whole (a passphrase may hold spaces). An unquoted one:
-    #    after "=" any 6+ characters; after ":" (prose such as "Password:
-    #    incorrect", "The secret: patience.") only one with a digit, or with
-    #    punctuation inside it, in its first 256 characters, or a run of 20+
-    #    letters. Left alone: a scheme word (Authorization: Bearer ... is the
-    #    header pattern's, which keeps it readable), and what is code or a
-    #    placeholder rather than a secret - password=password (a keyword
-    #    argument), get_password(), os.environ["X"], self.token, ${VAR},
-    #    <password>, {{ secrets.x }}, None/null/true/false.
-    bare_key = re.compile(
-        r"(?i)(?<![A-Za-z0-9])(?P<n>" + _name_regex(names) + r")(?![A-Za-z0-9_])"
-        r"[ \t]*+(?:(?P<eq>=)|:)[ \t]*+"
-        r"(?:\"(?P<vd>(?:\\.|[^\"\\\n])*+)"
-        r"|'(?P<vs>(?:\\.|[^'\\\n])*+)"
+        # 2. A bare key (password=..., token: ..., PASSWORD = '...'). A quoted
+        #    value is hidden whole (a passphrase may hold spaces). An unquoted
+        #    one: after "=" any 6+ characters; after ":" (prose such as
+        #    "Password: incorrect", "The secret: patience.") only one with a
+        #    digit, or with punctuation inside it, in its first 256
+        #    characters, or a run of 20+ letters. Left alone: a scheme word
+        #    (Authorization: Bearer ... is the header pattern's, which keeps it
+        #    readable), and what is code or a placeholder rather than a secret
+        #    - password=password (a keyword argument), get_password(),
+        #    os.environ["X"], self.token, ${VAR}, <password>, {{ secrets.x }},
+        #    None/null/true/false.
+        r"|[ \t]*+(?:(?P<eq>=)|:)[ \t]*+"
+        r"(?:\"(?P<vqd>(?:\\.|[^\"\\\n])*+)"
+        r"|'(?P<vqs>(?:\\.|[^'\\\n])*+)"
         r"|(?!(?:bearer|basic|jwt|digest|negotiate)\s"
         r"|(?P=n)\b|[$<{%]|(?:none|null|nil|true|false|undefined)\b"
         r"|[A-Za-z_]\w*+(?:\.\w++)*+[ \t]*+[(\[]"
@@ -311,9 +312,9 @@ def pair_patterns(
         r"(?(eq)(?P<vq>[^\s\"',;&]{6,}+)"
         r"|(?:(?=[^\s\"',;&]{0,255}(?:[0-9]|[^A-Za-z0-9\s\"',;&][^\s\"',;&]))"
         r"(?P<vc>[^\s\"',;&]{6,}+)"
-        r"|(?P<vl>[A-Za-z]{20,}+))))"
+        r"|(?P<vl>[A-Za-z]{20,}+)))))"
     )
-    return ((quoted_key, _hide_value, triggers), (bare_key, _hide_value, triggers))
+    return ((pair, _hide_value, triggers),)
 
 
 def build_patterns(
@@ -345,14 +346,17 @@ class PatternRedactor:
         if trig and len(trig) != len(self._patterns):
             raise ValueError("triggers must give one tuple per pattern")
         self._rules = tuple(
-            (pattern, replacement, trig[i] if trig else ())
+            (pattern, replacement, frozenset(trig[i]) if trig else frozenset())
             for i, (pattern, replacement) in enumerate(self._patterns)
         )
+        self._needles = tuple(sorted({n for _, _, needles in self._rules for n in needles}))
 
     def __call__(self, text: str) -> str:
         lowered = text.lower()
+        # Each distinct literal is looked for once (rules share many).
+        present = {n for n in self._needles if n in lowered}
         for pattern, replacement, needles in self._rules:
-            if needles and not any(n in lowered for n in needles):
+            if needles and present.isdisjoint(needles):
                 continue
             text = pattern.sub(replacement, text)
         return text

@@ -1,9 +1,25 @@
 """Secret redaction applied before any tier persists or sends text.
 
-A :class:`Redactor` is any callable ``str -> str``. The default one replaces
-common API-key and bearer-token shapes with ``[REDACTED]``. Users can pass
-their own (for PII rules, say) or disable redaction with
-``REDACTION_ENABLED=false``.
+A :class:`Redactor` is any callable ``str -> str``. The default one
+(:func:`build_redactor` of ``REDACTION_KEYS``) replaces secret shapes with
+``[REDACTED]``: bearer/basic headers, PEM private-key blocks, vendor tokens
+(OpenAI, Anthropic, Stripe, Hugging Face, GitHub, GitLab, Slack, npm,
+SendGrid, AWS key ids, Google), JWTs, Azure account keys and SAS signatures,
+URL passwords, and ``name=value`` / ``"name": value`` pairs (escaped JSON
+included) whose name is a secret name. Users can pass their own (for PII
+rules, say) or disable redaction with ``REDACTION_ENABLED=false``.
+
+Structure: :func:`secret_key_matcher` says whether a dict key names a secret
+(``SECRET_KEY_NAMES``, configurable with ``REDACTION_KEYS``);
+:func:`redact_value` redacts a JSON-like value (strings, keys, and any value
+under a secret-named key whatever its type); :func:`redact_json_text` does
+that for JSON text (checkpoints) and keeps secret-free text byte for byte.
+
+Every pattern is linear in the text length (possessive quantifiers, bounded
+lookaheads; tests time 64 KiB adversarial inputs). Known limits: a secret
+with no recognisable shape and no secret-named key (a bare 40-character AWS
+secret, a password in prose) is not found; an unquoted ``name=value`` stops
+at whitespace, ``"``, ``'``, ``,``, ``;`` and ``&`` (URL query separators).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ import re
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarvismem.errors import ConfigError
 from jarvismem.redaction import (
@@ -520,3 +522,59 @@ def test_redaction_keys_setting_is_normalised_and_checked() -> None:
 
 def test_redact_checkpoints_defaults_to_true() -> None:
     assert load_settings(_env_file=None).redact_checkpoints is True
+
+
+# --- properties -----------------------------------------------------------------------------
+
+_SAMPLES = st.sampled_from(corpus.SECRETS)
+_ORDINARY = st.sampled_from(corpus.ORDINARY)
+_SEPARATORS = st.sampled_from([" ", "\n", " | ", "\n\n", "\t"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_ORDINARY, _SEPARATORS, _SAMPLES, _SEPARATORS), min_size=1, max_size=5))
+def test_secrets_mixed_into_ordinary_text_never_survive(
+    parts: list[tuple[str, str, tuple[str, str, str], str]],
+) -> None:
+    text = "".join(before + sep + sample[1] + after for before, sep, sample, after in parts)
+    out = default_redactor(text)
+    for _, _, (_, _, secret), _ in parts:
+        assert secret not in out
+    assert default_redactor(out) == out
+
+
+_KEYS = st.sampled_from(["note", "output", "items", "data", "token_count", "x-request-id", "k"])
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _ORDINARY)
+
+
+def _nest(leaf: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.recursive(
+        leaf,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _nest(_LEAVES),
+    st.lists(_SAMPLES, min_size=1, max_size=3),
+    st.sampled_from(["password", "api_key", "Authorization", "db-password", "clientSecret"]),
+    _nest(_LEAVES),
+)
+def test_structured_values_never_keep_a_secret(
+    ordinary: object, samples: list[tuple[str, str, str]], secret_key: str, hidden: object
+) -> None:
+    value = {
+        "payload": ordinary,
+        "texts": [sample[1] for sample in samples],
+        "nested": [{"inner": {secret_key: hidden}}],
+    }
+    out = redact_value(value, default_redactor, is_secret_key)
+    text = json.dumps(out)
+    for _, _, secret in samples:
+        assert secret not in text
+    inner = out["nested"][0]["inner"][secret_key]
+    assert inner == (hidden if hidden is None or hidden == "" else REDACTED)
+    # Ordinary data passes through unchanged.
+    assert out["payload"] == redact_value(ordinary, no_redaction, never_secret)

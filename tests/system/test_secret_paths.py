@@ -245,3 +245,14 @@ async def test_remembered_content_and_metadata_are_redacted(
     for secret in (HUGGING_FACE, "meta-s3cret", SLACK_BOT):
         assert secret not in stored
     assert "chat" in stored
+
+
+async def test_redaction_disabled_stores_checkpoints_and_spaces_as_given(
+    fake_redis: Any, make_settings: MakeSettings, make_memory: Factory
+) -> None:
+    mem = make_memory(redis=fake_redis, settings=make_settings(redaction_enabled=False))
+    state = json.dumps({"password": "hunter2"})
+    await mem.save_checkpoint(state)
+    assert await mem.load_checkpoint() == state
+    await mem.spaces.world_put("api_key", "zyx987-live")
+    assert (await mem.spaces.world_items())["api_key"] == "zyx987-live"

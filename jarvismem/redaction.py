@@ -317,12 +317,14 @@ def pair_patterns(
         #    - password=password (a keyword argument), get_password(),
         #    os.environ["X"], self.token, ${VAR}, <password>, {{ secrets.x }},
         #    None/null/true/false.
+        #    A quote followed by a closing bracket, a comma or a space closes a
+        #    string instead (getpass('Password: '), print("Token: ", t)).
         r"|[ \t]*+(?:(?P<eq>=)|:)[ \t]*+"
-        r"(?:\"(?P<vqd>(?:\\.|[^\"\\\n])*+)"
-        r"|'(?P<vqs>(?:\\.|[^'\\\n])*+)"
+        r"(?:\"(?![\s)\]},;])(?P<vqd>(?:\\.|[^\"\\\n])*+)"
+        r"|'(?![\s)\]},;])(?P<vqs>(?:\\.|[^'\\\n])*+)"
         r"|(?!(?:bearer|basic|jwt|digest|negotiate)\s"
         r"|(?P=n)\b|[$<{%]|(?:none|null|nil|true|false|undefined)\b"
-        r"|[A-Za-z_]\w*+(?:\.\w++)*+[ \t]*+[(\[]"
+        r"|[A-Za-z_]\w*+(?:\.\w++)*+[(\[]"
         r"|(?:self|cls|this|os|config|settings|env|args|kwargs|options|opts|params"
         r"|request|req|ctx)\.)"
         r"(?(eq)(?P<vq>[^\s\"',;&]{6,}+)"

@@ -337,6 +337,17 @@ def test_corpus_figures() -> None:
     assert (missed, false_positives) == ([], [])
 
 
+def test_two_corpus_secrets_side_by_side_are_both_hidden() -> None:
+    """Every ordered pair of samples: one secret's pattern must not shield the next."""
+    missed = []
+    for first_family, first, first_secret in corpus.SECRETS:
+        for family, text, secret in corpus.SECRETS:
+            out = default_redactor(f"{first} {text}")
+            if first_secret in out or secret in out:
+                missed.append((first_family, family))
+    assert missed == []
+
+
 def test_every_token_pattern_is_exercised_by_the_corpus() -> None:
     """Each default pattern hides at least one corpus secret: no family is untested."""
     unused = []
@@ -403,6 +414,14 @@ def _timed(redact: Redactor, text: str) -> float:
         ("Password: incorrect", "Password: incorrect"),
         ("connect(password=password)", "connect(password=password)"),
         ("token_count=4096", "token_count=4096"),
+        # A quote that closes a string opens no value (found by the property test).
+        (
+            "getpass('Password: ') secret='open sesame now'",
+            f"getpass('Password: ') secret='{REDACTED}'",
+        ),
+        # A value followed by a bracket is no call (was: "tok_1234 [" taken for a subscript).
+        ("token=tok_live_123456 [x]", f"token={REDACTED} [x]"),
+        ("password: hunter22 (see above)", f"password: {REDACTED} (see above)"),
     ],
 )
 def test_pairs_hide_the_value_and_keep_the_frame(text: str, expected: str) -> None:

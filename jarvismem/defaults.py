@@ -189,6 +189,43 @@ OUTBOX_POLL_SECONDS: Final = 1.0
 OUTBOX_CLAIM_POLL_SECONDS: Final = 0.2
 """How long a would-be deliverer waits when another one holds an outbox's claim."""
 
+# --- redaction -----------------------------------------------------------------------------------
+
+REDACTION_KEYS: Final[tuple[str, ...]] = (
+    "password",
+    "passwords",
+    "passwd",
+    "passphrase",
+    "secret",
+    "secrets",
+    "token",
+    "api_key",
+    "access_key",
+    "secret_key",
+    "private_key",
+    "signing_key",
+    "encryption_key",
+    "authorization",
+    "auth",
+    "credential",
+    "credentials",
+    "cookie",
+    "set_cookie",
+    "connection_string",
+    "account_key",
+)
+"""Secret names (REDACTION_KEYS): a dict key naming one has its value replaced by
+``[REDACTED]`` whatever its type, and ``name=value`` / ``"name": value`` pairs in text
+are hidden. A key matches ignoring case and the separators ``- _ .`` and space, with
+the name as its suffix or as a leading/inner word not followed by a describing word
+(``client_secret``, ``db_password``, ``x-api-key``, ``secret_key`` match;
+``token_count``, ``password_policy`` do not). Deliberately absent: ``key`` (ids and
+cache keys), ``tokens`` (usage counts), ``pwd`` (the working directory in an
+environment dump), ``session`` (session objects and ids that grant nothing)."""
+
+REDACT_CHECKPOINTS: Final = True
+"""Redact checkpoint state before it is saved (opt out when exact state is needed)."""
+
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
     "ATHENA_TENANT_ID",
@@ -223,6 +260,8 @@ __all__ = [
     "PROMPT_BUDGET_CHARS",
     "RECALL_CONTENT_MAX_CHARS",
     "RECALL_NAMESPACE",
+    "REDACTION_KEYS",
+    "REDACT_CHECKPOINTS",
     "REDIS_CONNECT_RETRIES",
     "REDIS_MAX_CONNECTIONS",
     "RETRY_AFTER_CAP",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from functools import lru_cache, partial
+from collections.abc import Awaitable, Mapping
+from functools import partial
 from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
@@ -32,11 +32,16 @@ from jarvismem.health import memory_health
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.payload import clean_value, max_field_chars_for, turn_record_max_bytes
 from jarvismem.recall.models import MemoryEntry, RecallResult
-from jarvismem.recall.prompt import Preflight, capture_conversation, recall_for_turn
+from jarvismem.recall.prompt import (
+    Preflight,
+    capture_conversation,
+    recall_for_turn,
+    redact_results,
+)
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.stores import RecallStore
 from jarvismem.records import encode_fields
-from jarvismem.redaction import SECRET_KEY_NAMES, no_redaction, secret_key_matcher
+from jarvismem.redaction import REDACTED, redact_json_text
 from jarvismem.settings import Settings, default_settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
@@ -46,6 +51,10 @@ from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queue
 from jarvismem.tiers.working import WorkingScratchpad
 
 log = logging.getLogger(__name__)
+
+# Checkpoint states up to this size are redacted on the event loop (~0.1 ms at
+# this size); larger ones on a worker thread.
+_INLINE_REDACT_CHARS = 16_384
 
 
 class UnifiedMemory:
@@ -95,10 +104,7 @@ class UnifiedMemory:
         s = rt.settings
         self._turn_field_limit = s.max_turn_field_chars
         self._max_depth = s.max_payload_depth
-        # TEMPORARY until the redaction branch is merged: its engine builds
-        # ``is_secret_key`` from REDACTION_KEYS; before that, the default names.
-        engine_matcher: Callable[[str], bool] | None = getattr(rt, "is_secret_key", None)
-        self._is_secret_key = engine_matcher or _key_matcher(rt.redactor is no_redaction)
+        self._is_secret_key = rt.is_secret_key
         _check_append_limit(rt.blob, self._turn_field_limit)
         self._wf = rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
@@ -239,7 +245,8 @@ class UnifiedMemory:
         :class:`~jarvismem.errors.CheckpointConflictError`. Without it, during a
         Redis outage the save is queued durably and ``None`` is returned.
         """
-        state = validate_checkpoint(state_json, self.runtime.settings.max_checkpoint_bytes)
+        max_bytes = self.runtime.settings.max_checkpoint_bytes
+        state = validate_checkpoint(state_json, max_bytes)
         if isinstance(expected_rev, bool) or not (
             expected_rev is None or isinstance(expected_rev, int)
         ):
@@ -248,6 +255,12 @@ class UnifiedMemory:
         writer = wf.redis_writer
         if writer is None:
             return None
+        if self.runtime.settings.redact_checkpoints:
+            # Checkpoints go into the bundle, hence the prompt: secrets are
+            # hidden unless REDACT_CHECKPOINTS=false (exact state needed).
+            # Redacting can lengthen the state ("[REDACTED]"), so it is
+            # checked against the limit again.
+            state = validate_checkpoint(await self._redact_state(state), max_bytes)
         self.runtime.ensure_background()
         store = wf.checkpoints(self.step_id)
         if expected_rev is not None:
@@ -277,6 +290,17 @@ class UnifiedMemory:
         }
         result = await writer.submit(record)
         return None if result is None else int(result)
+
+    async def _redact_state(self, state: str) -> str:
+        """Checkpoint state redacted by structure when it is JSON (see redact_json_text).
+
+        A large state is parsed and redacted on a worker thread: up to
+        MAX_CHECKPOINT_BYTES of JSON would hold the event loop for tens of ms.
+        """
+        rt = self.runtime
+        if len(state) <= _INLINE_REDACT_CHARS:
+            return redact_json_text(state, rt.redactor, rt.is_secret_key)
+        return await asyncio.to_thread(redact_json_text, state, rt.redactor, rt.is_secret_key)
 
     async def load_checkpoint(self) -> str | None:
         """This step's last saved state, or None."""
@@ -313,6 +337,8 @@ class UnifiedMemory:
                 self.agent_id,
                 ttl_seconds=self.runtime.settings.ttl_seconds,
                 timeout=self.runtime.settings.tier_timeout_checkpoint,
+                redactor=self.runtime.redactor,
+                is_secret_key=self.runtime.is_secret_key,
             )
         return self._spaces
 
@@ -339,9 +365,19 @@ class UnifiedMemory:
             session_id=session_id,
             context=context,
             entry_id=entry_id,
-            metadata=metadata,
+            metadata=None if metadata is None else self._redacted_metadata(metadata),
         )
         return await store.write(request)
+
+    def _redacted_metadata(self, metadata: Mapping[str, str]) -> dict[str, str]:
+        """Entry metadata with secret-named values hidden and the rest redacted."""
+        rt = self.runtime
+        return {
+            key: REDACTED
+            if rt.is_secret_key(key) and value
+            else (rt.redactor(value) if isinstance(value, str) else value)
+            for key, value in metadata.items()
+        }
 
     async def recall(
         self,
@@ -350,8 +386,12 @@ class UnifiedMemory:
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
     ) -> list[RecallResult]:
-        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled)."""
-        return await recall_for_turn(
+        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled).
+
+        Their content is redacted with the runtime's redactor: an entry stored
+        before a pattern existed does not hand its secret back to the agent.
+        """
+        results = await recall_for_turn(
             self.runtime.recall_store,
             self.runtime.policy,
             agent_id=self.agent_id,
@@ -359,6 +399,7 @@ class UnifiedMemory:
             session_id=session_id,
             context=context,
         )
+        return redact_results(results, self.runtime.redactor)
 
     async def preflight(
         self,
@@ -384,6 +425,8 @@ class UnifiedMemory:
             recalled=recalled,
             policy=self.runtime.policy,
             budget_chars=budget_chars,
+            redactor=self.runtime.redactor,
+            is_secret_key=self.runtime.is_secret_key,
         )
 
     async def capture(
@@ -461,18 +504,6 @@ class UnifiedMemory:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _never_secret(key: str) -> bool:
-    """The key matcher with redaction disabled: no dict key names a secret."""
-    return False
-
-
-@lru_cache(maxsize=2)
-def _key_matcher(disabled: bool) -> Callable[[str], bool]:
-    """TEMPORARY (see ``__init__``): one matcher of the default secret names, shared
-    by every view so that its answers and the cleaned-key cache are shared too."""
-    return _never_secret if disabled else secret_key_matcher(SECRET_KEY_NAMES)
 
 
 def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:

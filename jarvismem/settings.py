@@ -8,6 +8,7 @@ a log line or an exception.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,9 @@ from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.payload import max_field_chars_for, turn_record_max_bytes
 from jarvismem.redaction import mask_url
+
+# One REDACTION_KEYS name: it becomes part of a regex and a key matcher.
+_SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_. -]*")
 
 StorageBackend = Literal["local", "azure", "none"]
 SslCertReqs = Literal["required", "optional", "none"]
@@ -221,12 +225,37 @@ class Settings(BaseSettings):
 
     # --- security & logs ------------------------------------------------------------------
     redaction_enabled: bool = Field(True, description="Redact API keys/tokens before storing.")
+    redaction_keys: str = Field(
+        ",".join(defaults.REDACTION_KEYS),
+        description="Comma-separated secret names: a dict key naming one (any case, "
+        "-_. ignored, as suffix such as db_password) has its value redacted whatever its "
+        "type, and name=value pairs in text are hidden.",
+    )
+    redact_checkpoints: bool = Field(
+        defaults.REDACT_CHECKPOINTS,
+        description="Redact checkpoint state before saving; false keeps it byte for byte "
+        "(for callers who need exact state).",
+    )
     log_level: str = Field("INFO", description="Logging level of the CLI.")
 
     @field_validator("jarvismem_namespace", "athena_tenant_id", "athena_user_id")
     @classmethod
     def _plain_id(cls, value: str, info: ValidationInfo) -> str:
         return validate_id(value, (info.field_name or "id").upper())
+
+    @field_validator("redaction_keys")
+    @classmethod
+    def _secret_names(cls, value: str) -> str:
+        names = [n.strip().lower() for n in value.split(",") if n.strip()]
+        bad = [n for n in names if not _SECRET_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError("names may hold only letters, digits, - _ . and spaces")
+        return ",".join(names)
+
+    @property
+    def redaction_key_names(self) -> tuple[str, ...]:
+        """REDACTION_KEYS as a tuple of names (empty: no key is secret)."""
+        return tuple(n for n in self.redaction_keys.split(",") if n)
 
     @field_validator("redis_url")
     @classmethod

@@ -2,22 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from jarvismem.errors import ConfigError
 from jarvismem.redaction import (
+    DEFAULT_PATTERNS,
     REDACTED,
     SECRET_KEY_NAMES,
     PatternRedactor,
     Redactor,
+    build_redactor,
     default_redactor,
     is_secret_key,
+    key_matcher_for,
     mask_url,
+    never_secret,
     no_redaction,
+    redact_json_text,
+    redact_value,
+    redactor_for,
     secret_key_matcher,
 )
+from jarvismem.settings import load_settings
+from tests import secret_corpus as corpus
 
 # Fake secrets in real shapes (none of them is a live credential).
 OPENAI = "sk-" + "Ab3dEf6hIj9kLm2nOp5q"
@@ -295,3 +308,292 @@ def test_matching_a_huge_key_is_linear() -> None:
     start = time.perf_counter()
     is_secret_key(key)
     assert time.perf_counter() - start < 0.2
+
+
+# --- the secret corpus ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"), [c[1:] for c in corpus.SECRETS], ids=[c[0] for c in corpus.SECRETS]
+)
+def test_corpus_secret_is_hidden(text: str, secret: str) -> None:
+    out = default_redactor(text)
+    assert secret not in out
+    assert REDACTED in out
+    assert default_redactor(out) == out
+
+
+@pytest.mark.parametrize("text", corpus.ORDINARY)
+def test_corpus_ordinary_text_is_untouched(text: str) -> None:
+    assert default_redactor(text) == text
+
+
+def test_corpus_figures() -> None:
+    """At least 50 of each, every family distinct; 0 misses and 0 false positives."""
+    assert len(corpus.SECRETS) >= 50 and len(corpus.ORDINARY) >= 50
+    assert len({family for family, _, _ in corpus.SECRETS}) == len(corpus.SECRETS)
+    missed = [f for f, text, secret in corpus.SECRETS if secret in default_redactor(text)]
+    false_positives = [t for t in corpus.ORDINARY if default_redactor(t) != t]
+    assert (missed, false_positives) == ([], [])
+
+
+def test_two_corpus_secrets_side_by_side_are_both_hidden() -> None:
+    """Every ordered pair of samples: one secret's pattern must not shield the next."""
+    missed = []
+    for first_family, first, first_secret in corpus.SECRETS:
+        for family, text, secret in corpus.SECRETS:
+            out = default_redactor(f"{first} {text}")
+            if first_secret in out or secret in out:
+                missed.append((first_family, family))
+    assert missed == []
+
+
+def test_every_token_pattern_is_exercised_by_the_corpus() -> None:
+    """Each default pattern hides at least one corpus secret: no family is untested."""
+    unused = []
+    for pattern, replacement in DEFAULT_PATTERNS:
+        single = PatternRedactor([(pattern, replacement)])
+        if not any(secret not in single(text) for _, text, secret in corpus.SECRETS):
+            unused.append(pattern.pattern[:60])
+    assert unused == []
+
+
+# --- linear time ----------------------------------------------------------------------------
+
+ADVERSARIAL = {
+    "names-colon": "password:" * 7_300,
+    "quoted-key-unclosed": '"password": "' * 5_000,
+    "escaped-key-unclosed": '\\"password\\": \\"' * 4_000,
+    "bare-equals": "password = " * 6_000,
+    "token-equals": "token=" * 11_000,
+    "pem-begin-no-end": "-----BEGIN RSA PRIVATE KEY-----" * 2_100,
+    "pem-dashes": "-----BEGIN PRIVATE KEY-----" + "----" * 16_000,
+    "digits-after-colon": "secret: a1" * 6_500,
+    "call-like": "password=f" + "(" * 65_000,
+    "identifier-run": "password=" + "a." * 32_000,
+    "escapes": '"password": "' + "\\" * 65_000,
+    "slack-hooks": "hooks.slack.com/services/" * 2_600,
+    "sig": "?sig=" * 13_000,
+    "bearer-run": "Bearer " * 9_300,
+    "long-word": "x" * 65_536,
+}
+
+
+@pytest.mark.parametrize("text", list(ADVERSARIAL.values()), ids=list(ADVERSARIAL))
+def test_adversarial_64k_input_is_redacted_in_linear_time(text: str) -> None:
+    """A bound on the regexes (no catastrophic backtracking), not a performance claim.
+
+    A quadratic pattern takes seconds on these 64 KiB inputs; best of three
+    runs, so a busy machine does not fail the test.
+    """
+    assert len(text) >= 60_000
+    best = min(_timed(default_redactor, text) for _ in range(3))
+    assert best < 0.05, f"{best * 1000:.1f} ms"
+
+
+def _timed(redact: Redactor, text: str) -> float:
+    start = time.perf_counter()
+    redact(text)
+    return time.perf_counter() - start
+
+
+# --- pairs built from the configured names --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"password": "hunter2"}', f'{{"password": "{REDACTED}"}}'),
+        ('{"token": 12345}', f'{{"token": "{REDACTED}"}}'),
+        ('{\\"password\\": \\"hunter2\\"}', f'{{\\"password\\": \\"{REDACTED}\\"}}'),
+        ("{'api_key': 'zyx987'}", f"{{'api_key': '{REDACTED}'}}"),
+        ("X-Api-Key: 9f8e7d6c5b4a", f"X-Api-Key: {REDACTED}"),
+        ("password: hunter2", f"password: {REDACTED}"),
+        ('{"password": ""}', '{"password": ""}'),
+        ('{"password": null}', '{"password": null}'),
+        ("Password: incorrect", "Password: incorrect"),
+        ("connect(password=password)", "connect(password=password)"),
+        ("token_count=4096", "token_count=4096"),
+        # A quote that closes a string opens no value (found by the property test).
+        (
+            "getpass('Password: ') secret='open sesame now'",
+            f"getpass('Password: ') secret='{REDACTED}'",
+        ),
+        # A value followed by a bracket is no call (was: "tok_1234 [" taken for a subscript).
+        ("token=tok_live_123456 [x]", f"token={REDACTED} [x]"),
+        ("password: hunter22 (see above)", f"password: {REDACTED} (see above)"),
+    ],
+)
+def test_pairs_hide_the_value_and_keep_the_frame(text: str, expected: str) -> None:
+    assert default_redactor(text) == expected
+
+
+def test_a_redacted_json_scalar_stays_valid_json() -> None:
+    assert json.loads(default_redactor('{"token": 12345, "n": 1}')) == {"token": REDACTED, "n": 1}
+
+
+def test_build_redactor_uses_the_given_names_for_pairs() -> None:
+    custom = build_redactor(["pin", "ssn"])
+    assert custom("card pin=482913 ssn: 078-05-1120") == f"card pin={REDACTED} ssn: {REDACTED}"
+    # Token shapes stay whatever the names.
+    assert corpus.STRIPE_LIVE not in custom(f"k {corpus.STRIPE_LIVE}")
+    # Names no longer listed are no longer pairs.
+    assert custom("password=hunter22") == "password=hunter22"
+
+
+def test_no_names_means_no_pairs() -> None:
+    assert build_redactor([])("password=hunter22") == "password=hunter22"
+
+
+def test_redactor_for_and_key_matcher_for_share_one_instance_per_list() -> None:
+    assert redactor_for(SECRET_KEY_NAMES) is default_redactor
+    assert redactor_for(("pin",)) is redactor_for(("pin",))
+    assert key_matcher_for(SECRET_KEY_NAMES) is is_secret_key
+    assert key_matcher_for(("pin",))("card_pin")
+
+
+# --- structured values ---------------------------------------------------------------------
+
+
+def test_redact_value_hides_secret_named_keys_whatever_the_value_type() -> None:
+    value = {
+        "password": 1234,
+        "api_key": ["a", "b"],
+        "auth": {"user": "bob", "pass": "x"},
+        "client_secret": True,
+        "db": {"host": "h", "db_password": 3.5},
+        "empty_token": "",
+        "none_secret": None,
+        "token_count": 812,
+        "note": f"use {corpus.STRIPE_LIVE}",
+        "items": ({"private_key": corpus.PEM_RSA},),
+    }
+    out = redact_value(value, default_redactor, is_secret_key)
+    assert out == {
+        "password": REDACTED,
+        "api_key": REDACTED,
+        "auth": REDACTED,
+        "client_secret": REDACTED,
+        "db": {"host": "h", "db_password": REDACTED},
+        "empty_token": "",
+        "none_secret": None,
+        "token_count": 812,
+        "note": f"use {REDACTED}",
+        "items": [{"private_key": REDACTED}],
+    }
+
+
+def test_redact_value_scans_keys_and_keeps_colliding_keys_apart() -> None:
+    value = {corpus.OPENAI: 1, corpus.STRIPE_LIVE: 2, "plain": 3}
+    out = redact_value(value, default_redactor, is_secret_key)
+    assert out == {REDACTED: 1, f"{REDACTED}#2": 2, "plain": 3}
+
+
+def test_redact_value_does_not_change_its_input() -> None:
+    value = {"password": "hunter2", "nested": [{"token": "t0k3n"}]}
+    before = json.dumps(value)
+    redact_value(value, default_redactor, is_secret_key)
+    assert json.dumps(value) == before
+
+
+def test_redact_value_is_iterative_on_deep_nesting() -> None:
+    deep: object = {"password": "hunter2"}
+    for _ in range(20_000):
+        deep = [deep]
+    out = redact_value(deep, default_redactor, is_secret_key)
+    for _ in range(20_000):
+        assert isinstance(out, list)
+        out = out[0]
+    assert out == {"password": REDACTED}
+
+
+def test_redact_json_text_keeps_secret_free_json_byte_for_byte() -> None:
+    text = '{ "step" : 3,\n "token_count": 812, "x": 1.50 }'
+    assert redact_json_text(text, default_redactor, is_secret_key) is text
+
+
+def test_redact_json_text_confines_an_unterminated_pem_block_to_its_string() -> None:
+    text = json.dumps({"k": "-----BEGIN RSA PRIVATE KEY-----\nMIIabc", "after": 1})
+    out = json.loads(redact_json_text(text, default_redactor, is_secret_key))
+    assert out == {"k": REDACTED, "after": 1}
+
+
+def test_redact_json_text_on_plain_text_uses_the_patterns() -> None:
+    out = redact_json_text("resume; password=hunter22", default_redactor, is_secret_key)
+    assert out == f"resume; password={REDACTED}"
+
+
+def test_redact_json_text_with_no_redaction_and_no_keys_is_the_identity() -> None:
+    text = json.dumps({"password": "hunter2"})
+    assert redact_json_text(text, no_redaction, never_secret) == text
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def test_redaction_keys_setting_is_normalised_and_checked() -> None:
+    settings = load_settings(_env_file=None, redaction_keys=" PIN, card_number ,,")
+    assert settings.redaction_key_names == ("pin", "card_number")
+    assert load_settings(_env_file=None).redaction_key_names == SECRET_KEY_NAMES
+    with pytest.raises(ConfigError, match="REDACTION_KEYS"):
+        load_settings(_env_file=None, redaction_keys="pass(word")
+
+
+def test_redact_checkpoints_defaults_to_true() -> None:
+    assert load_settings(_env_file=None).redact_checkpoints is True
+
+
+# --- properties -----------------------------------------------------------------------------
+
+_SAMPLES = st.sampled_from(corpus.SECRETS)
+_ORDINARY = st.sampled_from(corpus.ORDINARY)
+_SEPARATORS = st.sampled_from([" ", "\n", " | ", "\n\n", "\t"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_ORDINARY, _SEPARATORS, _SAMPLES, _SEPARATORS), min_size=1, max_size=5))
+def test_secrets_mixed_into_ordinary_text_never_survive(
+    parts: list[tuple[str, str, tuple[str, str, str], str]],
+) -> None:
+    text = "".join(before + sep + sample[1] + after for before, sep, sample, after in parts)
+    out = default_redactor(text)
+    for _, _, (_, _, secret), _ in parts:
+        assert secret not in out
+    assert default_redactor(out) == out
+
+
+_KEYS = st.sampled_from(["note", "output", "items", "data", "token_count", "x-request-id", "k"])
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), _ORDINARY)
+
+
+def _nest(leaf: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    return st.recursive(
+        leaf,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _nest(_LEAVES),
+    st.lists(_SAMPLES, min_size=1, max_size=3),
+    st.sampled_from(["password", "api_key", "Authorization", "db-password", "clientSecret"]),
+    _nest(_LEAVES),
+)
+def test_structured_values_never_keep_a_secret(
+    ordinary: object, samples: list[tuple[str, str, str]], secret_key: str, hidden: object
+) -> None:
+    value = {
+        "payload": ordinary,
+        "texts": [sample[1] for sample in samples],
+        "nested": [{"inner": {secret_key: hidden}}],
+    }
+    out = redact_value(value, default_redactor, is_secret_key)
+    text = json.dumps(out)
+    for _, _, secret in samples:
+        assert secret not in text
+    inner = out["nested"][0]["inner"][secret_key]
+    assert inner == (hidden if hidden is None or hidden == "" else REDACTED)
+    # Ordinary data passes through unchanged.
+    assert out["payload"] == redact_value(ordinary, no_redaction, never_secret)

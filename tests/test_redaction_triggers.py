@@ -31,6 +31,32 @@ FRAGMENTS = [
     "Passwd=",
     "https://user:",
     "@host/",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "-----END RSA PRIVATE KEY-----",
+    "PRIVATE KEY",
+    "sk_live_",
+    "rk_test_",
+    "whsec_",
+    "hf_",
+    "api_org_",
+    "glpat-",
+    "npm_",
+    "SG.",
+    "xapp-1-",
+    "xoxe-",
+    "hooks.slack.com/services/",
+    "discord.com/api/webhooks/1/",
+    "?sig=",
+    '\\"password\\": \\"',
+    "'api_key': ",
+    "client_secret=",
+    "X-Api-Key: ",
+    "Set-Cookie: ",
+    "Authorization",
+    "connection_string=",
+    "passphrase: ",
+    "DB_PASSWORD=",
+    "12345678",
     "abcdefgh12345678",
     "A1b2C3d4E5f6G7h8",
     "0123456789ABCDEF",
@@ -45,7 +71,7 @@ FRAGMENTS = [
 ]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=12), max_size=16))
 def test_triggers_redact_exactly_like_running_every_pattern(parts: list[str]) -> None:
     text = "".join(parts)

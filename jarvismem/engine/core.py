@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -29,7 +30,13 @@ from jarvismem.keys import KeySpace, destination_digest, validate_id
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.recall.stores import RecallStore
-from jarvismem.redaction import Redactor, default_redactor, no_redaction
+from jarvismem.redaction import (
+    Redactor,
+    key_matcher_for,
+    never_secret,
+    no_redaction,
+    redactor_for,
+)
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena import AthenaMemory
 from jarvismem.tiers.durable import DurableWriter
@@ -99,9 +106,15 @@ class MemoryEngine:
                 create_summarizer(settings) if owns_clients else shared_summarizer(settings)
             )
         self.summarizer = summarizer
+        names = settings.redaction_key_names
         if redactor is None:
-            redactor = default_redactor if settings.redaction_enabled else no_redaction
+            redactor = redactor_for(names) if settings.redaction_enabled else no_redaction
         self.redactor = redactor
+        # Which dict keys name a secret (REDACTION_KEYS): their values are
+        # hidden whatever their type, in turns, checkpoints and spaces.
+        self.is_secret_key: Callable[[str], bool] = (
+            key_matcher_for(names) if settings.redaction_enabled else never_secret
+        )
         if recall_store is None and redis is not None:
             # The embedded default: BM25 over an inverted index in Redis.
             recall_store = RedisRecallStore(redis, self.keyspace)

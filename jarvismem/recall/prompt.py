@@ -10,6 +10,13 @@ entries are dropped whole, lowest-ranked first.
 
 :func:`recall_for_turn` and :func:`capture_conversation` apply a
 :class:`MemoryPolicy` around a store.
+
+Everything taken from memory is redacted again as the prompt is built
+(recalled entries, spaces, summary, scratchpad): an entry stored before a
+secret pattern existed, or by a process with redaction off, does not reach
+the LLM. Redaction is idempotent, so text redacted when stored comes through
+unchanged. The instructions and the user message are the caller's own and are
+sent as given.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
+from jarvismem import redaction
 from jarvismem.defaults import PROMPT_BUDGET_CHARS
 from jarvismem.errors import RecallStoreMissingError
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.stores import RecallStore
+from jarvismem.redaction import Redactor
 
 P = ParamSpec("P")
 
@@ -83,16 +92,36 @@ def _spaces_text(raw: Any) -> str:
     return "\n".join(lines)
 
 
-def _bundle_sections(bundle: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """``(title, body)`` of each bundle part worth showing, highest priority first."""
+def _bundle_sections(
+    bundle: Mapping[str, Any] | None, redactor: Redactor, is_secret_key: Callable[[str], bool]
+) -> list[tuple[str, str]]:
+    """``(title, body)`` of each bundle part worth showing, highest priority first, redacted."""
     if not bundle:
         return []
+    spaces = bundle.get("spaces")
+    if spaces is not None and hasattr(spaces, "to_dict"):
+        spaces = spaces.to_dict()
+    # Spaces by structure (a belief under "api_key" is hidden whatever its
+    # type), the rendered text by pattern.
+    spaces = redaction.redact_value(spaces, redactor, is_secret_key)
     sections = [
-        ("Spaces", _spaces_text(bundle.get("spaces"))),
-        ("Long-term summary", str(bundle.get("ltm_summary") or "").strip()),
-        ("Scratchpad notes", str(bundle.get("scratchpad") or "").strip()),
+        ("Spaces", redactor(_spaces_text(spaces))),
+        ("Long-term summary", redactor(str(bundle.get("ltm_summary") or "").strip())),
+        ("Scratchpad notes", redactor(str(bundle.get("scratchpad") or "").strip())),
     ]
     return [(title, body) for title, body in sections if body]
+
+
+def redact_results(results: Sequence[RecallResult], redactor: Redactor) -> list[RecallResult]:
+    """Recall results with their entries' content redacted (unchanged ones are kept as they are)."""
+    out: list[RecallResult] = []
+    for result in results:
+        content = redactor(result.entry.content)
+        if content != result.entry.content:
+            entry = result.entry.model_copy(update={"content": content})
+            result = result.model_copy(update={"entry": entry})
+        out.append(result)
+    return out
 
 
 def preflight(
@@ -103,6 +132,8 @@ def preflight(
     recalled: Sequence[RecallResult] = (),
     policy: MemoryPolicy,
     budget_chars: int = PROMPT_BUDGET_CHARS,
+    redactor: Redactor = redaction.default_redactor,
+    is_secret_key: Callable[[str], bool] = redaction.is_secret_key,
 ) -> Preflight:
     """The exact messages of a turn, and which recalled entries they use.
 
@@ -115,15 +146,19 @@ def preflight(
         policy: ``inject`` picks the layout, ``max_entries`` caps the entries,
             ``enabled=False`` leaves recalled entries out.
         budget_chars: the most characters of memory text (headers excluded).
+        redactor, is_secret_key: applied to everything taken from memory
+            (entries, and the bundle's spaces, summary and scratchpad) before
+            it is measured and assembled; the runtime passes its own.
     """
     if budget_chars < 0:
         raise ValueError("budget_chars must be >= 0")
+    recalled = redact_results(recalled, redactor)
     allowed = list(recalled[: policy.max_entries]) if policy.enabled else []
     over_cap = list(recalled[len(allowed) :])
     over_budget: list[RecallResult] = []
 
     entry_lines = [_one_line(r.entry.content) for r in allowed]
-    sections = _bundle_sections(bundle)
+    sections = _bundle_sections(bundle, redactor, is_secret_key)
     total = sum(len(line) for line in entry_lines) + sum(len(b) for _, b in sections)
 
     # Over budget: cut bundle sections from the lowest priority up...

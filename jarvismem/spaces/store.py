@@ -68,6 +68,7 @@ from jarvismem.errors import (
     SpaceTypeError,
 )
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.redaction import Redactor, redact_value
 from jarvismem.resilience import Backoff
 from jarvismem.spaces.models import (
     RESERVED_SPACES,
@@ -248,6 +249,10 @@ class _Outcome(Generic[T]):
         self.space = space
 
 
+def _no_secret_keys(key: str) -> bool:
+    return False
+
+
 class SpacesStore:
     """The cognitive spaces of one (workflow, agent), stored in one Redis hash.
 
@@ -257,6 +262,11 @@ class SpacesStore:
     mutation that lost a race is re-applied before :class:`SpaceConflictError`.
     ``timeout``: seconds each method may take (retries included) before it
     raises :class:`BackendUnavailableError`.
+
+    ``redactor`` (with ``is_secret_key``): applied to every value and key a
+    write stores, data and metadata alike - spaces go into the bundle and the
+    prompt, so a belief such as ``{"api_key": ...}`` is stored as
+    ``[REDACTED]``. ``None`` stores values as given.
 
     ``retries`` counts the re-applications this store has made (observability
     and tests).
@@ -272,6 +282,8 @@ class SpacesStore:
         ttl_seconds: int | None,
         max_retries: int = 16,
         timeout: float = DEFAULT_TIMEOUT,
+        redactor: Redactor | None = None,
+        is_secret_key: Callable[[str], bool] | None = None,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise InvalidPayloadError("ttl_seconds must be positive or None")
@@ -293,6 +305,14 @@ class SpacesStore:
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.agent_id = validate_id(agent_id, "agent_id")
         self.retries = 0
+        self._redactor = redactor
+        self._is_secret_key = is_secret_key if is_secret_key is not None else _no_secret_keys
+
+    def _redacted(self, space: Space) -> None:
+        """Redact ``space``'s data and metadata in place, before it is encoded and stored."""
+        if self._redactor is not None:
+            space.data = redact_value(space.data, self._redactor, self._is_secret_key)
+            space.metadata = redact_value(space.metadata, self._redactor, self._is_secret_key)
 
     @property
     def key(self) -> str:
@@ -430,6 +450,9 @@ class SpacesStore:
                 new = outcome.space
                 if new is None:
                     return outcome.result
+                # The whole space, not just the new value: mutate()/update_space()
+                # may change anything, and redaction is idempotent.
+                self._redacted(new)
                 check_space_data(name, new.data)
                 check_json(new.metadata, "space metadata")
                 now = now_ms()
@@ -576,6 +599,8 @@ class SpacesStore:
         container = MemoryContainer.from_dict(snapshot)
         args: list[Any] = [CONTAINER_FIELD, encode_container(container)]
         for name, space in container.spaces.items():
+            # An export file may come from anyone: its values are redacted as a write's are.
+            self._redacted(space)
             args += [name, encode_space(space)]
         async with self._guard("restore") as deadline:
             _head, redis_ms = await self._read_raw(CONTAINER_FIELD)

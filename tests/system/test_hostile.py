@@ -34,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -1009,6 +1011,22 @@ SECRETS = [
     ),
 ]
 
+
+def _corpus() -> list[Secret]:
+    """The shared secret corpus (``tests/secret_corpus.py``, ``SECRETS`` as
+    ``(family, text, secret)``) when this tree has it: every shape in every place."""
+    if importlib.util.find_spec("tests.secret_corpus") is None:
+        return []
+    corpus = importlib.import_module("tests.secret_corpus")
+    return [
+        Secret(f"corpus:{family}:{i}", {"output": text}, text, secret)
+        for i, (family, text, secret) in enumerate(corpus.SECRETS)
+    ]
+
+
+CORPUS = _corpus()
+ALL_SECRETS = SECRETS + CORPUS
+
 PLACES = [
     "thought-text",
     "action-dict",
@@ -1024,22 +1042,24 @@ PLACES = [
 ]
 
 
-async def place(mem: Any, secret: Secret, where: str) -> None:
-    """Put ``secret`` into ``where`` through the public API."""
+async def place(mem: Any, secret: Secret, where: str, turn: int = 7) -> None:
+    """Put ``secret`` into ``where`` through the public API (``turn``: the turn id
+    a turn placement uses; a re-logged turn id would be a no-op)."""
     if where == "thought-text":
-        await mem.log_turn(7, f"I found {secret.text} in the output", "a", "r")
+        await mem.log_turn(turn, f"I found {secret.text} in the output", "a", "r")
     elif where == "action-dict":
-        await mem.log_turn(7, "t", secret.value, "r")
+        await mem.log_turn(turn, "t", secret.value, "r")
     elif where == "result-nested":
-        await mem.log_turn(7, "t", "a", {"outputs": [{"tool": "env", "value": secret.value}]})
+        await mem.log_turn(turn, "t", "a", {"outputs": [{"tool": "env", "value": secret.value}]})
     elif where == "dict-key":
-        await mem.log_turn(7, "t", "a", {secret.text: 1, secret.needle: 2})
+        # The text form as a key (a bare value such as "hunter2" is no secret shape).
+        await mem.log_turn(turn, "t", "a", {secret.text: 1, "env": {secret.text: True}})
     elif where == "checkpoint":
         await mem.save_checkpoint(json.dumps({"memo": secret.value, "raw": secret.text}))
     elif where == "world_put-value":
         await mem.spaces.world_put("creds", secret.value)
     elif where == "world_put-key":
-        await mem.spaces.world_put(secret.needle, "x")
+        await mem.spaces.world_put(secret.text, "x")
     elif where == "task":
         await mem.spaces.tasks_add(f"rotate {secret.text}")
     elif where == "note":
@@ -1058,7 +1078,7 @@ async def outgoing(mem: Any) -> str:
 
 
 @prop(60)
-@given(secret=st.sampled_from(SECRETS), where=st.sampled_from(PLACES))
+@given(secret=st.sampled_from(ALL_SECRETS), where=st.sampled_from(PLACES))
 async def test_a_secret_placed_anywhere_is_never_stored_or_handed_out(
     secret: Secret, where: str
 ) -> None:
@@ -1115,12 +1135,11 @@ async def test_no_secret_reaches_any_store_athena_the_logs_or_the_cli_json(
         async with stores(real=True, athena=client) as s:
             mem = await warm(s)
             assert await s.rt.athena_memory("a1") is not None
-            for turn, secret in enumerate(SECRETS, start=10):
+            turn = 10
+            for secret in ALL_SECRETS:
                 for where in PLACES:
-                    if where in ("thought-text", "action-dict", "result-nested", "dict-key"):
-                        mem = s.rt.memory("wf", "s1", "a1")
-                    await place(mem, secret, where)
-                    await mem.log_turn(turn, "t", "a", {"k": secret.value})  # Athena too
+                    turn += 1
+                    await place(mem, secret, where, turn)
             athena_mem = await s.rt.athena_memory("a1")
             assert athena_mem is not None
             await athena_mem.flush(timeout=10)
@@ -1133,13 +1152,13 @@ async def test_no_secret_reaches_any_store_athena_the_logs_or_the_cli_json(
                     _cli, s, "bundle", "--json", "--workflow", "wf", "--step", "s1", "--agent", "a1"
                 ),
                 asyncio.to_thread(_cli, s, "spaces", "--json", "--workflow", "wf", "--agent", "a1"),
-                asyncio.to_thread(_cli, s, "tail", "--json", "--workflow", "wf", "-n", "200"),
+                asyncio.to_thread(_cli, s, "tail", "--json", "--workflow", "wf", "-n", "100000"),
                 asyncio.to_thread(_cli, s, "export", "--json", "--workflow", "wf"),
             )
             logs = "\n".join(s.log)
             leaks = [
                 (secret.name, where)
-                for secret in SECRETS
+                for secret in ALL_SECRETS
                 for where, text in (
                     ("stored", stored),
                     ("prompt", prompt),

@@ -82,6 +82,7 @@ from tests.conftest import (
 PAYLOAD_ERRORS: tuple[type[BaseException], ...] = (InvalidPayloadError, PayloadTooLargeError)
 ID_ERRORS: tuple[type[BaseException], ...] = (InvalidIdError,)
 SPACE_ERRORS: tuple[type[BaseException], ...] = (SpaceError, InvalidIdError, *PAYLOAD_ERRORS)
+CHECKPOINT_ERRORS: tuple[type[BaseException], ...] = (*PAYLOAD_ERRORS, CheckpointConflictError)
 IMPORT_ERRORS: tuple[type[BaseException], ...] = (TransferError, InvalidIdError, *PAYLOAD_ERRORS)
 
 # Room for the truncation marker (``…[truncated N chars]`` or its structured form).
@@ -92,7 +93,7 @@ MAX_SAFE_INT = 2**53 - 1
 # stores (below), so sharing a function-scoped fixture across examples is safe.
 
 
-def prop(examples: int) -> Any:
+def prop(examples: int) -> hsettings:
     """The settings of one property: ``examples`` examples, no per-example deadline
     (a 3 MB turn is slow by design), and the health checks that large generated
     values trip off."""
@@ -434,7 +435,7 @@ def _encoded_len(value: Any) -> int:
 # --- turns --------------------------------------------------------------------------------
 
 
-@prop(60)
+@prop(100)
 @given(
     field_name=st.sampled_from(["thought", "action", "result"]),
     value=HOSTILE_VALUE,
@@ -510,7 +511,7 @@ async def test_a_hostile_checkpoint_is_refused_and_the_stored_one_kept(
         before = await dump(s)
         try:
             rev = await mem.save_checkpoint(state, expected_rev=expected_rev)
-        except (*PAYLOAD_ERRORS, CheckpointConflictError):
+        except CHECKPOINT_ERRORS:
             assert_same(before, await dump(s), "save_checkpoint refused")
             assert await mem.load_checkpoint() == '{"next": 2}'
             return
@@ -819,7 +820,7 @@ def _mutate(records: list[dict[str, Any]], how: str, pick: int, value: Any) -> l
     return [json.dumps(r) for r in ([header, *body] if how != "no_header" else recs)]
 
 
-HOSTILE_JSON = st.one_of(
+HOSTILE_JSON: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(
         [
             "0-0",
@@ -872,7 +873,7 @@ def _write_file(path: Path, content: list[str] | bytes) -> None:
         path.write_text("\n".join(content) + "\n", encoding="utf-8", errors="surrogatepass")
 
 
-@prop(60)
+@prop(80)
 @given(how=MUTATIONS, pick=st.integers(0, 1000), value=HOSTILE_JSON, force=st.booleans())
 async def test_a_hostile_export_file_is_refused_whole_and_the_target_kept(
     how: str, pick: int, value: Any, force: bool
@@ -1077,7 +1078,7 @@ async def outgoing(mem: Any) -> str:
     return json.dumps(bundle, default=str) + json.dumps([repr(r) for r in recalled])
 
 
-@prop(60)
+@prop(100)
 @given(secret=st.sampled_from(ALL_SECRETS), where=st.sampled_from(PLACES))
 async def test_a_secret_placed_anywhere_is_never_stored_or_handed_out(
     secret: Secret, where: str

@@ -68,6 +68,7 @@ from jarvismem.errors import (
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.fake_llm import FakeLLMServer
 from jarvismem.transfer import TransferError, export_workflow, import_workflow
 from tests.conftest import (
     REAL_REDIS_URL,
@@ -1128,12 +1129,13 @@ def _cli(s: Stores, *args: str) -> str:
     return done.stdout + done.stderr
 
 
-async def test_no_secret_reaches_any_store_athena_the_logs_or_the_cli_json(
-    athena: FakeAthenaServer,
+async def test_no_secret_reaches_any_store_athena_the_llm_the_logs_or_the_cli_json(
+    athena: FakeAthenaServer, fake_llm: FakeLLMServer
 ) -> None:
     client = AthenaClient(athena.url, max_retries=0)
     try:
-        async with stores(real=True, athena=client) as s:
+        llm = {"llm_base_url": fake_llm.url, "llm_max_retries": 0}
+        async with stores(real=True, athena=client, **llm) as s:
             mem = await warm(s)
             assert await s.rt.athena_memory("a1") is not None
             turn = 10
@@ -1141,6 +1143,10 @@ async def test_no_secret_reaches_any_store_athena_the_logs_or_the_cli_json(
                 for where in PLACES:
                     turn += 1
                     await place(mem, secret, where, turn)
+            # A compaction sends the ledger to the LLM and stores what it answers
+            # (the fake echoes the start of its input, so a leak could land in the summary too).
+            assert (await mem.compact_now())["compacted"] is True
+            llm_sent = json.dumps([r.json for r in fake_llm.completion_requests()])
             athena_mem = await s.rt.athena_memory("a1")
             assert athena_mem is not None
             await athena_mem.flush(timeout=10)
@@ -1164,6 +1170,7 @@ async def test_no_secret_reaches_any_store_athena_the_logs_or_the_cli_json(
                     ("stored", stored),
                     ("prompt", prompt),
                     ("athena", sent),
+                    ("llm", llm_sent),
                     ("logs", logs),
                     ("cli", "\n".join(cli)),
                 )

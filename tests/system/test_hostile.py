@@ -57,7 +57,7 @@ from hypothesis import strategies as st
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.defaults import MAX_TURN_FIELD_CHARS
+from jarvismem.defaults import MAX_CHECKPOINT_BYTES, MAX_TURN_FIELD_CHARS
 from jarvismem.errors import (
     CheckpointConflictError,
     InvalidIdError,
@@ -745,6 +745,54 @@ async def test_a_restored_snapshot_with_hostile_revisions_leaves_the_spaces_writ
         await spaces.tasks_add("still writable")
         after = await spaces.snapshot()
         assert after["rev"] == snap["rev"] + 2, (snap["rev"], after["rev"])
+
+
+# Every stored field has a documented size policy (issue 11): none may hold more
+# than the largest limit documented for any field, a checkpoint's 4 MiB
+# (MAX_CHECKPOINT_BYTES), plus room for the record around it.
+LARGEST_STORED_FIELD = MAX_CHECKPOINT_BYTES + 64 * 1024
+
+
+async def _big_write(mem: Any, where: str, value: Any) -> None:
+    if where == "world_put":
+        await mem.spaces.world_put("big", value)
+    elif where == "put_space":
+        await mem.spaces.put_space("custom", {"big": value})
+    elif where == "tasks_add":
+        await mem.spaces.tasks_add(value if isinstance(value, str) else json.dumps(value))
+    elif where == "note":
+        await mem.working.write("note", value)
+    elif where == "remember":
+        await mem.remember(value if isinstance(value, str) else json.dumps(value))
+    else:
+        await mem.log_turn(2, "t", "a", value)
+
+
+@prop(20)
+@given(
+    where=st.sampled_from(["world_put", "put_space", "tasks_add", "note", "remember", "turn"]),
+    size=st.sampled_from([5_000_000, 10_000_000]),
+    shape=st.sampled_from(["text", "list"]),
+)
+async def test_no_write_stores_a_field_larger_than_the_documented_maximum(
+    where: str, size: int, shape: str
+) -> None:
+    value = long_text("b" * size, f"'b' * {size}") if shape == "text" else huge(size, "list")
+    async with stores() as s:
+        mem = await warm(s)
+        before = await dump(s)
+        try:
+            await _big_write(mem, where, value)
+        except SPACE_ERRORS:
+            assert_same(before, await dump(s), f"{where} of {size} refused")
+            return
+        after = await dump(s)
+        sizes = {k: len(repr(v[1])) for k, v in after["redis"].items()}
+        sizes.update({k: len(v) for k, v in after["files"].items()})
+        largest = max(sizes, key=lambda k: sizes[k])
+        assert sizes[largest] <= LARGEST_STORED_FIELD, (
+            f"{where} of a {size:,}-char {shape}: {largest!r} holds {sizes[largest]:,} bytes"
+        )
 
 
 # --- import files -------------------------------------------------------------------------

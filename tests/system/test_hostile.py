@@ -16,10 +16,13 @@ the documented outcome, never one example chosen by the author:
 * **export files** (truncated lines, wrong order, ``0-0`` ids, duplicate turns,
   giant revisions, wrong types, wrong format/version): only documented errors,
   the target unchanged when refused, and a retry of the good file then works.
+* **sizes**: a write of 5-10 MB anywhere (spaces, tasks, notes, remembered
+  facts, turns) is refused or stored bounded by the largest documented limit.
 * **secrets** placed anywhere (turn fields, dict keys, checkpoints, spaces,
   scratchpad notes, remembered facts, summaries) never appear in what is
-  stored, what goes to the prompt, what is sent to Athena, the logs, or the
-  CLI's ``--json`` output.
+  stored, what goes to the prompt, what is sent to Athena or the LLM, the logs,
+  or the CLI's ``--json`` output. With ``tests/secret_corpus.py`` present its
+  samples join the 15 shapes here.
 
 Layers: the input-handling properties run on fakeredis (a private server per
 example) and a local blob folder, which is what the property is about and keeps

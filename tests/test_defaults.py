@@ -38,6 +38,8 @@ from jarvismem.tiers.working import WorkingScratchpad
 # Settings field -> the constant its default must be.
 SETTINGS_DEFAULTS = {
     "jarvismem_namespace": defaults.NAMESPACE,
+    "max_payload_depth": defaults.MAX_PAYLOAD_DEPTH,
+    "redact_checkpoints": defaults.REDACT_CHECKPOINTS,
     "redis_context_ttl_days": defaults.CONTEXT_TTL_DAYS,
     "redis_max_connections": defaults.REDIS_MAX_CONNECTIONS,
     "redis_connect_retries": defaults.REDIS_CONNECT_RETRIES,
@@ -178,3 +180,7 @@ def test_it_imports_nothing_from_jarvismem() -> None:
             assert not (node.module or "").startswith("jarvismem")
         elif isinstance(node, ast.Import):
             assert not any(alias.name.startswith("jarvismem") for alias in node.names)
+
+
+def test_the_redaction_keys_default_is_the_documented_names() -> None:
+    assert Settings.model_fields["redaction_keys"].default == ",".join(defaults.REDACTION_KEYS)

@@ -20,12 +20,13 @@ from typing import Any
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
-from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS
+from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS, RECALL_CONTENT_MAX_CHARS
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import (
     BackendUnavailableError,
     ConfigError,
     InvalidPayloadError,
+    PayloadTooLargeError,
     RecallStoreMissingError,
 )
 from jarvismem.health import memory_health
@@ -356,8 +357,15 @@ class UnifiedMemory:
         """Store a fact for later recall (an upsert when ``entry_id`` is given).
 
         Scope and namespace come from the runtime's :class:`MemoryPolicy`;
-        raises ``RecallStoreMissingError`` when no recall store is configured.
+        raises ``RecallStoreMissingError`` when no recall store is configured and
+        :class:`~jarvismem.errors.PayloadTooLargeError` for content longer than
+        ``RECALL_CONTENT_MAX_CHARS`` (checked before the redactor reads it all).
         """
+        if isinstance(content, str) and len(content) > RECALL_CONTENT_MAX_CHARS:
+            raise PayloadTooLargeError(
+                f"content is {len(content)} characters; a remembered fact may hold at most "
+                f"{RECALL_CONTENT_MAX_CHARS}"
+            )
         store = self._recall_store()
         request = self.runtime.policy.write_request(
             agent_id=self.agent_id,

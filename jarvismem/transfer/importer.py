@@ -39,6 +39,7 @@ from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import BlobNotFoundError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.records import as_text, encode_entry, encode_record, turn_identity
+from jarvismem.redaction import redact_json_text, redact_value
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CheckpointStore
@@ -113,6 +114,10 @@ class RecordWriter:
         self._blob_path: str | None = None
         self._blob_buf: list[bytes] = []
         self._blob_size = 0
+        # An export file may come from anyone: what it holds is redacted like
+        # any write (strings, dict keys, values under secret-named keys).
+        self._redact = rt.redactor
+        self._is_secret = rt.is_secret_key
 
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -137,7 +142,7 @@ class RecordWriter:
         elif isinstance(rec, BlobRecordLine):
             blob_kind = self.ks.scratchpad if rec.kind == "scratchpad" else self.ks.goals
             path = blob_kind(self.workflow_id, rec.step_id, rec.agent_id)
-            data = encode_record(rec.record)
+            data = encode_record(redact_value(rec.record, self._redact, self._is_secret))
             # Flush before the batch would pass the limit, so that no append is
             # larger than the larger of a batch and one (validated) record.
             if path != self._blob_path or self._blob_size + len(data) > BLOB_BATCH_BYTES:
@@ -150,7 +155,7 @@ class RecordWriter:
                 self.rt.redis, self.rt.blob, self.ks, self.workflow_id, ttl_seconds=self.ttl
             )
             prov = rec.model_dump(exclude={"kind", "text"})
-            await ltm.save_summary(rec.text, provenance=prov)
+            await ltm.save_summary(self._redact(rec.text), provenance=prov)
         elif isinstance(rec, CheckpointLine):
             checkpoints = CheckpointStore(
                 self._need_redis("checkpoint"),
@@ -160,8 +165,11 @@ class RecordWriter:
                 ttl_seconds=self.ttl,
                 max_bytes=self.rt.settings.max_checkpoint_bytes,
             )
+            state = rec.state
+            if self.rt.settings.redact_checkpoints:
+                state = redact_json_text(state, self._redact, self._is_secret)
             # The revision is kept, so a kernel's expected_rev stays meaningful.
-            await checkpoints.restore(rec.state, rec.rev, rec.ts)
+            await checkpoints.restore(state, rec.rev, rec.ts)
         elif isinstance(rec, SpacesLine):
             store = SpacesStore(
                 self._need_redis("spaces"),
@@ -169,6 +177,8 @@ class RecordWriter:
                 self.workflow_id,
                 rec.agent_id,
                 ttl_seconds=self.ttl,
+                redactor=self._redact,
+                is_secret_key=self._is_secret,
             )
             await store.restore(rec.snapshot)
 
@@ -180,7 +190,8 @@ class RecordWriter:
         index = self.ks.turn_index(self.workflow_id)
         async with redis.pipeline(transaction=False) as pipe:
             for rec in self._ledger:
-                pipe.xadd(stream, encode_entry(rec.fields), id=rec.id)
+                fields = redact_value(rec.fields, self._redact, self._is_secret)
+                pipe.xadd(stream, encode_entry(fields), id=rec.id)
                 identity = turn_identity(rec.fields)
                 if identity is not None:
                     # Rebuild the exactly-once index: a re-run turn stays a duplicate.

@@ -610,3 +610,48 @@ async def test_an_import_into_a_redis_cluster_switches_in_one_slot(
             await cluster.delete(key)
     finally:
         await cluster.aclose()
+
+
+SECRET_PEM = (
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----"
+)
+PLANTED = (
+    "hunter2-planted",
+    "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "hf_" + "a" * 34,
+    "MIIEvQIBAD",
+)
+
+
+def _plant(record: dict[str, Any]) -> dict[str, Any]:
+    """One record of an export file with a secret added in its kind's text fields."""
+    kind = record.get("kind")
+    if kind == "ledger":
+        record["fields"]["thought"] = f"key {PLANTED[1]}"
+        record["fields"]["action"] = {"password": PLANTED[0], "tool": "login"}
+    elif kind == "summary":
+        record["text"] += f"\nused {PLANTED[2]}"
+    elif kind == "checkpoint":
+        record["state"] = json.dumps({"api_key": PLANTED[0], "pem": SECRET_PEM})
+    elif kind in ("scratchpad", "goals"):
+        record["record"]["data"] = {"token": PLANTED[0], "note": f"hf {PLANTED[2]}"}
+    elif kind == "spaces":
+        record["snapshot"]["spaces"]["world"]["data"]["password"] = PLANTED[0]
+    return record
+
+
+async def test_an_imported_file_is_redacted_like_any_write(
+    make_store_runtime: MakeRuntime, keyspace: KeySpace, tmp_path: Path, redis_client: Any
+) -> None:
+    """An export file may come from anyone: its secrets are not stored by the import."""
+    source = make_store_runtime("src")
+    target = make_store_runtime("dst", namespace=keyspace.namespace + "sec")
+    await populate(source, "wf1")
+    records = await _export(source, "wf1", tmp_path / "clean.jsonl")
+    planted = _write(tmp_path / "planted.jsonl", [records[0], *map(_plant, records[1:])])
+    await import_workflow(target, planted)
+    # Everything the target holds (keys and blobs), searched as text.
+    stored = repr(await _dump(target, redis_client))
+    for secret in PLANTED:
+        assert secret not in stored, secret
+    assert "[REDACTED]" in stored

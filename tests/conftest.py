@@ -59,11 +59,6 @@ def env_without_settings() -> dict[str, str]:
         for k, v in os.environ.items()
         if k.upper() not in names and not k.upper().startswith("JARVISMEM_")
     }
-    # The child imports this checkout's jarvismem, not whichever one the
-    # environment has installed (a worktree beside an editable install).
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p
-    )
     return env
 
 

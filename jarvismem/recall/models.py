@@ -84,13 +84,9 @@ class MemoryEntry(_Scoped):
     @field_validator("content")
     @classmethod
     def _content(cls, value: object) -> str:
-        text = _text(value, "content")
-        if len(text) > RECALL_CONTENT_MAX_CHARS:
-            raise ValueError(
-                f"content is {len(text)} characters; a remembered fact may hold at most "
-                f"{RECALL_CONTENT_MAX_CHARS}"
-            )
-        return text
+        # No size bound here: an entry is read back as it was stored; writes
+        # are bounded by WriteRequest.
+        return _text(value, "content")
 
 
 class RecallRequest(_Scoped):

@@ -154,3 +154,12 @@ def test_a_fact_over_the_content_limit_is_refused() -> None:
     WriteRequest(agent_id="a1", content="x" * RECALL_CONTENT_MAX_CHARS)
     with pytest.raises(ValidationError, match="at most"):
         WriteRequest(agent_id="a1", content="x" * (RECALL_CONTENT_MAX_CHARS + 1))
+
+
+def test_a_stored_entry_over_the_write_limit_is_still_read() -> None:
+    """The bound is on writes: an entry stored before it (or by another tool) still loads."""
+    from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS
+
+    big = "x" * (RECALL_CONTENT_MAX_CHARS + 10)
+    entry = MemoryEntry(id="e1", agent_id="a1", content=big, created_at=1, updated_at=1)
+    assert entry.content == big

@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -382,3 +383,33 @@ def redis_server(tmp_path: Path) -> Iterator[Any]:
     server.start()
     yield server
     server.kill()
+
+
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "redis-cluster"
+CLUSTER_BASE_PORT = 7000
+"""First port of the local 3-master Redis Cluster the cluster tests share."""
+
+
+@pytest.fixture(scope="session")
+def cluster_port() -> Iterator[int]:
+    """Port of a running cluster node; starts (and later stops) one if none answers."""
+    started = False
+    if not _port_open("127.0.0.1", CLUSTER_BASE_PORT):
+        try:
+            run = subprocess.run(
+                [str(CLUSTER_SCRIPT), "start", str(CLUSTER_BASE_PORT)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            require_backend(False, f"Redis Cluster via scripts/redis-cluster ({exc})")
+        if run.returncode != 0:
+            require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
+        started = True
+    yield CLUSTER_BASE_PORT
+    if started:
+        subprocess.run(
+            [str(CLUSTER_SCRIPT), "stop", str(CLUSTER_BASE_PORT)], capture_output=True, timeout=60
+        )

@@ -6,9 +6,7 @@ tests prove that each script's keys share the workflow's hash tag.
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -18,36 +16,8 @@ from jarvismem.errors import CheckpointConflictError
 from jarvismem.keys import KeySpace
 from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.episodic import EpisodicLedger
-from tests.conftest import _port_open, require_backend
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "redis-cluster"
-BASE_PORT = 7000
-
-
-@pytest.fixture(scope="session")
-def cluster_port() -> Iterator[int]:
-    """Port of a running cluster node; starts (and later stops) one if none answers."""
-    started = False
-    if not _port_open("127.0.0.1", BASE_PORT):
-        try:
-            run = subprocess.run(
-                [str(SCRIPT), "start", str(BASE_PORT)],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            require_backend(False, f"Redis Cluster via scripts/redis-cluster ({exc})")
-        if run.returncode != 0:
-            require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
-        started = True
-    yield BASE_PORT
-    if started:
-        subprocess.run([str(SCRIPT), "stop", str(BASE_PORT)], capture_output=True, timeout=60)
 
 
 @pytest.fixture

@@ -553,35 +553,10 @@ async def test_an_importer_killed_at_any_point_leaves_old_or_new_and_a_retry_suc
 
 # --- Redis Cluster: staging keys share the workflow's slot, so the switch is one script ---
 
-_CLUSTER_PORT = 7130  # not the system suite's 7000: the two may run side by side
-
-
-@pytest.fixture(scope="module")
-def import_cluster_port() -> Any:
-    import subprocess
-
-    from tests.conftest import require_backend
-
-    script = Path(_REPO_ROOT) / "scripts" / "redis-cluster"
-    try:
-        run = subprocess.run(
-            [str(script), "start", str(_CLUSTER_PORT)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        require_backend(False, f"Redis Cluster via scripts/redis-cluster ({exc})")
-    if run.returncode != 0:
-        require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
-    yield _CLUSTER_PORT
-    subprocess.run([str(script), "stop", str(_CLUSTER_PORT)], capture_output=True, timeout=60)
-
 
 @pytest.mark.integration
 async def test_an_import_into_a_redis_cluster_switches_in_one_slot(
-    import_cluster_port: int,
+    cluster_port: int,
     make_store_runtime: MakeRuntime,
     make_settings: Any,
     make_runtime: MakeRuntime,
@@ -595,7 +570,7 @@ async def test_an_import_into_a_redis_cluster_switches_in_one_slot(
     await populate(source, "wf1")
     path = tmp_path / "wf1.jsonl"
     await _export(source, "wf1", path)
-    cluster = RedisCluster(host="127.0.0.1", port=import_cluster_port)
+    cluster = RedisCluster(host="127.0.0.1", port=cluster_port)
     await cluster.initialize()
     try:
         rt = make_runtime(settings=make_settings(), redis=cluster, blob=local_blob)

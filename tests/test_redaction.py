@@ -38,9 +38,7 @@ OPENAI_PROJECT = "sk-proj-" + "Zx8_Cv7-Bn6mQw5eRt4yUi3o"
 ANTHROPIC = "sk-ant-api03-" + "Qa1Ws2Ed3Rf4Tg5Yh6Uj7"
 GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 GITHUB_FINE = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuv"
-AWS = "AKIA" + "IOSFODNN7EXAMPLE"
 SLACK = "xoxb-" + "123456789012-1234567890123-AbCdEfGhIjKl"
-GOOGLE = "AIza" + "SyA1234567890abcdefghijklmnopqrstuv"
 JWT = (
     "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
     "eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
@@ -48,39 +46,17 @@ JWT = (
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBe=="
 
 SECRET_CASES: list[tuple[str, str, str]] = [
-    # (name, text, the secret that must disappear)
+    # (name, text, the secret that must disappear): shapes the corpus
+    # (tests/secret_corpus.py) does not hold; the tests below run both.
     ("openai", f"use key {OPENAI} for the call", OPENAI),
     ("openai-project", f"OPENAI_KEY is {OPENAI_PROJECT}", OPENAI_PROJECT),
     ("anthropic", f"x-key {ANTHROPIC}", ANTHROPIC),
     ("github", f"git clone with {GITHUB}", GITHUB),
     ("github-fine-grained", f"pat: {GITHUB_FINE} end", GITHUB_FINE),
-    ("aws-access-key-id", f"aws id {AWS} in config", AWS),
     ("slack", f"slack bot {SLACK}", SLACK),
-    ("google", f"maps key {GOOGLE}.", GOOGLE),
-    ("jwt", f"token {JWT}", JWT),
-    ("bearer-header", "Authorization: Bearer abcdefgh12345678", "abcdefgh12345678"),
-    ("bearer-lowercase", "authorization: bearer q9w8e7r6t5y4u3i2", "q9w8e7r6t5y4u3i2"),
-    ("basic-header", "Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
-    ("jwt-header", f"Authorization: JWT {JWT}", JWT),
-    ("api-key-pair", "GET /v1?api_key=abc123def456", "abc123def456"),
-    ("api-key-header", "X-API-Key: 9f8e7d6c5b4a", "9f8e7d6c5b4a"),
-    ("token-pair", "token=tok_live_123456", "tok_live_123456"),
-    ("prefixed-secret", "client_secret=abcdef123456", "abcdef123456"),
     ("aws-secret", "aws_secret_access_key=wJalrXUtnFEMI/K7MDENG", "wJalrXUtnFEMI/K7MDENG"),
-    ("json-password", '{"user": "bob", "password": "s3cr3tpw"}', "s3cr3tpw"),
-    ("json-passphrase", '{"password": "correct horse battery staple"}', "horse battery"),
-    ("json-escaped-quote", '{"db-password": "ab\\"cd ef"}', "cd ef"),
-    ("yaml-password", "password: hunter2hunter2", "hunter2hunter2"),
-    ("single-quoted", "secret='open sesame now'", "sesame"),
-    (
-        "azure-connection-string",
-        f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={AZURE_KEY};"
-        "EndpointSuffix=core.windows.net",
-        AZURE_KEY[:40],
-    ),
-    ("url-password", "connect to postgres://admin:hunter2@db:5432/app", "hunter2"),
-    ("redis-url-password", "REDIS_URL=redis://:pa55word@127.0.0.1:6379/0", "pa55word"),
 ]
+ALL_SECRET_CASES = [*corpus.SECRETS, *SECRET_CASES]
 
 PROSE = [
     "The token budget is 8000 tokens per turn.",
@@ -100,7 +76,7 @@ PROSE = [
 
 
 @pytest.mark.parametrize(
-    ("text", "secret"), [c[1:] for c in SECRET_CASES], ids=[c[0] for c in SECRET_CASES]
+    ("text", "secret"), [c[1:] for c in ALL_SECRET_CASES], ids=[c[0] for c in ALL_SECRET_CASES]
 )
 def test_default_redactor_hides_secret(text: str, secret: str) -> None:
     out = default_redactor(text)
@@ -137,13 +113,15 @@ def test_text_around_a_secret_is_kept() -> None:
 
 
 def test_every_secret_in_one_text_is_hidden() -> None:
-    text = " | ".join(case[1] for case in SECRET_CASES)
+    text = " | ".join(case[1] for case in ALL_SECRET_CASES)
     out = default_redactor(text)
-    for _, _, secret in SECRET_CASES:
+    for _, _, secret in ALL_SECRET_CASES:
         assert secret not in out
 
 
-@pytest.mark.parametrize("text", [c[1] for c in SECRET_CASES], ids=[c[0] for c in SECRET_CASES])
+@pytest.mark.parametrize(
+    "text", [c[1] for c in ALL_SECRET_CASES], ids=[c[0] for c in ALL_SECRET_CASES]
+)
 def test_redaction_is_idempotent(text: str) -> None:
     once = default_redactor(text)
     assert default_redactor(once) == once

@@ -320,6 +320,9 @@ def test_every_readme_command_runs(tmp_path: Path, redis_server: Any) -> None:
         for p in _problems(cmd, rc, out, err)
     ]
     assert not problems, "\n".join(problems)
+    # scripts/demo itself says how to reach the CLI it installed.
+    demo = next(i for i, c in enumerate(COMMANDS) if c.text.startswith("scripts/demo"))
+    assert "source .venv/bin/activate" in results[demo][2]
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """docker-compose.yml, checked by reading it (these machines have no Docker engine).
 
 The file is the contract for users who run the backends in containers: loopback-only
-ports, no credential in the file, Redis durable (AOF), every variable documented.
+ports, no credential in the file, Redis durable (AOF, fsync always, as docs/reliability.md
+promises), every variable documented, images pinned, health checks that use only what
+the images ship.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
+README = ROOT / "README.md"
+RELIABILITY = ROOT / "docs" / "reliability.md"
+SERVICES_SCRIPT = ROOT / "scripts" / "services"
 
 ATHENA_SERVICES = ("athena", "mongodb", "milvus", "etcd", "minio", "arangodb")
 ALWAYS_ON = ("redis", "azurite")
@@ -109,6 +114,24 @@ def test_every_published_port_binds_loopback(service: str, port: Any) -> None:
         assert len(parts) == 3 and parts[0] == "127.0.0.1", f"{service}: {port!r}"
 
 
+def test_redis_host_port_is_not_6379_and_can_be_overridden() -> None:
+    # 127.0.0.1:6379 is where a locally installed redis-server (and scripts/services)
+    # listens: publishing there makes `docker compose up` fail on such a machine.
+    (port,) = _services()["redis"]["ports"]
+    assert isinstance(port, dict), "long syntax: the host port is a variable"
+    assert port["target"] == 6379
+    assert _variables(str(port["published"])) == [("REDIS_HOST_PORT", ":-6380")]
+
+
+def test_env_example_and_readme_point_at_the_compose_redis_port() -> None:
+    env_example = ENV_EXAMPLE.read_text(encoding="utf-8")
+    assert re.search(r"^# REDIS_HOST_PORT=6380$", env_example, flags=re.M)
+    assert "REDIS_URL=redis://127.0.0.1:6380/0" in env_example
+    readme = README.read_text(encoding="utf-8")
+    assert "REDIS_URL=redis://127.0.0.1:6380/0" in readme
+    assert "REDIS_HOST_PORT" in readme
+
+
 def test_every_variable_used_is_documented_in_env_example() -> None:
     used = {name for text in _strings(_compose()) for name, _ in _variables(text)}
     assert used, "the compose file is expected to read its settings from .env"
@@ -154,10 +177,20 @@ def test_no_known_default_credential_appears_anywhere() -> None:
         assert default not in text
 
 
-def test_redis_runs_with_aof_fsync_every_second() -> None:
+def test_redis_runs_with_aof_fsync_always() -> None:
+    # docs/reliability.md: acknowledged turns survive a Redis crash only with
+    # `appendfsync always`; the compose Redis is the one the README points users to.
     command = " ".join(_services()["redis"]["command"])
     assert "--appendonly yes" in command
-    assert "--appendfsync everysec" in command
+    assert "--appendfsync always" in command
+
+
+def test_reliability_doc_names_the_fsync_policy_compose_runs() -> None:
+    command = " ".join(_services()["redis"]["command"])
+    policy = re.search(r"--appendfsync (\w+)", command)
+    assert policy is not None
+    doc = RELIABILITY.read_text(encoding="utf-8")
+    assert f"`docker-compose.yml` runs Redis with AOF `appendfsync {policy.group(1)}`" in doc
 
 
 def test_redis_keeps_its_data_in_a_volume() -> None:
@@ -181,6 +214,42 @@ def test_azurite_runs_only_the_blob_service() -> None:
     assert azurite["image"].startswith("mcr.microsoft.com/azure-storage/azurite")
     assert azurite["command"][:3] == ["azurite-blob", "--blobHost", "0.0.0.0"]
     assert "healthcheck" in azurite
+
+
+def test_azurite_skips_the_api_version_check() -> None:
+    # Without it, an Azure SDK newer than the emulator is refused with
+    # "The API version ... is not supported".
+    assert "--skipApiVersionCheck" in _services()["azurite"]["command"]
+
+
+def test_azurite_image_is_pinned_to_the_version_the_tests_install() -> None:
+    image = _services()["azurite"]["image"]
+    name, _, tag = image.rpartition(":")
+    assert name == "mcr.microsoft.com/azure-storage/azurite"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"azurite image not pinned: {image}"
+    script = SERVICES_SCRIPT.read_text(encoding="utf-8")
+    assert f"azurite@{tag}" in script, "scripts/services installs another Azurite version"
+
+
+@pytest.mark.parametrize("service", sorted(set(ALWAYS_ON + ATHENA_SERVICES) - {"athena"}))
+def test_every_third_party_image_is_pinned(service: str) -> None:
+    image = _services()[service]["image"]
+    tag = image.rpartition(":")[2] if ":" in image.rsplit("/", 1)[-1] else ""
+    assert tag and tag != "latest", f"{service}: image {image!r} has no version tag"
+
+
+# Images known to ship no curl (a health check calling it would never pass).
+_NO_CURL = ("minio", "azurite")
+
+
+@pytest.mark.parametrize("service", _NO_CURL)
+def test_healthchecks_use_only_what_the_image_ships(service: str) -> None:
+    check = " ".join(str(part) for part in _services()[service]["healthcheck"]["test"])
+    assert "curl" not in check
+
+
+def test_minio_health_check_uses_its_own_client() -> None:
+    assert _services()["minio"]["healthcheck"]["test"] == ["CMD", "mc", "ready", "local"]
 
 
 @pytest.mark.parametrize("service", ATHENA_SERVICES)

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.fake_llm import FakeLLMServer
 from tests.conftest import env_without_settings
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -75,3 +76,36 @@ def test_athena_example_against_the_fake_server(
     assert "[observation] high tide at Brest is 6.1 m" in out
     assert "search hits:" in out
     assert len(events) >= 4  # the server really received the writes
+
+
+def test_llm_kernel_falls_back_to_a_scripted_agent(tmp_path: Path) -> None:
+    proc = _run("llm_kernel.py", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "agent: scripted (no LLM_BASE_URL)"
+    assert lines[1] == (
+        "turn 1: What causes the tides? -> (scripted) I would look up: what causes the tides."
+    )
+    assert lines[-1] == "ledger holds 3 turn(s)"
+
+
+def test_llm_kernel_calls_the_configured_llm(tmp_path: Path, fake_llm: FakeLLMServer) -> None:
+    # The in-repo fake speaks the OpenAI wire format over real HTTP and answers
+    # "SUMMARY: " + the first lines of the last user message.
+    proc = _run("llm_kernel.py", tmp_path, LLM_BASE_URL=fake_llm.url, LLM_API_KEY="sk-example-key")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "agent: llm gpt-4o-mini"
+    assert lines[1].startswith("turn 1: What causes the tides? -> SUMMARY: ")
+    assert lines[-1] == "ledger holds 3 turn(s)"
+    chats = [r for r in fake_llm.requests if r.path == "/v1/chat/completions"]
+    assert len(chats) == 3
+    first, last = chats[0].json, chats[-1].json
+    assert first is not None and last is not None
+    assert first["model"] == "gpt-4o-mini"
+    assert chats[0].headers["authorization"] == "Bearer sk-example-key"
+    assert "research agent studying tides" in first["messages"][0]["content"]
+    assert first["messages"][-1] == {"role": "user", "content": "What causes the tides?"}
+    # Memory went into the prompt: the last turn's messages carry the earlier turns.
+    prompt = " ".join(m["content"] for m in last["messages"])
+    assert "What causes the tides?" in prompt and "Why are there two high tides" in prompt

@@ -1,7 +1,11 @@
 """Tier 2: the episodic ledger, one Redis Stream per workflow.
 
 Every field of an entry is stored JSON-encoded, so values come back with the
-type they went in with (the string ``"42"`` stays a string, ``42`` an int).
+type they went in with (the string ``"42"`` stays a string, ``42`` an int), with
+one exception: ``turn_id`` is an id, stored as its canonical string (an int
+turn id ``1`` reads back as ``"1"``), because ``1`` and ``"1"`` name the same
+turn in the exactly-once index; storing the caller's type would give one
+workflow's entries mixed types (every entry written so far holds a string).
 Appends set the TTL in the same round trip (one Lua script), and retention is
 bounded by an approximate ``MAXLEN`` trim.
 

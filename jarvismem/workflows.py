@@ -60,8 +60,10 @@ class WorkflowInfo:
     """One row of ``jarvismem workflows``.
 
     ``turns``/``entries``: distinct turns logged and ledger entries held (None
-    without Redis); ``last_activity``: Unix time of the newest ledger entry, else
-    of the index entry, else None; ``indexed``: in the Redis index;
+    without Redis, or when Redis is the embedded stand-in, which cannot see the
+    ledger of a workflow another process wrote); ``last_activity``: Unix time
+    of the newest ledger entry, else of the index entry, else None;
+    ``indexed``: in the Redis index;
     ``blobs``: has a folder in blob storage.
     """
 
@@ -115,6 +117,10 @@ async def list_workflows(
                 stats = await ledger_stats(engine.redis, ks, workflow)
             turns, entries, last_ms = stats.turns, stats.entries, stats.last_ms
             score = indexed.get(workflow)
+            if engine.embedded and score is None and not entries:
+                # The in-process stand-in cannot see other processes' ledgers:
+                # unknown, not zero.
+                turns = entries = None
             if last_ms is None and score is not None:
                 if not stats.turns and score < stale_before and index is not None:
                     # Its ledger expired (TTL): nothing left in Redis to list.

@@ -119,3 +119,22 @@ def test_delete_refuses_an_unsafe_id_in_one_line(cli: Cli) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("jarvismem: error: workflow_id '../etc' is not allowed")
+
+
+async def test_workflows_with_the_embedded_default_lists_what_the_blob_store_holds(
+    cli: Cli,
+) -> None:
+    # A kernel process that ran on the embedded stand-in left its scratchpads behind.
+    settings = cli.runtime_settings().model_copy(update={"redis_url": None})
+    rt = await MemoryRuntime.from_env(settings)
+    try:
+        await seed_turns(rt, "earlier", range(1, 3))
+    finally:
+        await rt.close()
+    env = {k: v for k, v in cli.env.items() if k != "REDIS_URL"}
+    proc = await asyncio.to_thread(cli.run, "workflows", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [(r["workflow_id"], r["turns"], r["blobs"]) for r in rows] == [("earlier", None, True)]
+    text = await asyncio.to_thread(cli.run, "workflows", env=env)
+    assert text.stdout.splitlines()[1].split()[:3] == ["earlier", "-", "-"]

@@ -250,8 +250,33 @@ class KeySpace:
         return f"{self._wf(workflow_id)}:*"
 
     def workflow_index(self) -> str:
-        """Sorted set of known workflow ids (score = last write ms), for the CLI."""
+        """Sorted set of the namespace's workflow ids (score = last ledger write, ms).
+
+        One key per namespace, outside every workflow's hash tag: on a Redis
+        Cluster it lives in its own slot, so it is updated by its own command
+        (see :mod:`jarvismem.tiers.episodic`), never inside a workflow's script.
+        """
         return f"{KEY_PREFIX}:{self.namespace}:workflows"
+
+    def ledger_pattern(self) -> str:
+        """SCAN pattern for the ledger of every live workflow of this namespace.
+
+        Rebuilds :meth:`workflow_index` from the data (workflows written before
+        the index existed, or by an import). Redis globs treat braces literally,
+        and ids hold no ``:``, so a staging ledger never matches.
+        """
+        return f"{KEY_PREFIX}:{self.namespace}:{{*}}:ledger"
+
+    def workflow_from_ledger(self, key: str) -> str | None:
+        """The workflow id of a live ledger key of this namespace, else None."""
+        head = f"{KEY_PREFIX}:{self.namespace}:{{"
+        if not (key.startswith(head) and key.endswith("}:ledger")):
+            return None
+        workflow = key[len(head) : -len("}:ledger")]
+        try:
+            return validate_id(workflow, "workflow_id")
+        except InvalidIdError:
+            return None
 
     # --- Redis keys outside a workflow --------------------------------------------
 
@@ -338,6 +363,19 @@ class KeySpace:
         """Prefix of every goal-findings blob of a workflow (carrying forward)."""
         return f"{self._wf_dir(workflow_id)}/goals/"
 
+    def workflow_blob_prefix(self, workflow_id: str) -> str:
+        """Prefix of every live blob of a workflow (scratchpads, goals, summary)."""
+        return f"{self._wf_dir(workflow_id)}/"
+
+    def workflows_blob_prefix(self) -> str:
+        """Prefix under which every live workflow of this namespace keeps its blobs.
+
+        The first path segment after it is the workflow id (listing without Redis).
+        """
+        if self.namespace == NAMESPACE:
+            return "workflows/"
+        return f"tenants/{self.namespace}/workflows/"
+
     def ltm_blob(self, workflow_id: str) -> str:
         """Durable copy of the long-term summary text."""
         return f"{self._wf_dir(workflow_id)}/ltm/summary.txt"
@@ -361,6 +399,14 @@ class KeySpace:
         if destination is not None:
             kind = f"{kind}-{validate_id(destination, 'outbox destination')}"
         return f"{self.namespace}/{kind}/{validate_id(workflow_id, 'workflow_id')}.jsonl"
+
+    def outbox_files_pattern(self, workflow_id: str) -> str:
+        """Glob (relative to OUTBOX_PATH) of every outbox file of a workflow, all kinds.
+
+        Matches :meth:`outbox_file` of any kind and destination; the sidecar
+        files (``.cursor``, ``.dead``, locks) are named after these.
+        """
+        return f"{self.namespace}/*/{validate_id(workflow_id, 'workflow_id')}.jsonl"
 
     def athena_outbox_file(self, destination: str) -> str:
         """File (relative to OUTBOX_PATH) of the outbox of one Athena destination.

@@ -8,7 +8,8 @@ Ledger entries (one Redis Stream entry per record)
     Every field value is stored JSON-encoded (compact, UTF-8, not ASCII-escaped),
     so a value comes back with the type it went in with: the string ``"42"``
     stays a string, ``42`` an int. Field names are non-empty strings, stored
-    as is. A turn entry has the fields of :data:`TURN_FIELDS`; other entries may
+    as is. A turn entry has the fields of :data:`TURN_FIELDS` (its ``turn_id``
+    always the id's string: see :func:`jarvismem.keys.validate_turn_id`); other entries may
     have any fields. A value written by something else (``redis-cli``) that is
     not JSON is read back as its raw text rather than refused.
 

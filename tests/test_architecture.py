@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("jarvismem.tiers", "jarvismem.tiers.", "jarvismem.spaces", "jarvismem.spaces.",
      "jarvismem.recall", "jarvismem.recall."),
     ("jarvismem.engine", "jarvismem.engine."),
-    ("jarvismem.bundle", "jarvismem.health", "jarvismem.render"),
+    ("jarvismem.bundle", "jarvismem.health", "jarvismem.render", "jarvismem.workflows"),
     ("jarvismem.memory",),
     ("jarvismem.runtime",),
     ("jarvismem", "jarvismem.transfer", "jarvismem.transfer.", "jarvismem.demo",

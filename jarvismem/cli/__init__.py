@@ -22,6 +22,7 @@ from jarvismem.cli import athena as athena_cmds
 from jarvismem.cli import bench as bench_cmds
 from jarvismem.cli import demo as demo_cmds
 from jarvismem.cli import inspect as inspect_cmds
+from jarvismem.cli import manage as manage_cmds
 from jarvismem.cli import setup as setup_cmds
 from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.cli._context import CliContext, resolve_env_file
@@ -77,7 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jarvismem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (demo_cmds, inspect_cmds, athena_cmds, transfer_cmds, setup_cmds, bench_cmds):
+    for module in (
+        demo_cmds,
+        inspect_cmds,
+        athena_cmds,
+        transfer_cmds,
+        setup_cmds,
+        bench_cmds,
+        manage_cmds,
+    ):
         module.register(sub, common)
     return parser
 

@@ -1,7 +1,11 @@
 """Tier 2: the episodic ledger, one Redis Stream per workflow.
 
 Every field of an entry is stored JSON-encoded, so values come back with the
-type they went in with (the string ``"42"`` stays a string, ``42`` an int).
+type they went in with (the string ``"42"`` stays a string, ``42`` an int), with
+one exception: ``turn_id`` is an id, stored as its canonical string (an int
+turn id ``1`` reads back as ``"1"``), because ``1`` and ``"1"`` name the same
+turn in the exactly-once index; storing the caller's type would give one
+workflow's entries mixed types (every entry written so far holds a string).
 Appends set the TTL in the same round trip (one Lua script), and retention is
 bounded by an approximate ``MAXLEN`` trim.
 
@@ -9,11 +13,24 @@ Turns are exactly-once: :meth:`EpisodicLedger.append_turn` records each
 ``(step, agent, turn_id)`` in an index hash inside the same script, so a kernel
 that re-runs its last turn after a crash (or an outbox replay of a turn that
 had in fact landed) stores it once.
+
+The namespace's workflow index (:meth:`~jarvismem.keys.KeySpace.workflow_index`,
+a sorted set workflow -> last write ms, read by ``jarvismem workflows``) is
+kept by the appends too, but *not* inside the append script: on a Redis
+Cluster the index key lives in another slot than the workflow's keys, and one
+script cannot touch both. Instead a ledger object sends one ``ZADD GT`` of its
+own, concurrently with the append (no added round trip), on its first append
+and then at most once per :data:`INDEX_REFRESH_SECONDS`. A busy workflow thus
+costs the index one command a minute per process, and the index score is the
+last write time to within that minute (the listing reads the exact time from
+the ledger's newest entry). A failed index update is retried on the next
+append; the turn itself is unaffected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -22,6 +39,7 @@ from typing import Any
 
 from jarvismem.backends.redis import redis_errors
 from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidIdError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.records import decode_entry, encode_fields
 
@@ -46,6 +64,16 @@ if ARGV[1] ~= '' then
 end
 return {1, id}
 """
+
+
+INDEX_REFRESH_SECONDS = 60
+"""How stale a workflow's score in the namespace index may get while it is written.
+
+A bound on extra commands, not a setting: the listing shows the exact last
+activity from the ledger itself and drops index entries only once they are
+older than the ledger TTL plus this."""
+
+log = logging.getLogger(__name__)
 
 
 def _text(value: Any) -> str:
@@ -86,6 +114,11 @@ class EpisodicLedger:
         self.ttl_seconds = ttl_seconds
         self.max_len = max_len
         self._script = redis.register_script(_APPEND_LUA)
+        self._index_key = keyspace.live().workflow_index()
+        # Monotonic deadline of the next index refresh (0: refresh on the next append).
+        self._index_due = 0.0
+        # A staging ledger (an import building a workflow aside) is not a workflow yet.
+        self._indexed = keyspace.staging is None
 
     # --- writes ------------------------------------------------------------------------
 
@@ -127,11 +160,31 @@ class EpisodicLedger:
         (the append may or may not have landed; appending again is safe for a
         deduplicated turn) or :class:`~jarvismem.errors.BackendRejectedError`.
         """
-        async with redis_errors(self._append_what):
-            reply = await _batcher_for(self.redis, self._script).call(
-                [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
-            )
+        call = _batcher_for(self.redis, self._script).call(
+            [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
+        )
+        if self._indexed and time.monotonic() >= self._index_due:
+            # Rare (once a minute per workflow): the index update rides alongside.
+            reply = (await asyncio.gather(self._append_checked(call), self._touch_index()))[0]
+        else:
+            reply = await self._append_checked(call)
         return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
+
+    async def _append_checked(self, call: Any) -> Any:
+        async with redis_errors(self._append_what):
+            return await call
+
+    async def _touch_index(self) -> None:
+        """``ZADD GT`` this workflow's last-write time into the namespace index; never raises."""
+        self._index_due = time.monotonic() + INDEX_REFRESH_SECONDS
+        try:
+            async with redis_errors(f"workflow index: {self.workflow_id}"):
+                await self.redis.zadd(
+                    self._index_key, {self.workflow_id: int(time.time() * 1000)}, gt=True
+                )
+        except (BackendUnavailableError, BackendRejectedError) as exc:
+            self._index_due = 0.0  # try again with the next append
+            log.debug("workflow index not updated for %s: %s", self.workflow_id, exc)
 
     async def _append(self, entry: Mapping[str, Any], dedupe_field: str) -> AppendResult:
         return await self.append_encoded(encode_fields(entry), dedupe_field)
@@ -181,6 +234,93 @@ class EpisodicLedger:
         async with redis_errors(f"ledger of {self.workflow_id}: find turn"):
             raw = await self.redis.hget(self.index_key, field)
         return None if raw is None else _text(raw)
+
+
+def stream_id_ms(stream_id: str) -> int | None:
+    """The millisecond time of a stream id (``<ms>-<seq>``), or None if it is not one."""
+    head = stream_id.partition("-")[0]
+    return int(head) if head.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStats:
+    """What ``jarvismem workflows`` shows of one ledger.
+
+    ``entries``: entries the stream holds now (after trimming); ``turns``:
+    distinct turns logged (the exactly-once index; a trimmed turn still
+    counts); ``last_ms``: time of the newest entry (None when empty).
+    """
+
+    entries: int
+    turns: int
+    last_ms: int | None
+
+
+async def ledger_stats(redis: Any, keyspace: KeySpace, workflow_id: str) -> LedgerStats:
+    """Counts and last activity of a workflow's ledger: three reads of one slot, concurrently."""
+    key = keyspace.ledger(workflow_id)
+    async with redis_errors(f"ledger of {workflow_id}: stats"):
+        entries, turns, newest = await asyncio.gather(
+            redis.xlen(key),
+            redis.hlen(keyspace.turn_index(workflow_id)),
+            redis.xrevrange(key, count=1),
+        )
+    last = stream_id_ms(_text(newest[0][0])) if newest else None
+    return LedgerStats(entries=int(entries), turns=int(turns), last_ms=last)
+
+
+class WorkflowIndex:
+    """The namespace's sorted set workflow id -> last write (ms): reads and upkeep.
+
+    Appends keep it (see the module doc); this reads it, rebuilds it from the
+    ledgers that exist (data written before the index, or by an import), and
+    drops entries. One key, so on a Redis Cluster every command here goes to
+    one node; the rebuild's SCAN visits every primary.
+    """
+
+    def __init__(self, redis: Any, keyspace: KeySpace) -> None:
+        self.redis = redis
+        self.keyspace = keyspace.live()
+        self.key = self.keyspace.workflow_index()
+
+    async def entries(self) -> dict[str, int]:
+        """Every indexed workflow id with its score (last write, ms), newest first."""
+        async with redis_errors("workflow index: read"):
+            rows = await self.redis.zrevrange(self.key, 0, -1, withscores=True)
+        out: dict[str, int] = {}
+        for member, score in rows:
+            workflow = _text(member)
+            try:
+                out[validate_id(workflow, "workflow_id")] = int(score)
+            except InvalidIdError:
+                continue  # written by something else: not a workflow this namespace can name
+        return out
+
+    async def add(self, workflow_id: str, when_ms: int) -> None:
+        """Record activity of ``workflow_id`` at ``when_ms`` (never moves a score back)."""
+        async with redis_errors("workflow index: add"):
+            await self.redis.zadd(
+                self.key, {validate_id(workflow_id, "workflow_id"): when_ms}, gt=True
+            )
+
+    async def remove(self, workflow_id: str) -> bool:
+        """Drop ``workflow_id`` from the index; True if it was there."""
+        async with redis_errors("workflow index: remove"):
+            return bool(await self.redis.zrem(self.key, validate_id(workflow_id, "workflow_id")))
+
+    async def rebuild(self) -> int:
+        """Add every workflow whose ledger exists (SCAN); returns how many were found."""
+        found = 0
+        async with redis_errors("workflow index: scan ledgers"):
+            async for raw in self.redis.scan_iter(match=self.keyspace.ledger_pattern(), count=1000):
+                workflow = self.keyspace.workflow_from_ledger(_text(raw))
+                if workflow is None:
+                    continue
+                stats = await ledger_stats(self.redis, self.keyspace, workflow)
+                if stats.last_ms is not None:
+                    await self.redis.zadd(self.key, {workflow: stats.last_ms}, gt=True)
+                    found += 1
+        return found
 
 
 # keys, args, and the future the caller awaits.

@@ -166,7 +166,8 @@ class WorkingScratchpad:
             raw = await self.blob.tail(self.goals_path, want)
         except BlobNotFoundError:
             return []
-        return parse_records(raw, source=self.goals_path, partial_head=len(raw) >= want)
+        records = parse_records(raw, source=self.goals_path, partial_head=len(raw) >= want)
+        return dedupe_findings(records)
 
     async def workflow_goal_findings(self) -> list[dict[str, Any]]:
         """Goal findings of every step and agent of the workflow, each tagged with them.
@@ -181,7 +182,8 @@ class WorkingScratchpad:
                 raw = await self.blob.tail(path, self.tail_bytes)
             except BlobNotFoundError:
                 continue
-            for record in parse_records(raw, source=path, partial_head=len(raw) >= self.tail_bytes):
+            records = parse_records(raw, source=path, partial_head=len(raw) >= self.tail_bytes)
+            for record in dedupe_findings(records):
                 found.append(
                     {**record, "step_id": step, "agent_id": agent_file.removesuffix(".jsonl")}
                 )
@@ -221,6 +223,30 @@ def _render_record(record: dict[str, Any]) -> str:
                 lines.append(f"- **{name.capitalize()}:** {_fmt(data[name])}")
         return "\n".join(lines)
     return f"- **{record.get('type', 'note')}:** {_fmt(data)}"
+
+
+def dedupe_findings(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Goal findings with identical content (same type, same data) kept once, the first.
+
+    Two writers of one (workflow, step, agent), say two processes, or a kernel
+    re-run after a crash, each append the finding they made; an append-only
+    blob cannot refuse the second copy without a read-modify-write race, so
+    readers drop it instead. Content decides (not the time stamp, which differs
+    between the copies); a record written before this rule reads the same way.
+    """
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for record in records:
+        try:
+            identity = _dumps([record.get("type"), record.get("data")])
+        except (TypeError, ValueError):
+            out.append(record)  # cannot happen for parsed JSON; keep rather than drop
+            continue
+        if identity in seen:
+            continue
+        seen.add(identity)
+        out.append(record)
+    return out
 
 
 def _dedupe_turns(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

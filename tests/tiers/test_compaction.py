@@ -332,3 +332,38 @@ async def test_a_state_hash_redis_refuses_is_logged_when_recording_a_failure(
     assert "could not record the error" in caplog.text
     assert f"compaction state of {setup.wf}: Redis refused it" in caplog.text
     assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
+
+
+# --- the default (extractive) summary says what it left out (issue 17) -----------------------
+
+
+# One chunk per page; then chunks map-reduced (summary_chars below chunk_chars:
+# a previous summary longer than a chunk is cut, and says so only as "[truncated]").
+@pytest.mark.parametrize(("chunk_chars", "summary_chars"), [(12_000, 2_000), (1_500, 1_200)])
+async def test_the_extractive_summary_accounts_for_every_turn_it_was_given(
+    setup: Setup, chunk_chars: int, summary_chars: int
+) -> None:
+    import re
+
+    from jarvismem.backends.llm.summarizers import ExtractiveSummarizer
+
+    setup.summarizer = ExtractiveSummarizer()  # type: ignore[assignment]
+    words = "alpha beta gamma delta billing deploy staging database cache queue".split()
+    for t in range(1, 155):
+        await setup.ledger.append_turn(
+            step_id="s1",
+            agent_id="a1",
+            turn_id=t,
+            thought=" ".join(words[(t * k) % len(words)] for k in range(1, 6)),
+            action="act",
+            result=f"result {t}",
+        )
+    result = await setup.compactor(
+        page_size=50, chunk_chars=chunk_chars, summary_chars=summary_chars
+    ).compact()
+    record = await setup.ltm.load_summary_record()
+    assert result.compacted and record is not None and record.turns == 154
+    text = record.text
+    kept = set(re.findall(r"\[turn (\d+)\]", text))
+    omitted = sum(int(n) for n in re.findall(r" omitted: (\d+) turns?[\],]", text))
+    assert omitted > 0 and len(kept) + omitted == 154

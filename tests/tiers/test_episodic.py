@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidPayloadError
 from jarvismem.keys import KeySpace
-from jarvismem.tiers.episodic import EpisodicLedger
+from jarvismem.tiers.episodic import EpisodicLedger, WorkflowIndex, ledger_stats
 
 
 def ledger(redis: Any, keyspace: KeySpace, workflow_id: str, **kw: Any) -> EpisodicLedger:
@@ -191,3 +193,66 @@ async def test_an_unreachable_server_is_unavailable_for_every_call(
     for call in calls:
         with pytest.raises(BackendUnavailableError, match=f"ledger of {workflow_id}"):
             await call()
+
+
+# --- turn_id: an id, stored as its string (issue 17) ---------------------------------------
+
+
+async def test_an_int_turn_id_reads_back_as_its_string_and_the_readme_says_so(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    await led.append_turn(step_id="s", agent_id="a", turn_id=1, thought=42, action="a", result=None)
+    dup = await led.append_turn(
+        step_id="s", agent_id="a", turn_id="1", thought=0, action="", result=None
+    )
+    assert not dup.created  # 1 and "1" are one turn: one canonical type
+    (entry,) = await led.tail(5)
+    assert entry["turn_id"] == "1" and entry["thought"] == 42 and entry["result"] is None
+
+
+def test_the_readme_says_turn_id_reads_back_as_a_string() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| `recent_turns`"))
+    assert "`turn_id`, always the id's string" in row
+
+
+# --- the namespace's workflow index ----------------------------------------------------------
+
+
+async def test_the_first_append_indexes_the_workflow_and_stats_count_it(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    for turn in (1, 2, 2):
+        await led.append_turn(
+            step_id="s", agent_id="a", turn_id=turn, thought="", action="", result=""
+        )
+    await led.append({"note": "not a turn"})
+    index = await WorkflowIndex(redis_client, keyspace).entries()
+    stats = await ledger_stats(redis_client, keyspace, workflow_id)
+    assert (stats.turns, stats.entries) == (2, 3)
+    assert stats.last_ms is not None and abs(index[workflow_id] - stats.last_ms) < 60_000
+
+
+async def test_a_staging_ledger_is_not_indexed(redis_client: Any, keyspace: KeySpace) -> None:
+    led = ledger(redis_client, keyspace.staged("tok1"), "wf")
+    await led.append({"x": 1})
+    assert await WorkflowIndex(redis_client, keyspace).entries() == {}
+
+
+async def test_a_failed_index_update_does_not_fail_the_append_and_is_retried(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    real_zadd = redis_client.zadd
+
+    async def failing_zadd(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("index node down")
+
+    monkeypatch.setattr(redis_client, "zadd", failing_zadd)
+    assert (await led.append({"x": 1})) is not None
+    monkeypatch.setattr(redis_client, "zadd", real_zadd)
+    assert await WorkflowIndex(redis_client, keyspace).entries() == {}
+    await led.append({"x": 2})  # the next append retries at once
+    assert workflow_id in await WorkflowIndex(redis_client, keyspace).entries()

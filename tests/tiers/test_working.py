@@ -3,6 +3,7 @@ steps, bounded rendering, and blob failures surfacing as jarvismem errors."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,40 @@ async def test_values_under_secret_named_keys_are_hidden_in_notes(
     assert b"hunter2" not in raw
     [record] = await pad.read_all()
     assert record["data"] == {"user": "alice", "password": REDACTED, "api_key": REDACTED}
+
+
+async def test_two_writers_of_one_step_and_agent_do_not_duplicate_a_goal_finding(
+    fake_redis: Any, local_blob: Any, make_runtime: Any, workflow_id: str
+) -> None:
+    # Two runtimes: what two processes running the same (workflow, step, agent) do.
+    views = [
+        make_runtime(redis=fake_redis, blob=local_blob).memory(workflow_id, "s1", "a1")
+        for _ in range(2)
+    ]
+    finding = {"host": "db-1", "open_ports": [22, 5432]}
+    await asyncio.gather(
+        *(v.working.write("finding", dict(finding), scope="goal") for v in views for _ in range(3))
+    )
+    await views[1].working.write("finding", {"host": "db-2"}, scope="goal")
+    await views[1].working.write("other", dict(finding), scope="goal")  # another type: kept
+    found = await views[0].working.goal_findings()
+    assert [(r["type"], r["data"]) for r in found] == [
+        ("finding", finding),
+        ("finding", {"host": "db-2"}),
+        ("other", finding),
+    ]
+    notes = (await views[0].rehydrate_bundle())["scratchpad"]
+    assert notes.count("db-1") == 2  # the finding once, the "other" record once
+    later = make_runtime(redis=fake_redis, blob=local_blob).memory(workflow_id, "s2", "a1")
+    carried = await later.working.workflow_goal_findings()
+    assert [r["data"] for r in carried].count(finding) == 2
+
+
+async def test_the_same_finding_from_two_agents_is_kept_for_each(
+    blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    for agent in ("a1", "a2"):
+        pad = WorkingScratchpad(blob_storage, keyspace, workflow_id, "s1", agent)
+        await pad.write("f", "same", scope="goal")
+    found = await pad_of(blob_storage, keyspace, workflow_id, "s2").workflow_goal_findings()
+    assert [(r["agent_id"], r["data"]) for r in found] == [("a1", "same"), ("a2", "same")]

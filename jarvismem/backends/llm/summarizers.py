@@ -21,7 +21,7 @@ from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
 from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidPayloadError
 
-__all__ = ["SYSTEM_PROMPT", "ExtractiveSummarizer", "LLMSummarizer"]
+__all__ = ["SYSTEM_PROMPT", "ExtractiveSummarizer", "LLMSummarizer", "omission_marker"]
 
 SYSTEM_PROMPT = (
     "You maintain the long-term memory of an AI agent's workflow. You receive the "
@@ -125,6 +125,78 @@ def _weights(units: Sequence[str]) -> dict[str, float]:
     return {t: tf[t] * math.log((n + 1) / df[t]) for t in tf}
 
 
+# A ledger line starts "[turn <id>]" (jarvismem.tiers.longterm.render_entry);
+# a partial summary of the map-reduce step may hold several on one line.
+_TURN_TAG_RE = re.compile(r"\[turn ([^\s\]]+)\]")
+# What the extractive summarizer writes where it left turns out. Ids are ASCII,
+# so the en dash between the first and last id is unambiguous.
+_MARKER_RE = re.compile(
+    r"\[(?:turns? (?P<first>[^\s\]\u2013]+)(?:\u2013(?P<last>[^\s\]]+))? omitted: "
+    r"(?P<turns>\d+) turns?(?:, (?P<also>\d+) other lines?)?"
+    r"|(?P<lines>\d+) lines? omitted)\]"
+)
+# Rounds of selection before giving up on fitting the markers (then the text is cut).
+_MAX_FIT_ROUNDS = 8
+
+
+def omission_marker(first: str | None, last: str | None, turns: int, lines: int) -> str:
+    """``[turns 1–57 omitted: 57 turns]`` (``, 2 other lines`` when some were not turns)."""
+    if turns:
+        span = first if first == last else f"{first}\u2013{last}"
+        text = (
+            f"[turn{'s' if first != last else ''} {span} omitted: {turns} turn{'s' * (turns != 1)}"
+        )
+        if lines:
+            text += f", {lines} other line{'s' * (lines != 1)}"
+        return text + "]"
+    return f"[{lines} line{'s' * (lines != 1)} omitted]"
+
+
+def _is_marker(unit: str) -> bool:
+    return _MARKER_RE.fullmatch(unit) is not None
+
+
+class _Gap:
+    """What a run of left-out units held: its turn ids (first, last), turns and other lines."""
+
+    __slots__ = ("first", "last", "lines", "turns")
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+        self.last: str | None = None
+        self.turns = 0
+        self.lines = 0
+
+    def _span(self, first: str, last: str) -> None:
+        self.first = self.first or first
+        self.last = last
+
+    def add(self, unit: str) -> None:
+        found = False
+        for match in _MARKER_RE.finditer(unit):
+            found = True
+            if match.group("lines"):
+                self.lines += int(match.group("lines"))
+                continue
+            first = match.group("first")
+            self._span(first, match.group("last") or first)
+            self.turns += int(match.group("turns"))
+            self.lines += int(match.group("also") or 0)
+        if found and _is_marker(unit):
+            return
+        tags = _TURN_TAG_RE.findall(_MARKER_RE.sub("", unit))
+        if tags:
+            self._span(tags[0], tags[-1])
+            self.turns += len(tags)
+        elif not found:
+            self.lines += 1
+
+    def marker(self) -> str | None:
+        if not (self.turns or self.lines):
+            return None
+        return omission_marker(self.first, self.last, self.turns, self.lines)
+
+
 class ExtractiveSummarizer:
     """Deterministic summarizer without an LLM.
 
@@ -135,6 +207,13 @@ class ExtractiveSummarizer:
     order within ``max_chars``. Lines of the previous summary are kept first (up to half
     the budget when there is new text), so a rolling summary does not forget its
     past. Same input, same output.
+
+    Nothing is dropped silently: where lines were left out, one marker line
+    says so, e.g. ``[turns 1–57 omitted: 57 turns]`` (turn ids from the
+    ``[turn N]`` tags of ledger lines; ``[3 lines omitted]`` for other text).
+    Markers of a previous summary are merged into the new gaps around them, so
+    the counts stay true as the summary rolls on. The markers count against
+    ``max_chars``.
     """
 
     name = "extractive"
@@ -142,29 +221,65 @@ class ExtractiveSummarizer:
     async def summarize(
         self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS
     ) -> str:
-        """Return the selected lines joined by newlines, at most ``max_chars`` long."""
+        """Return the selected lines and omission markers, at most ``max_chars`` long."""
         if max_chars < 1:
             raise InvalidPayloadError("max_chars must be >= 1")
         previous = _units(previous_summary or "")
         new = _units(text)
-        freq = _weights(previous + new)
-        budget_prev = max_chars if not new else max_chars // 2 if previous else 0
+        freq = _weights([u for u in previous + new if not _is_marker(u)])
+        budget = max_chars
+        summary = ""
+        for _ in range(_MAX_FIT_ROUNDS):
+            summary = self._compose(previous, new, freq, budget)
+            if len(summary) <= max_chars or budget <= 0:
+                break
+            # The markers took room the selection did not know of: select less.
+            budget -= len(summary) - max_chars
+        return truncate(summary, max_chars)
+
+    def _compose(
+        self, previous: list[str], new: list[str], freq: dict[str, float], budget: int
+    ) -> str:
+        budget_prev = budget if not new else budget // 2 if previous else 0
         kept_prev = self._select(previous, freq, budget_prev)
-        used = sum(len(u) + 1 for u in kept_prev)
-        kept_new = self._select(new, freq, max_chars - used, exclude=set(kept_prev))
-        return truncate("\n".join(kept_prev + kept_new), max_chars)
+        used = sum(len(u) + 1 for u in kept_prev.values())
+        kept_new = self._select(new, freq, budget - used, exclude=set(kept_prev.values()))
+        out: list[str] = []
+        emitted: set[str] = set()
+        gap = _Gap()
+        sequence = [(kept_prev.get(i), u) for i, u in enumerate(previous)]
+        sequence += [(kept_new.get(i), u) for i, u in enumerate(new)]
+        for kept, unit in sequence:
+            if kept is None and unit in emitted:
+                continue  # a repeat of a line that is there: nothing is missing
+            if kept is None:
+                gap.add(unit)
+                continue
+            marker = gap.marker()
+            if marker:
+                out.append(marker)
+                gap = _Gap()
+            out.append(kept)
+            emitted.add(unit)
+        marker = gap.marker()
+        if marker:
+            out.append(marker)
+        return "\n".join(out)
 
     @staticmethod
     def _select(
         units: Sequence[str], freq: dict[str, float], budget: int, exclude: set[str] | None = None
-    ) -> list[str]:
-        """Best-scoring distinct units fitting in ``budget`` chars, in input order."""
+    ) -> dict[int, str]:
+        """Best-scoring distinct units fitting in ``budget`` chars: index -> text kept.
+
+        Omission markers are never candidates (they are merged, not chosen).
+        """
         if budget <= 0 or not units:
-            return []
+            return {}
         seen: set[str] = set(exclude or ())
         candidates: list[tuple[float, int, str]] = []
         for index, unit in enumerate(units):
-            if unit in seen:
+            if unit in seen or _is_marker(unit):
                 continue
             seen.add(unit)
             terms = _terms(unit)
@@ -175,7 +290,7 @@ class ExtractiveSummarizer:
             # to an agent resuming its work.
             candidates.append((-score, -index, unit))
         candidates.sort()
-        chosen: list[tuple[int, str]] = []
+        chosen: dict[int, str] = {}
         used = 0
         for _, neg_index, unit in candidates:
             index = -neg_index
@@ -183,10 +298,9 @@ class ExtractiveSummarizer:
             if used + cost > budget:
                 # A single unit larger than the whole budget is cut rather than lost.
                 if not chosen and budget > len(TRUNCATION_MARKER) + 20:
-                    chosen.append((index, truncate(unit, budget)))
+                    chosen[index] = truncate(unit, budget)
                     used = budget
                 continue
-            chosen.append((index, unit))
+            chosen[index] = unit
             used += cost
-        chosen.sort()
-        return [unit for _, unit in chosen]
+        return chosen

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import pytest
 
 from jarvismem.backends.llm.client import ChatCompletionsClient
@@ -84,13 +87,62 @@ async def test_extractive_is_deterministic() -> None:
 
 
 async def test_extractive_prefers_informative_lines_and_keeps_order() -> None:
-    # Room for two of the five lines: the two about the recurring subject win,
-    # and they come out in input order.
-    summary = await ExtractiveSummarizer().summarize(TEXT, max_chars=140)
+    # Room for three of the five lines and the marker of what was left out: the
+    # two about the recurring subject win, then the short newest one, in input order.
+    summary = await ExtractiveSummarizer().summarize(TEXT, max_chars=190)
     assert summary.splitlines() == [
+        "[turns 1\u20132 omitted: 2 turns]",
         "[turn 3] billing service deploy failed: database migration error",
         "[turn 4] fixed billing database migration, redeployed billing service",
+        "[turn 5] lunch",
     ]
+
+
+def _accounted(summary: str) -> tuple[list[int], int]:
+    """Turn ids kept in ``summary`` and the number its markers say were omitted."""
+    kept = [int(t) for t in re.findall(r"^\[turn (\d+)\] ", summary, flags=re.M)]
+    omitted = sum(int(n) for n in re.findall(r" omitted: (\d+) turns?\]", summary))
+    return kept, omitted
+
+
+async def test_extractive_marks_every_gap_and_the_counts_add_up_over_a_rolling_summary() -> None:
+    # Issue 17: 154 turns summarized, the text held 58-103 and 113-154 and said
+    # nothing of the rest. Now every turn is either there or counted in a marker.
+    words = "alpha beta gamma delta billing deploy staging database cache queue".split()
+    summarizer, summary = ExtractiveSummarizer(), None
+    for page in range(0, 154, 20):
+        lines = [
+            f"[turn {t}] " + " ".join(words[(t * k) % len(words)] for k in range(1, 8))
+            for t in range(page + 1, min(page + 21, 155))
+        ]
+        summary = await summarizer.summarize(
+            "\n".join(lines), previous_summary=summary, max_chars=1200
+        )
+        kept, omitted = _accounted(summary)
+        assert len(kept) + omitted == min(page + 20, 154)
+    assert summary is not None and len(summary) <= 1200
+    kept, omitted = _accounted(summary)
+    assert omitted and kept == sorted(kept)
+    lines = summary.splitlines()
+    for before, after in itertools.pairwise(lines):
+        # Two markers never follow each other: adjacent gaps are merged.
+        assert not (" omitted" in before and " omitted" in after)
+
+
+async def test_extractive_marks_left_out_lines_that_are_not_turns() -> None:
+    text = "\n".join(
+        ["billing deploy failed", "weather", "billing deploy fixed", "lunch", "coffee"]
+    )
+    summary = await ExtractiveSummarizer().summarize(text, max_chars=60)
+    assert summary.splitlines() == [
+        "[2 lines omitted]",
+        "billing deploy fixed",
+        "[2 lines omitted]",
+    ]
+
+
+async def test_extractive_without_a_gap_adds_no_marker() -> None:
+    assert await ExtractiveSummarizer().summarize(TEXT, max_chars=4000) == TEXT
 
 
 @pytest.mark.parametrize("max_chars", [1, 30, 100, 4000])

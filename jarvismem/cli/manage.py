@@ -1,0 +1,165 @@
+"""Workflow management commands: ``workflows`` (list) and ``delete --workflow W``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from jarvismem.cli._context import CliContext
+from jarvismem.errors import ConfigError
+from jarvismem.keys import validate_id
+from jarvismem.render import fmt_ts
+from jarvismem.workflows import DeletionReport, WorkflowInfo, delete_workflow, list_workflows
+
+
+def register(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add this group's commands to the ``jarvismem`` parser."""
+    p = sub.add_parser(
+        "workflows",
+        parents=[common],
+        help="list workflows with turn counts and last activity",
+        description="List the namespace's workflows, most recently active first.",
+    )
+    p.add_argument(
+        "--rebuild",
+        action="store_true",
+        help="first index every workflow whose ledger exists (scans all Redis keys; for data "
+        "written before the index or by an import)",
+    )
+    p.add_argument(
+        "--no-blobs", action="store_true", help="do not list workflows found only in blob storage"
+    )
+    p.set_defaults(handler=workflows)
+
+    p = sub.add_parser(
+        "delete",
+        parents=[common],
+        help="delete a workflow from every tier (asks first; --yes to skip)",
+        description=(
+            "Delete a workflow's Redis keys, index entry, blobs and local outbox files. "
+            "Recall entries and Athena are not touched. Stop the workflow's kernels first: "
+            "a write racing the delete starts the workflow afresh."
+        ),
+    )
+    p.add_argument("--workflow", required=True, help="workflow id")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
+    )
+    p.set_defaults(handler=delete)
+
+
+# --- workflows ----------------------------------------------------------------------------
+
+
+async def workflows(ctx: CliContext) -> int:
+    """Print the workflows as a table (or a JSON list)."""
+    a = ctx.args
+    async with ctx.runtime() as rt:
+        rows = await list_workflows(rt, rebuild=a.rebuild, include_blobs=not a.no_blobs)
+        embedded = rt.embedded
+    ctx.out.result([r.as_dict() for r in rows], lambda _: _table(rows, embedded))
+    return 0
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _table(rows: list[WorkflowInfo], embedded: bool) -> str:
+    if not rows:
+        text = "(no workflows)"
+        if embedded:
+            text += " (Redis is the embedded stand-in: ledgers of other processes are not seen)"
+        return text
+    header = ("WORKFLOW", "TURNS", "ENTRIES", "LAST ACTIVITY", "STORED IN")
+    body = [
+        (
+            r.workflow_id,
+            _count(r.turns),
+            _count(r.entries),
+            fmt_ts(r.last_activity),
+            "+".join(name for name, on in (("redis", r.indexed), ("blob", r.blobs)) if on),
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
+    right = {1, 2}  # counts are right-aligned
+
+    def fmt(row: tuple[str, ...]) -> str:
+        cells = (
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        return "  ".join(cells).rstrip()
+
+    return "\n".join(fmt(row) for row in (header, *body))
+
+
+# --- delete -------------------------------------------------------------------------------
+
+
+async def delete(ctx: CliContext) -> int:
+    """Delete one workflow everywhere; asks first unless ``--yes`` or ``--dry-run``."""
+    a = ctx.args
+    workflow = validate_id(a.workflow, "workflow_id")
+    async with ctx.runtime() as rt:
+        plan = await delete_workflow(rt, workflow, dry_run=True)
+        if a.dry_run or plan.empty:
+            ctx.out.result(plan.as_dict(), lambda _: _describe_plan(plan))
+            return 0
+        if not a.yes:
+            await _confirm(plan)
+        report = await delete_workflow(rt, workflow)
+    ctx.out.result(report.as_dict(), lambda _: _describe_done(report))
+    return 0
+
+
+def _summary(r: DeletionReport) -> str:
+    parts = [
+        f"{len(r.redis_keys)} Redis key(s)",
+        f"{len(r.blobs)} blob(s)",
+        f"{len(r.outbox_files)} outbox file(s) ({r.outbox_pending} queued write(s))",
+    ]
+    if r.indexed:
+        parts.append("its index entry")
+    return ", ".join(parts)
+
+
+def _describe_plan(r: DeletionReport) -> str:
+    if r.empty:
+        return f"nothing stored for workflow {r.workflow_id}: nothing to delete"
+    lines = [f"would delete workflow {r.workflow_id}: {_summary(r)}"]
+    lines += [f"  redis  {k}" for k in r.redis_keys]
+    lines += [f"  blob   {p}" for p in r.blobs]
+    lines += [f"  file   {f}" for f in r.outbox_files]
+    return "\n".join(lines)
+
+
+def _describe_done(r: DeletionReport) -> str:
+    text = f"deleted workflow {r.workflow_id}: {_summary(r)}"
+    if r.raced:
+        text += (
+            "\nwarning: a write landed during the delete and started the workflow afresh "
+            "(stop its kernels and delete again)"
+        )
+    return text
+
+
+async def _confirm(plan: DeletionReport) -> None:
+    """Ask on the terminal; refuse (usage error) when there is none to ask on."""
+    if not sys.stdin.isatty():
+        raise ConfigError(
+            f"refusing to delete workflow {plan.workflow_id} without confirmation: "
+            "stdin is not a terminal; pass --yes (or --dry-run to see what would go)"
+        )
+    prompt = f"delete workflow {plan.workflow_id} ({_summary(plan)})? [y/N] "
+    # input() blocks: on a worker thread, the event loop stays free.
+    try:
+        answer = await asyncio.to_thread(input, prompt)
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise ConfigError(f"not deleted: workflow {plan.workflow_id} was left as it was")

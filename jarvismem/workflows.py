@@ -1,0 +1,267 @@
+"""Workflows as a whole: list them (``jarvismem workflows``), delete one (``jarvismem delete``).
+
+Listing reads the namespace's workflow index (a sorted set the ledger appends
+keep, see :mod:`jarvismem.tiers.episodic`), the ledger of each indexed workflow
+for its counts and exact last activity, and, with blob storage, the workflow
+folders there (so a workflow shows even without Redis, with the embedded
+stand-in of a fresh process, or after its Redis keys expired).
+
+Deleting removes a workflow from every tier this machine can reach: every Redis
+key of the workflow (ledger, turn index, summary and its state, checkpoints,
+spaces, their idempotency sets, an import marker, a crashed import's staging
+keys), its entry in the index, every blob under its folder (scratchpads, goal
+findings, summary copy) and a crashed import's staging blobs, and its local
+outbox files (queued writes that were never delivered). It does not touch
+recall entries (they are scoped by namespace, agent and session, never by
+workflow) nor Athena (a remote service that keeps its own sessions).
+
+Concurrent writers: a delete is not a fence. The workflow's Redis keys go in
+one ``DEL`` (they share one hash slot), so the ledger and its exactly-once
+index vanish together and a later turn is never mistaken for a duplicate of a
+deleted one. A write that lands after that ``DEL`` (a kernel still running, or
+another process replaying its outbox) starts the workflow afresh with just
+that write; the delete then sees the ledger again, keeps the index entry and
+reports ``raced``. Stop the workflow's kernels before deleting it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.outbox.format import sibling
+from jarvismem.backends.redis import redis_errors
+from jarvismem.engine.core import MemoryEngine
+from jarvismem.errors import InvalidIdError
+from jarvismem.keys import validate_id
+from jarvismem.records import as_text
+from jarvismem.tiers.episodic import INDEX_REFRESH_SECONDS, WorkflowIndex, ledger_stats
+
+__all__ = [
+    "DeletionReport",
+    "WorkflowInfo",
+    "delete_workflow",
+    "list_workflows",
+]
+
+# Companion files of an outbox data file (see jarvismem.backends.outbox.store).
+_OUTBOX_SIDECARS = ("", ".cursor", ".dead", ".lock", ".deliver.lock")
+# Ledger reads in flight at once while listing: enough to hide latency, few
+# enough to leave the connection pool to everyone else.
+_LIST_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """One row of ``jarvismem workflows``.
+
+    ``turns``/``entries``: distinct turns logged and ledger entries held (None
+    without Redis, or when Redis is the embedded stand-in, which cannot see the
+    ledger of a workflow another process wrote); ``last_activity``: Unix time
+    of the newest ledger entry, else of the index entry, else None;
+    ``indexed``: in the Redis index;
+    ``blobs``: has a folder in blob storage.
+    """
+
+    workflow_id: str
+    turns: int | None
+    entries: int | None
+    last_activity: float | None
+    indexed: bool
+    blobs: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a JSON-able dict."""
+        return asdict(self)
+
+
+async def list_workflows(
+    engine: MemoryEngine, *, rebuild: bool = False, include_blobs: bool = True
+) -> list[WorkflowInfo]:
+    """Every workflow of the engine's namespace, most recently active first.
+
+    ``rebuild``: first add to the index every workflow whose ledger exists (a
+    SCAN of the whole keyspace: for data written before the index existed or
+    by an import). ``include_blobs``: also list workflows that have blobs only.
+    Index entries whose ledger is gone and that are older than the ledger TTL
+    are dropped from the index as they are found.
+    """
+    ks = engine.keyspace
+    indexed: dict[str, int] = {}
+    index = None if engine.redis is None else WorkflowIndex(engine.redis, ks)
+    if index is not None:
+        if rebuild:
+            await index.rebuild()
+        indexed = await index.entries()
+    with_blobs: set[str] = set()
+    if include_blobs and engine.blob is not None:
+        prefix = ks.workflows_blob_prefix()
+        for path in await engine.blob.list(prefix):
+            head = path[len(prefix) :].partition("/")[0]
+            try:
+                with_blobs.add(validate_id(head, "workflow_id"))
+            except InvalidIdError:
+                continue
+    names = sorted(set(indexed) | with_blobs)
+    gate = asyncio.Semaphore(_LIST_CONCURRENCY)
+    stale_before = (time.time() - engine.settings.ttl_seconds - INDEX_REFRESH_SECONDS) * 1000
+
+    async def row(workflow: str) -> WorkflowInfo | None:
+        turns = entries = last_ms = None
+        if engine.redis is not None:
+            async with gate:
+                stats = await ledger_stats(engine.redis, ks, workflow)
+            turns, entries, last_ms = stats.turns, stats.entries, stats.last_ms
+            score = indexed.get(workflow)
+            if engine.embedded and score is None and not entries:
+                # The in-process stand-in cannot see other processes' ledgers:
+                # unknown, not zero.
+                turns = entries = None
+            if last_ms is None and score is not None:
+                if not stats.turns and score < stale_before and index is not None:
+                    # Its ledger expired (TTL): nothing left in Redis to list.
+                    await index.remove(workflow)
+                    if workflow not in with_blobs:
+                        return None
+                else:
+                    last_ms = score
+        return WorkflowInfo(
+            workflow_id=workflow,
+            turns=turns,
+            entries=entries,
+            last_activity=None if last_ms is None else last_ms / 1000,
+            indexed=workflow in indexed,
+            blobs=workflow in with_blobs,
+        )
+
+    rows = [r for r in await asyncio.gather(*(row(w) for w in names)) if r is not None]
+    rows.sort(key=lambda r: (-(r.last_activity or 0.0), r.workflow_id))
+    return rows
+
+
+@dataclass(slots=True)
+class DeletionReport:
+    """What a delete removed (or, for a dry run, would remove).
+
+    ``redis_keys``: Redis keys; ``blobs``: blob paths; ``outbox_files``:
+    local files (absolute) with ``outbox_pending`` queued records among them;
+    ``indexed``: the workflow was in the index; ``raced``: a write recreated the
+    ledger during the delete (see the module doc); ``dry_run``: nothing was removed.
+    """
+
+    workflow_id: str
+    redis_keys: list[str] = field(default_factory=list)
+    blobs: list[str] = field(default_factory=list)
+    outbox_files: list[str] = field(default_factory=list)
+    outbox_pending: int = 0
+    indexed: bool = False
+    raced: bool = False
+    dry_run: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """True when the workflow held nothing anywhere."""
+        return not (self.redis_keys or self.blobs or self.outbox_files or self.indexed)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as a JSON-able dict."""
+        return asdict(self)
+
+
+async def delete_workflow(
+    engine: MemoryEngine, workflow_id: str, *, dry_run: bool = False
+) -> DeletionReport:
+    """Remove ``workflow_id`` from every tier (see the module doc for what and how).
+
+    Raises :class:`~jarvismem.errors.InvalidIdError` for an unusable id before
+    anything is read, and the backends' errors when one fails part-way (run it
+    again: every step is idempotent). Call it with no view of the workflow in
+    use in this process: its queued writes would recreate what was deleted.
+    """
+    workflow = validate_id(workflow_id, "workflow_id")
+    ks = engine.keyspace
+    report = DeletionReport(workflow_id=workflow, dry_run=dry_run)
+    index = None if engine.redis is None else WorkflowIndex(engine.redis, ks)
+    if engine.redis is not None and index is not None:
+        report.redis_keys = await _redis_keys(engine.redis, engine, workflow)
+        report.indexed = workflow in await index.entries()
+    if engine.blob is not None:
+        paths = await engine.blob.list(ks.workflow_blob_prefix(workflow))
+        paths += await engine.blob.list(ks.staging_blob_prefix(workflow))
+        report.blobs = sorted(set(paths))
+    report.outbox_pending = await _count_pending(
+        await asyncio.to_thread(_outbox_files, engine, workflow, sidecars=False)
+    )
+    # Listed after counting: reading an outbox may create its lock files.
+    outboxes = await asyncio.to_thread(_outbox_files, engine, workflow)
+    report.outbox_files = [str(p) for p in outboxes]
+    if dry_run:
+        return report
+    if engine.redis is not None and report.redis_keys:
+        # One DEL: every key of the workflow shares its hash slot, so the ledger
+        # and its exactly-once index disappear together, atomically.
+        async with redis_errors(f"delete workflow {workflow}"):
+            await engine.redis.delete(*report.redis_keys)
+    if engine.blob is not None:
+        for path in report.blobs:
+            await engine.blob.delete(path)
+    await asyncio.to_thread(_remove_files, outboxes)
+    if engine.redis is not None and index is not None:
+        async with redis_errors(f"delete workflow {workflow}: check"):
+            report.raced = bool(await engine.redis.exists(ks.ledger(workflow)))
+        if not report.raced:
+            await index.remove(workflow)
+    return report
+
+
+async def _redis_keys(redis: Any, engine: MemoryEngine, workflow: str) -> list[str]:
+    """Every Redis key of the workflow, the ones every workflow has named explicitly.
+
+    The ledger and the turn index are always listed (not only when a SCAN saw
+    them), so a single DEL removes both even if a first turn lands mid-delete.
+    """
+    ks = engine.keyspace
+    found = {ks.ledger(workflow), ks.turn_index(workflow)}
+    async with redis_errors(f"delete workflow {workflow}: scan"):
+        for pattern in (ks.workflow_pattern(workflow), ks.staging_pattern(workflow)):
+            async for raw in redis.scan_iter(match=pattern, count=1000):
+                found.add(as_text(raw))
+        exists = await asyncio.gather(*(redis.exists(key) for key in sorted(found)))
+    return [key for key, n in zip(sorted(found), exists, strict=True) if n]
+
+
+def _outbox_files(engine: MemoryEngine, workflow: str, *, sidecars: bool = True) -> list[Path]:
+    """The workflow's outbox files of every kind and destination (with their sidecars)."""
+    root = Path(engine.settings.outbox_path)
+    data_files = sorted(root.glob(engine.keyspace.outbox_files_pattern(workflow)))
+    if not sidecars:
+        return data_files
+    return [
+        path
+        for data in data_files
+        for path in (sibling(data, suffix) for suffix in _OUTBOX_SIDECARS)
+        if path.exists()
+    ]
+
+
+async def _count_pending(files: list[Path]) -> int:
+    """Records queued and not yet delivered in the outbox data files."""
+    total = 0
+    for path in files:
+        if path.suffix != ".jsonl":
+            continue
+        box = Outbox(path)
+        try:
+            total += await box.load()
+        finally:
+            await box.close()
+    return total
+
+
+def _remove_files(files: list[Path]) -> None:
+    for path in files:
+        path.unlink(missing_ok=True)

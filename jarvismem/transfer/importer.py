@@ -31,18 +31,20 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.redis import redis_errors
-from jarvismem.errors import BlobNotFoundError
+from jarvismem.errors import BackendRejectedError, BackendUnavailableError, BlobNotFoundError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.records import as_text, encode_entry, encode_record, turn_identity
 from jarvismem.redaction import redact_json_text, redact_value
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.checkpoints import CheckpointStore
+from jarvismem.tiers.episodic import WorkflowIndex
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.transfer.format import (
     MAX_BLOB_APPEND_BYTES,
@@ -274,6 +276,7 @@ async def import_workflow(
             await _discard_staging(rt, target, staged)
         raise
     await recover_import(rt, target)
+    await _index(rt, target)
     return {
         "workflow_id": target,
         "namespace": rt.keyspace.namespace,
@@ -282,6 +285,22 @@ async def import_workflow(
         "records": done,
         "counts": writer.counts,
     }
+
+
+async def _index(rt: MemoryRuntime, target: str) -> None:
+    """List the imported workflow in the namespace's workflow index (``jarvismem workflows``).
+
+    The data is already in place, so a failure here does not fail the import:
+    ``jarvismem workflows --rebuild`` finds the workflow from its ledger later.
+    """
+    if rt.redis is None:
+        return
+    try:
+        await WorkflowIndex(rt.redis, rt.keyspace).add(target, int(time.time() * 1000))
+    except (BackendUnavailableError, BackendRejectedError) as exc:
+        log.warning(
+            "imported %s but could not index it (%s); `workflows --rebuild` will", target, exc
+        )
 
 
 async def _staged_keys(rt: MemoryRuntime, pattern: str) -> list[str]:

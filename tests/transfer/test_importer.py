@@ -13,6 +13,7 @@ import pytest
 
 from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
+from jarvismem.tiers.episodic import WorkflowIndex
 from jarvismem.transfer import (
     TransferError,
     export_workflow,
@@ -49,6 +50,9 @@ async def test_round_trip_reproduces_every_bundle(
     assert result["counts"]["ledger"] == len(STEPS) * TURNS
     assert result["counts"]["checkpoint"] == 2
     assert result["records"] == len(records) - 1 and progress[-1] == (len(records) - 1,) * 2
+    if target.redis is not None:
+        # Listed by `jarvismem workflows` without a rebuild (nothing else wrote to it yet).
+        assert "wf1" in await WorkflowIndex(target.redis, target.keyspace).entries()
     for step, agent in STEPS:
         before = await source.memory("wf1", step, agent).rehydrate_bundle(ledger_tail=20)
         after = await target.memory("wf1", step, agent).rehydrate_bundle(ledger_tail=20)

@@ -187,6 +187,9 @@ _ROUTES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("GET", ("sessions", "*", "segments"), "rpc:GetSegments"),
     ("POST", ("admin", "analytics", "trigger"), "_trigger"),
 )
+_ROUTE_TABLE: dict[tuple[str, ...], dict[str, str]] = {}
+for _method, _pattern, _target in _ROUTES:
+    _ROUTE_TABLE.setdefault(_pattern, {})[_method] = _target
 
 
 def embed(text: str) -> list[float]:
@@ -519,9 +522,11 @@ class FakeAthenaServer(FakeHttpServer):
             return Response.of_json(401, {"error": "authentication_failed", "message": refusal})
         try:
             with self._lock:
-                return Response.of_json(200, self._route(request))
+                payload = self._route(request)
         except _Status as status:
             return _status_response(status.code, status.message)
+        # The payload holds copies only: encoding it needs no lock.
+        return Response.of_json(200, payload)
 
     def error_response(self, exc: Exception) -> Response:
         """A bug in the fake answers like the gateway's internal error."""
@@ -545,15 +550,18 @@ class FakeAthenaServer(FakeHttpServer):
         if parts[:2] != ["api", "v1"]:
             raise _Status(5, "Not Found")
         rest = parts[2:]
-        matching = [
-            (m, pattern, target) for m, pattern, target in _ROUTES if _matches(pattern, rest)
-        ]
-        chosen = [target for m, _, target in matching if m == request.method]
-        if not chosen:
+        # The session id is the only variable segment of Athena's routes.
+        shape = tuple(
+            "*" if i == 1 and rest[0] == "sessions" and seg else seg for i, seg in enumerate(rest)
+        )
+        methods = _ROUTE_TABLE.get(shape)
+        if methods is None:
+            raise _Status(5, "Not Found")
+        target = methods.get(request.method)
+        if target is None:
             # grpc-gateway: a path some route has, with another method, is a routing
             # 405, which it reports as codes.Unimplemented -> HTTP 501.
-            raise _Status(12, "Method Not Allowed") if matching else _Status(5, "Not Found")
-        target = chosen[0]
+            raise _Status(12, "Method Not Allowed")
         if target.startswith("rpc:"):
             raise _Status(12, f"method {target[4:]} not implemented")
         if request.json_error or (request.json is not None and not isinstance(request.json, dict)):
@@ -818,28 +826,26 @@ class FakeAthenaServer(FakeHttpServer):
         return chain
 
     def _grow(self, chain: _Chain, entries: list[_Entry]) -> None:
+        before = chain.summary
         for entry in entries:
             entry.consumed = True
             content = str(entry.wire["content"])
             if entry.wire["role"] == "user":
                 chain.keywords += [k for k in keywords(content) if k not in chain.keywords]
-            if content:
+            # Past the bound more content cannot change the summary: a long chain
+            # grows in O(1) instead of re-joining everything it ever held.
+            if content and len(chain.summary) < SUMMARY_MAX_CHARS:
                 chain.contents.append(content)
-        summary = " | ".join(chain.contents)
-        if len(summary) > SUMMARY_MAX_CHARS:
-            summary = summary[: SUMMARY_MAX_CHARS - 1] + "…"
-        chain.summary = summary
-        chain.embedding = embed(summary)
+                summary = " | ".join(chain.contents)
+                if len(summary) > SUMMARY_MAX_CHARS:
+                    summary = summary[: SUMMARY_MAX_CHARS - 1] + "…"
+                chain.summary = summary
+        if chain.summary != before or not chain.embedding:
+            chain.embedding = embed(chain.summary)
         fallback = f"workflow {chain.workflow_id}" if chain.workflow_id else "general"
         chain.topic = " ".join(chain.keywords[:3]) or fallback
         chain.updated = self.now()
         chain.seq = next(self._seq)
-
-
-def _matches(pattern: tuple[str, ...], rest: list[str]) -> bool:
-    return len(pattern) == len(rest) and all(
-        (p == "*" and bool(r)) or p == r for p, r in zip(pattern, rest, strict=True)
-    )
 
 
 def _nearest(chains: list[_Chain], query: list[float], k: int) -> list[_Chain]:

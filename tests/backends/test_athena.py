@@ -86,13 +86,14 @@ async def test_add_event_sends_type_role_metadata_and_idempotency_key(
     assert event["metadata"] == {"k": "v", "idempotency_key": "ik-1"}
 
 
-async def test_add_interaction_appends_user_and_assistant_messages(
+async def test_add_interaction_appends_user_and_agent_messages(
     server: FakeAthenaServer, client: AthenaClient
 ) -> None:
     sid = await _session(client)
     await client.add_interaction(sid, "hello", "hi there")
     roles = [(e["role"], e["content"]) for e in server.stm("acme", "alice", "agent1")]
-    assert roles == [("user", "hello"), ("assistant", "hi there")]
+    # Athena stores the agent's response with role "agent", never "assistant".
+    assert roles == [("user", "hello"), ("agent", "hi there")]
 
 
 async def test_get_context_parses_stm_events_oldest_first_capped_at_ten(

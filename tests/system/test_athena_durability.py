@@ -51,11 +51,6 @@ def _contents(server: FakeAthenaServer) -> list[str]:
     return [ev["content"] for _sid, ev in server.events]
 
 
-def _session_tenants(server: FakeAthenaServer) -> dict[str, str]:
-    """Session id -> tenant, from the recorded session-creation requests and answers."""
-    return {sid: server._sessions[sid].tenant for sid in server.session_ids}
-
-
 # --- item 3: a re-logged turn reaches Athena once ------------------------------------------------
 
 
@@ -193,7 +188,7 @@ async def test_records_queued_for_one_tenant_never_reach_another(
     assert am is not None
     await am.flush(timeout=10)
     await _wait_for(lambda: am.health()["pending"] == 0)
-    tenants = _session_tenants(athena_server)
+    tenants = athena_server.session_tenants()
     delivered = [(tenants[sid], ev["content"]) for sid, ev in athena_server.events]
     assert delivered == [("globex", "globex thought")]
     await globex.close()
@@ -203,7 +198,7 @@ async def test_records_queued_for_one_tenant_never_reach_another(
     am = await again.athena_memory("a1")
     assert am is not None
     await am.flush(timeout=10)
-    tenants = _session_tenants(athena_server)
+    tenants = athena_server.session_tenants()
     delivered = [(tenants[sid], ev["content"]) for sid, ev in athena_server.events]
     assert delivered[1:] == [("acme", f"acme secret {i}") for i in range(3)]
 

@@ -233,8 +233,8 @@ def test_repr_and_str_hide_secrets() -> None:
 def test_public_dict_hides_secrets_but_shows_they_are_set() -> None:
     public = load_settings(_env_file=None).public_dict()
     _assert_no_secret(repr(public))
-    assert public["athena_api_key"] == "***"
-    assert public["redis_url"] == "redis://app:***@127.0.0.1:6379/0"
+    assert public["athena_api_key"] == "[REDACTED]"
+    assert public["redis_url"] == "redis://app:[REDACTED]@127.0.0.1:6379/0"
 
 
 def test_public_dict_shows_unset_secrets_as_none() -> None:

@@ -234,7 +234,7 @@ async def test_connect_redis_gives_up_with_the_password_masked(
             await connect_redis(settings)
     message = str(info.value)
     assert PASSWORD not in message and PASSWORD not in repr(info.value)
-    assert f"redis://app:***@127.0.0.1:{port}/0" in message
+    assert f"redis://app:[REDACTED]@127.0.0.1:{port}/0" in message
     assert "3 attempts" in message
     assert info.value.__cause__ is None
 

@@ -327,7 +327,7 @@ class Outbox:
         """
         s = self._shared
         with s.mutex:
-            if s.loaded or s.lock_fd is not None:
+            if s.index or s.lock_fd is not None or s.dropped_dirty:
                 return False
             candidates = [s.path, s.cursor_path, self._dead_path]
             if self.legacy_path is not None:
@@ -417,6 +417,8 @@ class Outbox:
         return True
 
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
+        if self._nothing_on_disk():
+            return []
         with Locked(self._shared) as s:
             self._sync(s)
             wanted = [s.index[i] for i in range(min(n, len(s.index)))]

@@ -71,7 +71,9 @@ class Settings(BaseSettings):
         defaults.REDIS_MAX_CONNECTIONS, ge=1, description="Connection pool size."
     )
     redis_connect_retries: int = Field(
-        defaults.REDIS_CONNECT_RETRIES, ge=0, description="Connect retries after the first attempt (5: up to 6 attempts).",
+        defaults.REDIS_CONNECT_RETRIES,
+        ge=0,
+        description="Connect retries after the first attempt (5: up to 6 attempts).",
     )
     redis_ssl_ca_certs: Path | None = Field(None, description="CA bundle for rediss://.")
     redis_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")

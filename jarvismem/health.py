@@ -9,11 +9,13 @@ from exception types and server messages only.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded
+from jarvismem.backends.blob import LocalBlobStorage
+from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded, ping_redis, probe_redis_write
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.redaction import mask_url
@@ -35,27 +37,55 @@ async def _probe(fn: Callable[[], Awaitable[Any]]) -> tuple[bool, float | None, 
     return True, round((time.perf_counter() - start) * 1000, 3), None, value
 
 
-async def _redis_health(engine: MemoryEngine) -> dict[str, Any]:
+def _reason(exc_reason: str | None) -> str | None:
+    # Our own errors carry a full sentence; a class name in front adds nothing.
+    if exc_reason is None:
+        return None
+    for prefix in (
+        "ConfigError: ",
+        "BackendUnavailableError: ",
+        "BlobRejectedError: ",
+        "BlobUnavailableError: ",
+    ):
+        exc_reason = exc_reason.removeprefix(prefix)
+    return exc_reason
+
+
+async def _write_probe(out: dict[str, Any], fn: Callable[[], Awaitable[Any]]) -> None:
+    """Run a write probe; record ``writable`` and, on failure, the reason."""
+    ok, _latency, reason, _ = await _probe(fn)
+    out["writable"] = ok
+    if not ok:
+        text = _reason(reason) or "write refused"
+        out["reason"] = text if "not writable" in text else f"not writable: {text}"
+
+
+async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
     if engine.redis is None:
         return {"configured": False}
     s = engine.settings
-    if is_embedded(engine.redis):
+    redis = engine.redis
+    if is_embedded(redis):
         backend, where = "embedded", EMBEDDED_NOTE
     else:
         backend = "redis-cluster" if s.redis_cluster else "redis"
         where = mask_url(s.redis_url or "") if s.redis_url else "client passed in"
-    ok, latency, reason, _ = await _probe(engine.redis.ping)
-    return {
+    ok, latency, reason, _ = await _probe(lambda: ping_redis(redis, s.redis_url))
+    out: dict[str, Any] = {
         "configured": True,
         "backend": backend,
         "where": where,
         "reachable": ok,
         "latency_ms": latency,
-        "reason": reason,
+        "reason": _reason(reason),
     }
+    if write_check and ok:
+        key = engine.keyspace.health_probe(secrets.token_hex(6))
+        await _write_probe(out, lambda: probe_redis_write(redis, key, s.redis_url))
+    return out
 
 
-async def _blob_health(engine: MemoryEngine) -> dict[str, Any]:
+async def _blob_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
     if engine.blob is None:
         return {"configured": False}
     blob = engine.blob
@@ -65,19 +95,35 @@ async def _blob_health(engine: MemoryEngine) -> dict[str, Any]:
         "backend": blob.name,
         "reachable": ok,
         "latency_ms": latency,
-        "reason": reason,
+        "reason": _reason(reason),
     }
     if blob.name == "local":
         out["where"] = str(engine.settings.storage_base_path)
     elif blob.name == "azure":
         out["where"] = f"container {engine.settings.azure_storage_container}"
+    if ok and isinstance(blob, LocalBlobStorage):
+        # A folder one can list but not write to (read-only mount, wrong owner)
+        # is not healthy: every scratchpad append would fail. A local probe is
+        # one create and one unlink, cheap enough to run on every check.
+        await _write_probe(out, blob.probe_write)
+    elif ok and write_check:
+        path = engine.keyspace.health_probe_blob(secrets.token_hex(6))
+
+        async def write_and_delete() -> None:
+            await blob.write(path, b"probe")
+            await blob.delete(path)
+
+        await _write_probe(out, write_and_delete)
     return out
 
 
-async def _athena_health(engine: MemoryEngine) -> dict[str, Any]:
+async def _athena_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
     if engine.athena is None:
         return {"configured": False}
     athena = engine.athena
+    # GET /api/v1/health carries the credentials (unlike /health): a refused
+    # key shows here as an AthenaAuthError, which is the write check's proof
+    # of auth without creating a session or an event on the server.
     ok, latency, reason, value = await _probe(athena.health_detailed)
     out: dict[str, Any] = {
         "configured": True,
@@ -87,6 +133,8 @@ async def _athena_health(engine: MemoryEngine) -> dict[str, Any]:
         "latency_ms": latency,
         "reason": reason,
     }
+    if write_check:
+        out["writable"] = ok
     if value is not None:
         out["status"] = value.status
         out["dependencies"] = dict(value.dependencies)
@@ -119,14 +167,21 @@ def _outboxes(engine: MemoryEngine) -> dict[str, Any]:
     return out
 
 
-async def engine_health(engine: MemoryEngine) -> dict[str, Any]:
+async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> dict[str, Any]:
     """Health of every backend of an engine and of its outboxes.
 
     ``ok`` is False (and ``reasons`` says why) when a configured backend does
-    not answer or an outbox holds, dropped or dead-lettered writes.
+    not answer, a local blob folder is not writable, or an outbox holds,
+    dropped or dead-lettered writes. ``write_check=True`` also proves write
+    access and credentials on every backend (``writable`` per backend): a
+    SET/DEL of a probe key in the namespace, a blob written and deleted, an
+    authenticated Athena request.
     """
     redis, blob, athena, llm = await asyncio.gather(
-        _redis_health(engine), _blob_health(engine), _athena_health(engine), _llm_health(engine)
+        _redis_health(engine, write_check),
+        _blob_health(engine, write_check),
+        _athena_health(engine, write_check),
+        _llm_health(engine),
     )
     backends = {"redis": redis, "blob": blob, "athena": athena, "llm": llm}
     outboxes = _outboxes(engine)

@@ -280,6 +280,10 @@ class KeySpace:
 
     # --- Redis keys outside a workflow --------------------------------------------
 
+    def health_probe(self, token: str) -> str:
+        """A short-lived key ``status --write-check`` sets and deletes (proves writes)."""
+        return f"{KEY_PREFIX}:{self.namespace}:health-probe:{validate_id(token, 'probe token')}"
+
     def athena_session(self, tenant_id: str, user_id: str, agent_id: str) -> str:
         """Cached Athena session id for (tenant, user, agent)."""
         return (
@@ -346,6 +350,10 @@ class KeySpace:
             f"{self._wf_dir(workflow_id)}/{kind}/{validate_id(step_id, 'step_id')}/"
             f"{validate_id(agent_id, 'agent_id')}.jsonl"
         )
+
+    def health_probe_blob(self, token: str) -> str:
+        """A blob ``status --write-check`` writes and deletes (proves writes)."""
+        return f"health/{self.namespace}-probe-{validate_id(token, 'probe token')}"
 
     def scratchpad(self, workflow_id: str, step_id: str, agent_id: str) -> str:
         """JSONL scratchpad of one (workflow, step, agent)."""

@@ -420,7 +420,11 @@ is_secret_key: Callable[[str], bool] = secret_key_matcher()
 
 
 def mask_url(url: str) -> str:
-    """A URL with its password (and query string) hidden, for status and logs."""
+    """A URL with its password (and query string) hidden, for status and logs.
+
+    Hidden parts read :data:`REDACTED`, as in every other redacted text, so a
+    password looks the same in a warning, an error line and ``status``.
+    """
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -429,8 +433,8 @@ def mask_url(url: str) -> str:
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    query = "***" if parts.query else ""
+        netloc = f"{user}:{REDACTED}@{host}" if ":" in userinfo else f"{user}@{host}"
+    query = REDACTED if parts.query else ""
     if not netloc and url.startswith(f"{parts.scheme}://"):
         # unix:///tmp/r.sock: urlunsplit would drop the empty authority ("unix:/tmp").
         return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")

@@ -15,12 +15,15 @@ with it too.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+from pathlib import Path
 from typing import Any, Self
 
 from jarvismem.backends.athena import AthenaClient
-from jarvismem.backends.blob import create_blob_storage
+from jarvismem.backends.blob import BlobStorage, LocalBlobStorage, create_blob_storage
+from jarvismem.backends.blob.local import folder_write_error, os_reason
 from jarvismem.backends.redis import connect_redis, create_redis
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS
 from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summarizer
@@ -64,6 +67,7 @@ class MemoryRuntime(MemoryEngine):
         *,
         require_redis: bool = False,
         warn_degraded: bool = True,
+        connect_retries: int | None = None,
         **overrides: Any,
     ) -> Self:
         """Build and connect every configured backend from settings/environment.
@@ -81,11 +85,16 @@ class MemoryRuntime(MemoryEngine):
         """
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
+        # Configuration first (a missing extra, a bad connection string): a
+        # misconfiguration fails before any connection is attempted or warned about.
+        blob = create_blob_storage(settings)
         try:
             # Logs once when it is the embedded stand-in.
-            redis = await connect_redis(settings, retries=None if require_redis else 0)
+            redis = await connect_redis(settings, retries=connect_retries if require_redis else 0)
         except BackendUnavailableError as exc:
             if require_redis:
+                if blob is not None:
+                    await blob.close()
                 raise
             log.log(
                 logging.WARNING if warn_degraded else logging.INFO,
@@ -94,7 +103,11 @@ class MemoryRuntime(MemoryEngine):
                 exc,
             )
             redis = create_redis(settings)
-        blob = create_blob_storage(settings)
+        except BaseException:
+            if blob is not None:
+                await blob.close()
+            raise
+        await _warn_unwritable_folders(settings, blob, warn_blob=warn_degraded)
         athena = AthenaClient.from_settings(settings) if settings.athena_url else None
         return cls(settings, redis=redis, blob=blob, athena=athena, owns_clients=True)
 
@@ -102,9 +115,50 @@ class MemoryRuntime(MemoryEngine):
         """A cheap per-(workflow, step, agent) view; no I/O."""
         return UnifiedMemory(workflow_id, step_id, agent_id, runtime=self)
 
-    async def health(self) -> dict[str, Any]:
-        """Reachability and latency of every backend, plus outbox state."""
-        return await engine_health(self)
+    async def health(self, *, write_check: bool = False) -> dict[str, Any]:
+        """Reachability and latency of every backend, plus outbox state.
+
+        ``write_check=True`` also proves write access and credentials on every
+        backend (see :func:`jarvismem.health.engine_health`).
+        """
+        return await engine_health(self, write_check=write_check)
+
+
+async def _warn_unwritable_folders(
+    settings: Settings, blob: BlobStorage | None, *, warn_blob: bool
+) -> None:
+    """One WARNING per local folder the runtime will need to write and cannot.
+
+    A read-only working directory (or a wrong owner) does not stop the agent:
+    the scratchpad tier degrades (its appends fail, are counted and shown by
+    ``health()``) and the outbox cannot hold writes during an outage. Saying
+    so once, with the path and the errno, beats one error per write later.
+    """
+    folders: list[tuple[str, Path, str]] = []
+    if isinstance(blob, LocalBlobStorage) and warn_blob:
+        # Not for ``status`` (warn_degraded=False): it probes and reports the
+        # blob folder itself.
+        folders.append(
+            ("STORAGE_BASE_PATH", blob.root, "the scratchpad tier is degraded (appends fail)")
+        )
+    folders.append(
+        (
+            "OUTBOX_PATH",
+            Path(settings.outbox_path),
+            "writes cannot be queued locally while a backend is down",
+        )
+    )
+    for name, folder, effect in folders:
+        exc = await asyncio.to_thread(folder_write_error, folder)
+        if exc is not None:
+            log.warning(
+                "%s %s is not writable (%s): %s; set %s to a writable folder",
+                name,
+                folder.absolute(),
+                os_reason(exc),
+                effect,
+                name,
+            )
 
 
 # --- one Athena client per process ---------------------------------------------------------

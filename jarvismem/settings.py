@@ -8,6 +8,9 @@ a log line or an exception.
 
 from __future__ import annotations
 
+import difflib
+import logging
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +29,9 @@ from jarvismem import defaults
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.payload import max_field_chars_for, turn_record_max_bytes
-from jarvismem.redaction import mask_url
+from jarvismem.redaction import REDACTED, mask_url
+
+log = logging.getLogger(__name__)
 
 # One REDACTION_KEYS name: it becomes part of a regex and a key matcher.
 _SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_. -]*")
@@ -66,7 +71,9 @@ class Settings(BaseSettings):
         defaults.REDIS_MAX_CONNECTIONS, ge=1, description="Connection pool size."
     )
     redis_connect_retries: int = Field(
-        defaults.REDIS_CONNECT_RETRIES, ge=0, description="Connect attempts before giving up."
+        defaults.REDIS_CONNECT_RETRIES,
+        ge=0,
+        description="Connect retries after the first attempt (5: up to 6 attempts).",
     )
     redis_ssl_ca_certs: Path | None = Field(None, description="CA bundle for rediss://.")
     redis_ssl_certfile: Path | None = Field(None, description="Client certificate (mutual TLS).")
@@ -330,7 +337,7 @@ class Settings(BaseSettings):
         out: dict[str, Any] = {}
         for name, value in self.model_dump().items():
             if isinstance(value, SecretStr):
-                out[name] = "***" if value.get_secret_value() else None
+                out[name] = REDACTED if value.get_secret_value() else None
             elif name.endswith("_url") and isinstance(value, str):
                 out[name] = mask_url(value)
             elif isinstance(value, Path):
@@ -361,10 +368,105 @@ def load_settings(**overrides: Any) -> Settings:
     ``_env_file=None`` to ignore a ``.env`` in the working directory.
     """
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         problems = validation_problems(exc, subject="settings", env_names=True)
         raise ConfigError(f"invalid configuration: {problems}") from None
+    warn_unknown_names(overrides.get("_env_file", Settings.model_config.get("env_file")))
+    return settings
+
+
+# --- names that look like ours but are not (typos) -------------------------------------------
+
+OUR_PREFIXES = ("JARVISMEM_", "REDIS_", "ATHENA_", "LLM_", "AZURE_")
+"""A ``.env`` name with one of these prefixes is meant for jarvismem."""
+
+ENV_PREFIXES = ("JARVISMEM_",)
+"""Environment names checked even without a close match: only jarvismem uses this prefix."""
+
+OTHER_KNOWN_NAMES = frozenset(
+    {
+        # docker-compose.yml and scripts/ read these from .env or the environment.
+        "ATHENA_IMAGE",
+        "REDIS_PASSWORD",
+        "JARVISMEM_SKIP_SERVICES",
+        "JARVISMEM_SOAK_SEED",
+        # The test suite's switches.
+        "JARVISMEM_REQUIRE_INTEGRATION",
+        "JARVISMEM_TEST_REDIS_URL",
+        "JARVISMEM_TEST_AZURITE",
+        "JARVISMEM_CHECKER_SECONDS",
+        "JARVISMEM_CRASH_KILLS",
+        "JARVISMEM_OUTAGE_SECONDS",
+    }
+)
+"""Names with our prefixes that are not settings but are not typos either."""
+
+_warned: set[str] = set()
+
+
+def setting_names() -> list[str]:
+    """Every settings variable name, upper case (``REDIS_URL``, ...)."""
+    return sorted(name.upper() for name in Settings.model_fields)
+
+
+def env_file_names(path: Path | str) -> list[str]:
+    """The variable names a ``.env`` file assigns (comments, blanks and ``export`` skipped)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name = line.split("=", 1)[0].strip().removeprefix("export ").strip()
+        if name:
+            names.append(name)
+    return names
+
+
+def unknown_name_warnings(names: list[str], *, prefixes: tuple[str, ...], source: str) -> list[str]:
+    """One message per name that is not a setting but looks meant as one.
+
+    A name looks meant as one when it has one of ``prefixes`` or is close to a
+    real name (difflib). A silent typo is the worst kind: ``REDIS_ULR=``
+    would otherwise run on the ephemeral embedded store without a word.
+    """
+    known = setting_names()
+    known_set = set(known)
+    messages = []
+    for raw in names:
+        name = raw.upper()
+        if name in known_set or name in OTHER_KNOWN_NAMES:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if not close and not name.startswith(prefixes):
+            continue
+        hint = f"did you mean {close[0]}?" if close else "no such setting (see README)."
+        messages.append(f"{source}: unknown setting {raw} is ignored: {hint}")
+    return messages
+
+
+def warn_unknown_names(env_file: Any) -> None:
+    """Log a WARNING, once per process and name, for each likely typo.
+
+    Checks every name of the ``.env`` file and the environment's names with
+    jarvismem's own prefixes (other programs' variables are left alone).
+    """
+    messages: list[str] = []
+    files = env_file if isinstance(env_file, list | tuple) else [env_file]
+    for file in files:
+        if file and Path(file).is_file():
+            names = env_file_names(file)
+            messages += unknown_name_warnings(names, prefixes=OUR_PREFIXES, source=str(file))
+    env_names = [n for n in os.environ if n.upper().startswith(OUR_PREFIXES)]
+    messages += unknown_name_warnings(env_names, prefixes=ENV_PREFIXES, source="environment")
+    for message in messages:
+        if message not in _warned:
+            _warned.add(message)
+            log.warning("%s", message)
 
 
 # Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,

@@ -68,3 +68,55 @@ async def test_a_views_health_names_its_active_tiers(
     health = await memory_health(engine, engine.workflow(workflow_id), mem.working)
     assert health["tiers"] == {"working": False, "episodic": True, "ltm": False, "athena": False}
     assert health["backends"]["redis"]["configured"]
+
+
+# --- write access (issue 17) ------------------------------------------------------------------
+
+
+async def test_a_local_blob_folder_that_cannot_be_written_is_not_healthy(
+    tmp_path: Any, redis_client: Any, make_engine: Factory
+) -> None:
+    from jarvismem.backends.blob import LocalBlobStorage
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # a file where a parent folder should be: unwritable even as root
+    engine = make_engine(redis=redis_client, blob=LocalBlobStorage(blocker / "blobs"))
+    health = await engine_health(engine)
+    blob = health["backends"]["blob"]
+    # Before: "reachable" was all it checked, and the folder showed as healthy.
+    assert blob["reachable"] and blob["writable"] is False
+    assert "is not writable: Not a directory (ENOTDIR)" in blob["reason"]
+    assert not health["ok"]
+    assert any(r.startswith("blob: ") and "not writable" in r for r in health["reasons"])
+
+
+async def test_the_local_write_probe_leaves_nothing_behind(
+    tmp_path: Any, make_engine: Factory
+) -> None:
+    from jarvismem.backends.blob import LocalBlobStorage
+
+    engine = make_engine(blob=LocalBlobStorage(tmp_path / "not-yet" / "blobs"))
+    health = await engine_health(engine)
+    assert health["backends"]["blob"]["writable"] is True
+    assert list(tmp_path.iterdir()) == []  # not even the folder it would create
+
+
+async def test_write_check_proves_writes_on_redis_and_blob(
+    redis_client: Any, blob_storage: Any, make_engine: Factory
+) -> None:
+    engine = make_engine(redis=redis_client, blob=blob_storage)
+    health = await engine_health(engine, write_check=True)
+    assert health["ok"], health["reasons"]
+    assert health["backends"]["redis"]["writable"] is True
+    assert health["backends"]["blob"]["writable"] is True
+    # The probes clean up after themselves.
+    namespace = engine.keyspace.namespace
+    assert [k async for k in redis_client.scan_iter(match=f"jm:{namespace}:health-probe:*")] == []
+    assert [p for p in await blob_storage.list("health/") if "probe" in p] == []
+
+
+async def test_without_write_check_redis_is_only_pinged(
+    redis_client: Any, make_engine: Factory
+) -> None:
+    health = await engine_health(make_engine(redis=redis_client))
+    assert "writable" not in health["backends"]["redis"]

@@ -144,14 +144,14 @@ def test_long_adversarial_text_is_processed_unchanged(text: str) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("redis://app:hunter2@127.0.0.1:6379/0", "redis://app:***@127.0.0.1:6379/0"),
-        ("rediss://:hunter2@cache.example:6380", "rediss://:***@cache.example:6380"),
+        ("redis://app:hunter2@127.0.0.1:6379/0", "redis://app:[REDACTED]@127.0.0.1:6379/0"),
+        ("rediss://:hunter2@cache.example:6380", "rediss://:[REDACTED]@cache.example:6380"),
         ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
         ("redis://user@host:6379", "redis://user@host:6379"),
-        ("https://h.example/p?sig=hunter2&x=1", "https://h.example/p?***"),
-        ("redis://h:6379/0?password=hunter2", "redis://h:6379/0?***"),
-        ("unix:///tmp/redis.sock?password=hunter2", "unix:///tmp/redis.sock?***"),
-        ("http://u:p%40ss@h/x#frag-hunter2", "http://u:***@h/x"),
+        ("https://h.example/p?sig=hunter2&x=1", "https://h.example/p?[REDACTED]"),
+        ("redis://h:6379/0?password=hunter2", "redis://h:6379/0?[REDACTED]"),
+        ("unix:///tmp/redis.sock?password=hunter2", "unix:///tmp/redis.sock?[REDACTED]"),
+        ("http://u:p%40ss@h/x#frag-hunter2", "http://u:[REDACTED]@h/x"),
     ],
 )
 def test_mask_url_hides_password_and_query(url: str, expected: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from jarvismem import runtime as runtime_module
 from jarvismem.engine.core import MemoryEngine
@@ -132,3 +133,125 @@ def test_the_cache_key_never_holds_a_secret() -> None:
         load_settings(_env_file=None, athena_url="http://athena.test", athena_api_key=secret)
     )
     assert all(secret not in "".join(key) for key in runtime_module._athena_clients)
+
+
+# --- start-up a new user meets (issue 17) -------------------------------------------------------
+
+
+async def test_from_env_with_refused_credentials_fails_fast_instead_of_starting_degraded(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jarvismem.errors import ConfigError
+
+    async def refuse(*_a: Any, **_k: Any) -> Any:
+        raise ConfigError("Redis refused the credentials (NOAUTH/WRONGPASS) at redis://h:1/0")
+
+    # A misconfiguration is not an outage: no degraded start hides it.
+    monkeypatch.setattr(runtime_module, "connect_redis", refuse)
+    with pytest.raises(ConfigError, match="refused the credentials"):
+        await MemoryRuntime.from_env(settings.model_copy(update={"redis_url": DEAD_REDIS}))
+
+
+async def test_from_env_with_unwritable_folders_warns_once_each_with_path_and_errno(
+    settings: Settings, tmp_path: Path, workflow_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A regular file where a parent folder should be: unwritable even for root.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    s = settings.model_copy(
+        update={"storage_base_path": blocker / "blobs", "outbox_path": blocker / "outbox"}
+    )
+    with caplog.at_level(logging.WARNING):
+        rt = await MemoryRuntime.from_env(s)
+    try:
+        warned = [r.getMessage() for r in caplog.records if "is not writable" in r.getMessage()]
+        assert len(warned) == 2
+        assert f"STORAGE_BASE_PATH {blocker / 'blobs'} is not writable" in warned[0]
+        assert f"OUTBOX_PATH {blocker / 'outbox'} is not writable" in warned[1]
+        assert all("(ENOTDIR)" in w for w in warned)
+        # The agent keeps running: the scratchpad degrades, the ledger works.
+        mem = rt.memory(workflow_id, "s1", "a1")
+        await mem.log_turn(1, "t", "a", "r")
+        bundle = await mem.rehydrate_bundle()
+        assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1"]
+    finally:
+        await rt.close()
+
+
+async def test_from_env_with_azure_chosen_but_the_extra_missing_is_one_config_error(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from jarvismem.errors import ConfigError
+
+    monkeypatch.setitem(sys.modules, "jarvismem.backends.blob.azure", None)
+    s = settings.model_copy(
+        update={
+            "storage_backend": "azure",
+            "azure_storage_connection_string": SecretStr("UseDevelopmentStorage=true"),
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        await MemoryRuntime.from_env(s)
+    assert str(info.value).startswith(
+        "the azure extra is not installed: pip install 'jarvismem[azure]'"
+    )
+
+
+def _read_only_run(folder: Path, code: str) -> Any:
+    """Run ``code`` with ``folder`` as a read-only working directory (EROFS), or skip.
+
+    A private mount namespace with a read-only bind mount: real EROFS even for
+    root (a chmod does not stop root). Needs unshare and CAP_SYS_ADMIN.
+    """
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare not available")
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount --bind -r {folder} {folder}"],
+        capture_output=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        pytest.skip("cannot make a read-only bind mount here (needs CAP_SYS_ADMIN)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "STORAGE_"))}
+    env.pop("OUTBOX_PATH", None)
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    script = 'mount --bind -r "$1" "$1" && cd "$1" && exec "$2" -c "$3"'
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(folder), sys.executable, code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_read_only_working_directory_degrades_the_scratchpad_without_crashing(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import asyncio\n"
+        "from jarvismem.runtime import MemoryRuntime\n"
+        "async def main():\n"
+        "    async with await MemoryRuntime.from_env() as rt:\n"
+        "        mem = rt.memory('wf', 's', 'a')\n"
+        "        await mem.log_turn(1, 't', 'a', 'r')\n"
+        "        b = await mem.rehydrate_bundle()\n"
+        "        print('turns', [t['turn_id'] for t in b['recent_turns']])\n"
+        "asyncio.run(main())\n"
+    )
+    proc = _read_only_run(tmp_path, code)
+    # Before: OSError: [Errno 30] Read-only file system: '.../.jarvismem/outbox/...lock'.
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "turns ['1']" in proc.stdout
+    assert (
+        f"STORAGE_BASE_PATH {tmp_path}/.jarvismem/blobs is not writable "
+        "(Read-only file system (EROFS))"
+    ) in proc.stderr

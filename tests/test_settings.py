@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,8 +234,8 @@ def test_repr_and_str_hide_secrets() -> None:
 def test_public_dict_hides_secrets_but_shows_they_are_set() -> None:
     public = load_settings(_env_file=None).public_dict()
     _assert_no_secret(repr(public))
-    assert public["athena_api_key"] == "***"
-    assert public["redis_url"] == "redis://app:***@127.0.0.1:6379/0"
+    assert public["athena_api_key"] == "[REDACTED]"
+    assert public["redis_url"] == "redis://app:[REDACTED]@127.0.0.1:6379/0"
 
 
 def test_public_dict_shows_unset_secrets_as_none() -> None:
@@ -299,3 +300,48 @@ def test_an_error_about_the_whole_object_names_the_subject() -> None:
     with pytest.raises(ValidationError) as caught:
         _Pair.model_validate("not a mapping")
     assert validation_problems(caught.value, subject="pair").startswith("pair: ")
+
+
+# --- likely typos are named, not ignored (issue 17) ---------------------------------------------
+
+
+def test_a_typo_in_the_env_file_gets_a_did_you_mean_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jarvismem import settings as settings_module
+
+    settings_module._warned.clear()
+    env = tmp_path / ".env"
+    env.write_text(
+        "# comment\nREDIS_ULR=redis://127.0.0.1:6379/0\nexport STORAGE_BACKED=local\n"
+        "ATHENA_COLOUR=blue\nOPENAI_API_KEY=not-ours\nREDIS_PASSWORD=compose-uses-it\n"
+        "JARVISMEM_NAMESPACE=ok\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="jarvismem.settings"):
+        s = load_settings(_env_file=env)
+        load_settings(_env_file=env)  # once per process and name, not per load
+    assert s.redis_url is None  # the typo still does nothing: it is only named
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        f"{env}: unknown setting REDIS_ULR is ignored: did you mean REDIS_URL?",
+        f"{env}: unknown setting STORAGE_BACKED is ignored: did you mean STORAGE_BACKEND?",
+        f"{env}: unknown setting ATHENA_COLOUR is ignored: no such setting (see README).",
+    ]
+
+
+def test_a_typo_in_the_environment_is_named_only_for_our_prefixes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jarvismem import settings as settings_module
+
+    settings_module._warned.clear()
+    monkeypatch.setenv("JARVISMEM_NAMESPCE", "x")
+    monkeypatch.setenv("REDIS_HOST", "other-programs-variable")
+    monkeypatch.setenv("JARVISMEM_REQUIRE_INTEGRATION", "0")
+    with caplog.at_level(logging.WARNING, logger="jarvismem.settings"):
+        load_settings(_env_file=None)
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [
+        "environment: unknown setting JARVISMEM_NAMESPCE is ignored: "
+        "did you mean JARVISMEM_NAMESPACE?"
+    ]

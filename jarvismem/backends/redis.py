@@ -8,9 +8,11 @@ status output says so.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import ssl
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -18,6 +20,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     AskError,
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
     ClusterError,
     NoScriptError,
     OutOfMemoryError,
@@ -46,6 +50,29 @@ POOL_WAIT_SECONDS = 20.0
 
 CONNECT_BACKOFF = Backoff(base=0.1, cap=2.0, jitter="none")
 """Waits between start-up PINGs: one process waiting for its server, nothing to spread."""
+
+
+class _CommandRetry(Retry):
+    """redis-py's command retry, minus credential refusals.
+
+    redis-py files ``AuthenticationError`` (NOAUTH, WRONGPASS) under
+    ``ConnectionError``, so a stock ``Retry`` resends a refused command three
+    times with backoff: a wrong password then looks like a slow, flaky server
+    ("timed out after 3s") instead of the configuration error it is.
+    """
+
+    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        given = kwargs.pop("is_retryable", None) if "is_retryable" in kwargs else None
+        if args:  # positional is_retryable (redis-py passes it by keyword today)
+            given, args = args[0], args[1:]
+
+        def retryable(exc: Exception) -> bool:
+            if is_auth_error(exc):
+                return False
+            return given is None or bool(given(exc))
+
+        return await super().call_with_retry(do, fail, retryable, *args, **kwargs)
+
 
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
 
@@ -77,7 +104,7 @@ def _client_kwargs(settings: Settings) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         # Commands retry on connection blips with exponential backoff; the
         # tiers above add their own timeouts so a dead server cannot hang a turn.
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        "retry": _CommandRetry(ExponentialBackoff(cap=1.0, base=0.05), 3),
         "retry_on_error": [RedisConnectionError, RedisTimeoutError],
         "socket_connect_timeout": 2.0,
         "health_check_interval": 30,
@@ -134,42 +161,130 @@ def embedded_redis() -> aioredis.Redis:
     return client
 
 
+def is_auth_error(exc: BaseException) -> bool:
+    """True when Redis refused the credentials (NOAUTH, WRONGPASS, AUTH misuse)."""
+    if isinstance(exc, AuthenticationError | AuthenticationWrongNumberOfArgsError):
+        return True
+    if isinstance(exc, ResponseError):
+        return str(exc).lstrip("-").split(" ", 1)[0].upper() in ("NOAUTH", "WRONGPASS")
+    return False
+
+
+def _where(url: str) -> str:
+    """``host:port`` (or the socket path) of a Redis URL, for "is it running?" hints."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme == "unix":
+            return parts.path or url
+        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+    except ValueError:
+        return "<unparseable url>"
+
+
+def auth_refused_message(url: str, exc: BaseException) -> str:
+    """The one line for refused credentials: which URL, what to fix (no secret)."""
+    parts = urlsplit(url)
+    has_password = parts.password is not None or "password=" in parts.query
+    fix = (
+        "the password (or user) in REDIS_URL is wrong"
+        if has_password
+        else "the server requires a password and REDIS_URL has none "
+        "(put [USER]:PASSWORD@ before the host)"
+    )
+    first = str(exc).split("\n", 1)[0][:120]
+    return f"Redis refused the credentials (NOAUTH/WRONGPASS) at {mask_url(url)}: {fix} ({first})"
+
+
+def unreachable_hint(url: str, exc: BaseException) -> str:
+    """Why a connection failed, in words, with a hint when nothing listens there."""
+    text = str(exc)
+    where = _where(url)
+    refused = f"Error {errno.ECONNREFUSED} " in text or "refused" in text.lower()
+    if refused or isinstance(exc, ConnectionRefusedError):
+        return f"connection refused (is redis-server running on {where}?)"
+    if "No such file" in text or isinstance(exc, FileNotFoundError):
+        return f"no socket at {where} (is redis-server running?)"
+    if isinstance(exc, TimeoutError | RedisTimeoutError) or "Timeout" in type(exc).__name__:
+        return f"no answer from {where} in time (a firewall, or a host that is down?)"
+    first = text.split("\n", 1)[0][:160]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 async def connect_redis(settings: Settings, *, retries: int | None = None) -> RedisClient:
     """Create the client and wait until it answers PING, retrying with backoff.
 
-    Logs a countdown; raises :class:`BackendUnavailableError` (with the URL's
-    password masked) after ``retries`` (default ``REDIS_CONNECT_RETRIES``)
-    failed attempts after the first.
+    ``retries`` (default ``REDIS_CONNECT_RETRIES``) are the attempts after the
+    first. Logs a countdown; raises :class:`BackendUnavailableError` (with the
+    URL's password masked and a hint such as "is redis-server running on
+    HOST:PORT?") when every attempt failed, and :class:`ConfigError` at once,
+    without retrying, when the server refuses the credentials: waiting will
+    not fix a wrong or missing password.
     """
     client = create_redis(settings)
     if is_embedded(client):
         return client
-    attempts = (settings.redis_connect_retries if retries is None else max(0, retries)) + 1
+    url = settings.redis_url or ""
+    retries = settings.redis_connect_retries if retries is None else max(0, retries)
+    attempts = retries + 1
     for attempt in range(1, attempts + 1):
         try:
             await asyncio.wait_for(client.ping(), timeout=5.0)
             return client
-        except (TimeoutError, RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except Exception as exc:
+            if is_auth_error(exc):
+                await client.aclose()
+                raise ConfigError(auth_refused_message(url, exc)) from None
+            if not isinstance(exc, TimeoutError | RedisConnectionError | OSError):
+                if isinstance(exc, RedisError):
+                    # Any other reply (a server error): waiting will not help.
+                    await client.aclose()
+                    raise translate_redis_error(exc, "Redis connect") from None
+                raise
             if attempt == attempts:
                 await client.aclose()
+                tried = "1 attempt" if attempts == 1 else f"{attempts} attempts"
                 raise BackendUnavailableError(
-                    f"Redis at {mask_url(settings.redis_url or '')} did not answer after "
-                    f"{attempts} attempts: {type(exc).__name__}"
+                    f"Redis at {mask_url(url)} did not answer after {tried} "
+                    f"(REDIS_CONNECT_RETRIES={retries}): {unreachable_hint(url, exc)}"
                 ) from None
             delay = CONNECT_BACKOFF.delay(attempt - 1)
             log.warning(
-                "Redis at %s not reachable (%s); retrying in %.1fs (%d attempts left)",
-                mask_url(settings.redis_url or ""),
-                type(exc).__name__,
+                "Redis at %s not reachable (%s); retrying in %.1fs (retry %d of %d)",
+                mask_url(url),
+                unreachable_hint(url, exc),
                 delay,
-                attempts - attempt,
+                attempt,
+                retries,
             )
             await asyncio.sleep(delay)
-        except RedisError as exc:
-            # Any other reply (a refused AUTH, a server error): waiting will not help.
-            await client.aclose()
-            raise translate_redis_error(exc, "Redis connect") from None
     raise AssertionError("unreachable")
+
+
+async def ping_redis(client: RedisClient, url: str | None) -> None:
+    """PING with failures translated for a health report (auth named as such)."""
+    try:
+        await client.ping()
+    except Exception as exc:
+        if is_auth_error(exc):
+            raise ConfigError(auth_refused_message(url or "", exc)) from None
+        if isinstance(exc, TimeoutError | RedisConnectionError | OSError) and url:
+            raise BackendUnavailableError(unreachable_hint(url, exc)) from None
+        if isinstance(exc, _FAILURES):
+            raise translate_redis_error(exc, "PING") from None
+        raise
+
+
+async def probe_redis_write(client: RedisClient, key: str, url: str | None) -> None:
+    """SET then DEL ``key`` (a short-lived probe): proves write access and auth."""
+    try:
+        await client.set(key, b"1", px=30_000)
+        await client.delete(key)
+    except Exception as exc:
+        if is_auth_error(exc):
+            raise ConfigError(auth_refused_message(url or "", exc)) from None
+        if isinstance(exc, _FAILURES):
+            raise translate_redis_error(exc, "write probe") from None
+        raise
 
 
 # --- errors translated at the edge ------------------------------------------------------

@@ -37,8 +37,18 @@ class CliContext:
 
     @contextlib.asynccontextmanager
     async def runtime(self, settings: Settings | None = None) -> AsyncIterator[MemoryRuntime]:
-        """A connected runtime (Redis retried with backoff), closed on exit."""
-        rt = await MemoryRuntime.from_env(settings or self.settings(), require_redis=True)
+        """A connected runtime, closed on exit.
+
+        One command, one connect attempt: a person at a prompt wants "Redis is
+        not running" now, not after seconds of retry warnings. An explicitly
+        set ``REDIS_CONNECT_RETRIES`` still applies (scripts racing a server
+        that is starting).
+        """
+        settings = settings or self.settings()
+        explicit = "redis_connect_retries" in settings.model_fields_set
+        rt = await MemoryRuntime.from_env(
+            settings, require_redis=True, connect_retries=None if explicit else 0
+        )
         try:
             yield rt
         finally:

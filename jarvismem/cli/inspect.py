@@ -29,6 +29,12 @@ def _positive(value: str) -> int:
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add this group's commands to the ``jarvismem`` parser."""
     p = sub.add_parser("status", parents=[common], help="backends: configured, reachable, latency")
+    p.add_argument(
+        "--write-check",
+        action="store_true",
+        help="also prove write access and credentials on every backend "
+        "(Redis SET/DEL of a probe key, a blob written and deleted, an authenticated Athena call)",
+    )
     p.set_defaults(handler=status)
 
     p = sub.add_parser("tail", parents=[common], help="a workflow's ledger (optionally follow it)")
@@ -81,9 +87,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 async def status(ctx: CliContext) -> int:
-    """Exit 1 when a configured backend does not answer."""
+    """Exit 1 when a configured backend does not answer or cannot be written."""
     async with ctx.probe_runtime() as rt:
-        health = await rt.health()
+        health = await rt.health(write_check=bool(getattr(ctx.args, "write_check", False)))
         # Outboxes are per machine: show what any process here left behind.
         local = await scan_outboxes(Path(rt.settings.outbox_path))
     health["local_outboxes"] = local
@@ -96,12 +102,15 @@ async def status(ctx: CliContext) -> int:
         for name, b in health["backends"].items()
         if b.get("configured") and not b.get("reachable")
     ]
+    not_writable = [name for name, b in health["backends"].items() if b.get("writable") is False]
     health["unreachable"] = unreachable
+    health["not_writable"] = not_writable
     ctx.out.result(health, render_health)
     if unreachable:
         error_line(f"configured backend(s) not reachable: {', '.join(unreachable)}")
-        return 1
-    return 0
+    if not_writable:
+        error_line(f"configured backend(s) not writable: {', '.join(not_writable)}")
+    return 1 if unreachable or not_writable else 0
 
 
 def _outbox_reason(box: dict[str, Any]) -> str:

@@ -234,7 +234,7 @@ async def test_connect_redis_gives_up_with_the_password_masked(
             await connect_redis(settings)
     message = str(info.value)
     assert PASSWORD not in message and PASSWORD not in repr(info.value)
-    assert f"redis://app:***@127.0.0.1:{port}/0" in message
+    assert f"redis://app:[REDACTED]@127.0.0.1:{port}/0" in message
     assert "3 attempts" in message
     assert info.value.__cause__ is None
 
@@ -369,3 +369,90 @@ async def test_connect_refused_by_the_server_is_a_rejection_not_a_raw_error() ->
     settings = make_settings(redis_url=REAL_REDIS_URL.rsplit("/", 1)[0] + "/99999")
     with pytest.raises(BackendRejectedError, match="Redis connect"):
         await connect_redis(settings, retries=3)
+
+
+# --- credentials and connection hints (issue 17) --------------------------------------------
+
+AUTH_PASSWORD = "s3cret-auth-probe"
+
+
+@pytest.fixture(scope="module")
+def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real redis-server of this module's own that requires a password."""
+    from jarvismem.testing.redis_server import RedisServerProcess
+
+    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
+    server = RedisServerProcess(tmp_path_factory.mktemp("authredis"), persistence=False)
+    server.start()
+    # Set after start: the helper's readiness check is an unauthenticated PING.
+    import redis as sync_redis
+
+    sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
+    yield server
+    server.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("userinfo", ["", ":wrong-password@"], ids=["no-password", "wrong"])
+async def test_refused_credentials_fail_fast_without_retries(
+    password_redis: Any, userinfo: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"redis://{userinfo}127.0.0.1:{password_redis.port}/0"
+    settings = make_settings(redis_url=url, redis_connect_retries=5)
+    started = asyncio.get_running_loop().time()
+    with caplog.at_level(logging.WARNING, logger="jarvismem.backends.redis"):
+        with pytest.raises(ConfigError) as info:
+            await connect_redis(settings)
+    # Before: AuthenticationError is a ConnectionError to redis-py, so it was
+    # retried 5 times (7.7 s) or, without a password, reported as a timeout.
+    assert asyncio.get_running_loop().time() - started < 1.5
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+    message = str(info.value)
+    assert message.startswith("Redis refused the credentials (NOAUTH/WRONGPASS)")
+    assert "wrong-password" not in message
+    expected = "is wrong" if userinfo else "requires a password and REDIS_URL has none"
+    assert expected in message
+
+
+@pytest.mark.integration
+async def test_a_command_refused_for_credentials_is_not_retried(password_redis: Any) -> None:
+    client = create_redis(make_settings(redis_url=password_redis.url))
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(redis_exc.AuthenticationError):
+            await client.ping()
+        # The command retry (3 retries with backoff) skips credential refusals.
+        assert asyncio.get_running_loop().time() - started < 0.3
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.integration
+async def test_the_right_password_connects(password_redis: Any) -> None:
+    url = f"redis://:{AUTH_PASSWORD}@127.0.0.1:{password_redis.port}/0"
+    client = await connect_redis(make_settings(redis_url=url))
+    try:
+        assert await client.ping()
+    finally:
+        await client.aclose()
+
+
+async def test_a_refused_connection_asks_whether_redis_server_runs() -> None:
+    port = closed_port()
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{port}/0", redis_connect_retries=0)
+    with pytest.raises(BackendUnavailableError) as info:
+        await connect_redis(settings)
+    message = str(info.value)
+    assert f"is redis-server running on 127.0.0.1:{port}?" in message
+    # REDIS_CONNECT_RETRIES counts retries after the first attempt, and says so.
+    assert "after 1 attempt (REDIS_CONNECT_RETRIES=0)" in message
+
+
+def test_auth_error_classification() -> None:
+    from jarvismem.backends.redis import is_auth_error
+
+    assert is_auth_error(redis_exc.AuthenticationError("invalid password"))
+    assert is_auth_error(redis_exc.ResponseError("NOAUTH Authentication required."))
+    assert is_auth_error(redis_exc.ResponseError("WRONGPASS invalid username-password pair"))
+    assert not is_auth_error(redis_exc.ConnectionError("Error 111 connecting"))
+    assert not is_auth_error(redis_exc.ResponseError("WRONGTYPE Operation against a key"))

@@ -8,6 +8,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -278,3 +282,136 @@ async def test_follow_stops_after_max_wait_without_entries(
         SimpleNamespace(out=out), real_redis, keyspace.ledger(workflow_id), "0-0", 0.2, None
     )
     assert out.entries == [] and loop.time() - started < 2.0
+
+
+# --- what a new user meets (issue 17) ----------------------------------------------------------
+
+
+def test_status_says_a_local_blob_folder_is_not_writable(cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # unwritable even as root: a file where a folder should be
+    env = dict(cli.env, STORAGE_BASE_PATH=str(blocker / "blobs"))
+    proc = cli.run("status", env=env)
+    assert proc.returncode == 1
+    assert "not writable: Not a directory (ENOTDIR)" in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "jarvismem: error: configured backend(s) not writable: blob"
+    )
+    health = json.loads(cli.run("status", "--json", env=env).stdout)
+    assert health["backends"]["blob"]["writable"] is False
+    assert health["not_writable"] == ["blob"]
+
+
+def test_status_write_check_proves_writes_on_every_backend(any_cli: Cli) -> None:
+    proc = any_cli.run("status", "--write-check", "--json")
+    assert proc.returncode == 0, proc.stderr
+    backends = json.loads(proc.stdout)["backends"]
+    assert backends["redis"]["writable"] is True and backends["blob"]["writable"] is True
+
+
+def test_status_without_the_azure_extra_is_one_line_and_exit_2(cli: Cli) -> None:
+    # sys.modules[name] = None makes every import of the Azure SDK fail, as when
+    # the extra is not installed.
+    code = (
+        "import sys; sys.modules['azure'] = None; sys.modules['aiohttp'] = None\n"
+        "from jarvismem.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = dict(
+        cli.env,
+        STORAGE_BACKEND="azure",
+        AZURE_STORAGE_CONNECTION_STRING="UseDevelopmentStorage=true",
+    )
+    for command in ("status", "demo"):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "--env-file", os.devnull, command],
+            env=env,
+            cwd=cli.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr
+        errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+        assert errors == [
+            "jarvismem: error: the azure extra is not installed: pip install 'jarvismem[azure]' "
+            "(STORAGE_BACKEND=azure needs it)"
+        ]
+
+
+def test_read_commands_with_redis_down_fail_fast_in_one_line(cli: Cli) -> None:
+    env = dict(cli.env, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    env.pop("REDIS_CONNECT_RETRIES")  # the default (5), as a new user has it
+    started = time.monotonic()
+    proc = cli.run("tail", "--workflow", "wf", env=env)
+    # Before: 5 retry warnings over 7.7 s, then the error.
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 1
+    assert "retrying" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is redis-server running on 127.0.0.1:" in lines[0]
+
+
+def test_read_commands_create_no_outbox_files(cli: Cli) -> None:
+    outbox = Path(cli.env["OUTBOX_PATH"])
+    for args in (
+        ("tail", "--workflow", "never-written"),
+        ("bundle", "--workflow", "never-written", "--step", "s", "--agent", "a"),
+        ("spaces", "--workflow", "never-written", "--agent", "a"),
+    ):
+        proc = cli.run(*args)
+        assert proc.returncode == 0, proc.stderr
+    # Before: each read left <outbox>/<ns>/redis-…/never-written.jsonl.lock behind.
+    leftovers = [str(p.relative_to(outbox)) for p in outbox.rglob("*")] if outbox.exists() else []
+    assert [p for p in leftovers if "never-written" in p] == []
+
+
+AUTH_PASSWORD = "s3cret-cli-auth"
+
+
+@pytest.fixture(scope="module")
+def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real redis-server that requires a password (set after it started)."""
+    import shutil
+
+    import redis as sync_redis
+
+    from jarvismem.testing.redis_server import RedisServerProcess
+    from tests.conftest import require_backend
+
+    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
+    server = RedisServerProcess(tmp_path_factory.mktemp("authredis"), persistence=False)
+    server.start()
+    sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
+    yield server
+    server.kill()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["status", "tail"])
+@pytest.mark.parametrize("userinfo", ["", ":wrong-password@"], ids=["no-password", "wrong"])
+def test_refused_credentials_are_one_true_line_at_once(
+    cli: Cli, password_redis: Any, command: str, userinfo: str
+) -> None:
+    env = dict(cli.env, REDIS_URL=f"redis://{userinfo}127.0.0.1:{password_redis.port}/0")
+    env.pop("REDIS_CONNECT_RETRIES")
+    args = ("tail", "--workflow", "wf") if command == "tail" else ("status",)
+    started = time.monotonic()
+    proc = cli.run(*args, env=env)
+    # Before: "timed out after 3s" (no password), or 5 retries and 7.7 s (wrong one).
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("jarvismem: error: Redis refused the credentials (NOAUTH/WRONGPASS)")
+    assert "wrong-password" not in proc.stderr
+
+
+@pytest.mark.integration
+def test_the_right_password_is_masked_one_way_everywhere(cli: Cli, password_redis: Any) -> None:
+    url = f"redis://:{AUTH_PASSWORD}@127.0.0.1:{password_redis.port}/0"
+    proc = cli.run("status", env=dict(cli.env, REDIS_URL=url))
+    assert proc.returncode == 0, proc.stderr
+    assert f"redis://:[REDACTED]@127.0.0.1:{password_redis.port}/0" in proc.stdout
+    assert AUTH_PASSWORD not in proc.stdout + proc.stderr

@@ -35,7 +35,15 @@ def create_blob_storage(settings: Settings) -> BlobStorage | None:
             )
         # Lazy on purpose: the module needs the optional azure extra (and it is
         # slow to import), so jarvismem works without it unless azure is chosen.
-        from jarvismem.backends.blob.azure import AzureBlobStorage
+        try:
+            from jarvismem.backends.blob.azure import AzureBlobStorage
+        except ImportError:
+            # A missing extra is the installation's to fix: one line, exit 2 in
+            # the CLI, instead of an ImportError taken for a bug.
+            raise ConfigError(
+                "the azure extra is not installed: pip install 'jarvismem[azure]' "
+                "(STORAGE_BACKEND=azure needs it)"
+            ) from None
 
         return AzureBlobStorage(
             settings.azure_storage_connection_string.get_secret_value(),

@@ -120,6 +120,37 @@ _TRANSIENT_ERRNOS = frozenset(
 )
 
 
+def os_reason(exc: OSError) -> str:
+    """``"Read-only file system (EROFS)"``: the OS's words plus the errno's name.
+
+    The name is what one searches for and what differs between a read-only
+    mount (EROFS) and a permission problem (EACCES, EPERM).
+    """
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    text = exc.strerror or type(exc).__name__
+    return f"{text} ({name})" if name else text
+
+
+def folder_write_error(folder: Path) -> OSError | None:
+    """None when a file can be created in ``folder``, else the OS error (blocking).
+
+    Creates and deletes a probe file. When ``folder`` does not exist yet, the
+    probe goes into its nearest existing ancestor (where the first write would
+    create it), so the check leaves nothing behind, not even the folder.
+    """
+    target = Path(folder).absolute()
+    while not target.exists() and target.parent != target:
+        target = target.parent
+    probe = target / f".jarvismem-probe-{secrets.token_hex(6)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return exc
+    return None
+
+
 def translate_os_error(exc: OSError, action: str, path: str) -> BlobError:
     """jarvismem's error for an OS failure to ``action`` the blob ``path``.
 
@@ -135,7 +166,7 @@ def translate_os_error(exc: OSError, action: str, path: str) -> BlobError:
         return BlobRejectedError(f"cannot {action} blob {path!r}: a folder has that name")
     if isinstance(exc, NotADirectoryError):
         return BlobRejectedError(f"cannot {action} blob {path!r}: a parent is a file")
-    reason = exc.strerror or type(exc).__name__
+    reason = os_reason(exc)
     if isinstance(exc, TimeoutError) or exc.errno in _TRANSIENT_ERRNOS:
         return BlobUnavailableError(f"cannot {action} blob {path!r}: {reason}")
     return BlobRejectedError(f"cannot {action} blob {path!r}: {reason}")
@@ -251,6 +282,26 @@ class LocalBlobStorage:
 
     async def _run(self, func: Callable[[], T]) -> T:
         return await asyncio.to_thread(func)
+
+    async def probe_write(self) -> None:
+        """Prove the root folder is writable: create and delete a probe file.
+
+        When the root does not exist yet, the probe goes into its nearest
+        existing ancestor (where the first write would create it), so checking
+        leaves nothing behind, not even the folder. Raises
+        :class:`BlobRejectedError` (or :class:`BlobUnavailableError`) naming
+        the folder and the errno, e.g. ``Read-only file system (EROFS)``.
+        """
+
+        def work() -> None:
+            exc = folder_write_error(self._root)
+            if exc is not None:
+                error = (
+                    BlobUnavailableError if exc.errno in _TRANSIENT_ERRNOS else BlobRejectedError
+                )
+                raise error(f"blob folder {str(self._root)!r} is not writable: {os_reason(exc)}")
+
+        await self._run(work)
 
     # --- reads ------------------------------------------------------------------------
 

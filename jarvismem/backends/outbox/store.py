@@ -309,11 +309,34 @@ class Outbox:
         self._finalizer()
 
     def _refresh_sync(self) -> int:
+        if self._nothing_on_disk():
+            return 0
         with Locked(self._shared) as s:
             if not s.loaded and self.legacy_path is not None:
                 self._adopt_legacy(s, self.legacy_path)
             self._sync(s)
             return len(s.index)
+
+    def _nothing_on_disk(self) -> bool:
+        """True (and the view marked loaded and empty) when no file of this outbox exists.
+
+        A read must not create files: a workflow that was only queried, or
+        a read-only working folder, gets no folder, lock or cursor. Without
+        the lock this is a snapshot, which is all a reader needs: a peer that
+        creates the file later changes its size, so :meth:`stale` notices.
+        """
+        s = self._shared
+        with s.mutex:
+            if s.index or s.lock_fd is not None or s.dropped_dirty:
+                return False
+            candidates = [s.path, s.cursor_path, self._dead_path]
+            if self.legacy_path is not None:
+                candidates.append(self.legacy_path)
+            if any(path.exists() for path in candidates):
+                return False
+            s.loaded = True
+            s.known_size = 0
+            return True
 
     def _adopt_legacy(self, s: SharedState, legacy: Path) -> None:
         """Move an earlier version's outbox (data and cursor) here, if this one is new."""
@@ -394,6 +417,8 @@ class Outbox:
         return True
 
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
+        if self._nothing_on_disk():
+            return []
         with Locked(self._shared) as s:
             self._sync(s)
             wanted = [s.index[i] for i in range(min(n, len(s.index)))]

@@ -395,3 +395,57 @@ async def test_fsync_puts_always_take_the_thread(
     for i in range(1, 4):
         await box.put({"i": i})
     assert thread_hops.count == 3
+
+
+# --- reads create no files (issue 17) ----------------------------------------------------------
+
+
+async def test_loading_an_outbox_that_never_held_a_record_creates_no_file(tmp_path: Path) -> None:
+    folder = tmp_path / "outbox" / "default" / "redis-x"
+    ob = Outbox(folder / "wf.jsonl")
+    try:
+        assert await ob.load() == 0
+        assert await ob.refresh() == 0
+        assert not ob.stale()
+        assert await ob.peek(10) == []
+        # Before: the load took the file lock, creating the folder and wf.jsonl.lock
+        # (for every workflow a read command merely looked at).
+        assert not (tmp_path / "outbox").exists()
+    finally:
+        await ob.close()
+    assert not (tmp_path / "outbox").exists()
+
+
+async def test_an_outbox_loaded_empty_sees_records_a_peer_appends_later(tmp_path: Path) -> None:
+    path = tmp_path / "o" / "wf.jsonl"
+    reader = Outbox(path)
+    assert await reader.load() == 0
+    writer_script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from jarvismem.backends.outbox import Outbox\n"
+        "async def main():\n"
+        f"    ob = Outbox(Path({str(path)!r}))\n"
+        "    await ob.put({'n': 1})\n"
+        "    await ob.close()\n"
+        "asyncio.run(main())\n"
+    )
+    await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", writer_script], check=True, timeout=60
+    )
+    try:
+        assert reader.stale()
+        assert await reader.refresh() == 1
+        assert [r for _, r in await reader.peek(5)] == [{"n": 1}]
+    finally:
+        await reader.close()
+
+
+async def test_the_first_put_after_an_empty_load_creates_the_folder(tmp_path: Path) -> None:
+    ob = Outbox(tmp_path / "new" / "wf.jsonl")
+    try:
+        await ob.load()
+        assert await ob.put({"n": 1})
+        assert len(ob) == 1 and (tmp_path / "new" / "wf.jsonl").exists()
+    finally:
+        await ob.close()

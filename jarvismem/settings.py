@@ -388,6 +388,7 @@ OTHER_KNOWN_NAMES = frozenset(
     {
         # docker-compose.yml and scripts/ read these from .env or the environment.
         "ATHENA_IMAGE",
+        "REDIS_HOST_PORT",
         "REDIS_PASSWORD",
         "JARVISMEM_SKIP_SERVICES",
         "JARVISMEM_SOAK_SEED",

@@ -345,3 +345,17 @@ def test_a_typo_in_the_environment_is_named_only_for_our_prefixes(
         "environment: unknown setting JARVISMEM_NAMESPCE is ignored: "
         "did you mean JARVISMEM_NAMESPACE?"
     ]
+
+
+def test_every_name_in_env_example_and_compose_is_known_so_copying_the_example_warns_nothing() -> (
+    None
+):
+    """A user who uncomments every line of .env.example must not be told they made a typo."""
+    from jarvismem.settings import OUR_PREFIXES, unknown_name_warnings
+
+    root = Path(__file__).resolve().parents[1]
+    example = (root / ".env.example").read_text()
+    names = re.findall(r"^#?\s*(?:export\s+)?([A-Z][A-Z0-9_]*)=", example, flags=re.M)
+    names += re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (root / "docker-compose.yml").read_text())
+    assert "REDIS_URL" in names and "REDIS_HOST_PORT" in names
+    assert unknown_name_warnings(sorted(set(names)), prefixes=OUR_PREFIXES, source=".env") == []

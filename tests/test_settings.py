@@ -347,7 +347,7 @@ def test_a_typo_in_the_environment_is_named_only_for_our_prefixes(
     ]
 
 
-def test_every_name_in_env_example_and_compose_is_known_so_copying_the_example_warns_nothing() -> (
+def test_every_env_example_and_compose_name_is_known_so_copying_the_example_warns_nothing() -> (
     None
 ):
     """A user who uncomments every line of .env.example must not be told they made a typo."""

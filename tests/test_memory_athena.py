@@ -46,9 +46,10 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
     make_athena_client: Factory,
     make_runtime: Factory,
 ) -> None:
-    athena_server.add_chain("acme", "jarvismem", "billing", "Invoices are paid on the 5th.")
     client = make_athena_client(athena_server.url, timeout=2.0)
     rt = make_runtime(redis=redis_client, athena=client)
+    user = rt.athena_agents.factory.user_id("a1")  # ATHENA_USER_ID.<namespace>
+    athena_server.add_chain("acme", user, "billing", "Invoices are paid on the 5th.")
     mem = rt.memory(workflow_id, "s1", "a1")
     am = await rt.athena_memory("a1")
     assert am is not None

@@ -32,8 +32,16 @@ async def test_writes_delivered_in_order_with_idempotency_keys(
     events = [ev for _, ev in server.events]
     keys = [ev["metadata"]["idempotency_key"] for ev in events[:4]]
     assert len(set(keys)) == 4
-    assert events[1]["metadata"]["tool"] == "search"
-    assert events[3]["metadata"]["task_id"] == "task-1"
+    assert events[1]["metadata"]["meta.tool"] == "search"
+    assert events[3]["metadata"]["meta.task_id"] == "task-1"
+    # What the client sent: every event with its role (the agent's, the user's
+    # message as "user"), the conversation as events (no interactions route).
+    bodies = [r.json for r in server.requests_to("POST", "/events")]
+    assert [b["role"] for b in bodies] == ["agent"] * 4 + ["user", "agent"]
+    assert [b["type"] for b in bodies[4:]] == ["message", "message"]
+    assert all(b["metadata"]["idempotency_key"] for b in bodies)
+    assert all(b["metadata"]["occurred_at"].endswith("Z") for b in bodies)
+    assert server.requests_to("POST", "/interactions") == []
 
 
 async def test_writes_kept_in_outbox_during_outage_and_delivered_after(

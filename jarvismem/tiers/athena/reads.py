@@ -131,13 +131,15 @@ class AthenaReads:
         ]
 
     async def _reachable(self) -> None:
-        """Raise the AthenaError of an unreachable server (``GET /health``, unauthenticated).
+        """Raise the AthenaError of an unreachable server or refused credentials
+        (``GET /api/v1/health``, authenticated like every read).
 
         With no session there is nothing to read, but "empty" must not hide an
-        outage: the bundle marks the tier degraded and the CLI says why.
+        outage or a rotated key: the bundle marks the tier degraded and the CLI
+        says why.
         """
         try:
-            await self._client.health()
+            await self._client.health_detailed()
         except (AthenaUnsupportedError, AthenaNotFoundError):
             pass  # a server without /health: nothing says it is down
 

@@ -169,6 +169,7 @@ class AthenaMemory:
             client, self._sessions, self._status, include_graph_hits=cfg.include_graph_hits
         )
         self._disk_burst = 0
+        self._wrote = False
         self._start_task = None
 
     @property
@@ -200,17 +201,18 @@ class AthenaMemory:
     def start(self) -> asyncio.Task[AthenaMemory]:
         """Look up the cached session and deliver in the background; no I/O before returning.
 
-        Unlike :meth:`create`, it never creates a session: the first delivery
-        does, so an agent that is only read (``jarvismem context``) leaves no
-        session on the server. The returned task completes (with this memory)
-        once the lookup is over; it never fails because of Athena. Writes may
-        be queued at once.
+        Unlike :meth:`create`, it creates a session only when there is
+        something to send (a write was queued, or the outbox holds records), so
+        an agent that is only read (``jarvismem context``) leaves no session on
+        the server. The returned task completes (with this memory) once that is
+        over; it never fails because of Athena. Writes may be queued at once.
         """
         if self._start_task is None:
 
             async def opened() -> AthenaMemory:
                 try:
-                    await self._sessions.lookup()
+                    if not await self._sessions.lookup() and (self._wrote or len(self._outbox)):
+                        await self._resolve_at_start(strict=False)
                 except Exception as exc:  # a bug or a Redis oddity must not stop delivery
                     self._status.note(exc)
                     log.warning("Athena start of agent %s failed: %s", self._agent, exc)
@@ -402,6 +404,7 @@ class AthenaMemory:
         await self._enqueue(event_record(etype, content, metadata, self._redactor))
 
     async def _enqueue(self, record: dict[str, Any]) -> bool:
+        self._wrote = True  # the session is needed: start() may create it
         self._delivery.note_write()
         if self._closed:
             raise JarvisMemError("AthenaMemory is closed")

@@ -47,7 +47,8 @@ class Bundle(TypedDict):
         checkpoint: this step's last saved state (a queued newer save wins); None.
         scratchpad: markdown of the step's scratchpad (goal findings, then the
             most recent turns and notes, within the scratchpad budget); "".
-        athena_context: Athena short-term events and mid-term chains; None.
+        athena_context: Athena short-term events and mid-term chains (ranked
+            against the step's current goal when one is known); None.
         spaces: the agent's cognitive spaces, once it wrote any; None.
         degraded: tier -> reason, for every tier that failed or timed out and
             every outbox still holding writes; {}.
@@ -99,6 +100,7 @@ async def read_bundle(
     working: WorkingScratchpad | None = None,
     athena: Callable[[], Awaitable[AthenaMemory | None]] | None = None,
     spaces: SpacesStore | None = None,
+    athena_query: str | None = None,
 ) -> Bundle:
     """Read the bundle of one step from the tiers given, all at once.
 
@@ -112,6 +114,9 @@ async def read_bundle(
         athena: returns the agent's AthenaMemory, when Athena is configured
             (called inside the Athena tier's timeout).
         spaces: the agent's cognitive spaces store, when Redis is configured.
+        athena_query: the current goal (the user's latest message, the task):
+            Athena's mid-term chains are then the ones relevant to it (a vector
+            search), not only the newest. None or blank: the newest.
     """
     if isinstance(ledger_tail, bool) or not isinstance(ledger_tail, int) or ledger_tail < 0:
         raise ValueError("ledger_tail must be a non-negative int")
@@ -148,7 +153,7 @@ async def read_bundle(
         jobs["working"] = _guarded("working", working.get_notes(), s.tier_timeout_working, degraded)
     if athena is not None:
         jobs["athena"] = _guarded(
-            "athena", _athena_context(athena), s.tier_timeout_athena, degraded
+            "athena", _athena_context(athena, athena_query), s.tier_timeout_athena, degraded
         )
     if spaces is not None:
         jobs["spaces"] = _guarded(
@@ -178,12 +183,14 @@ async def read_bundle(
 
 
 async def _athena_context(
-    athena: Callable[[], Awaitable[AthenaMemory | None]],
+    athena: Callable[[], Awaitable[AthenaMemory | None]], query: str | None
 ) -> dict[str, Any] | None:
     memory = await athena()
     if memory is None:
         return None
-    return await memory.get_memory_context(strict=True)
+    # A blank query would be a search for nothing: ask for the newest instead.
+    goal = query.strip() if isinstance(query, str) else ""
+    return await memory.get_memory_context(query=goal or None, strict=True)
 
 
 async def _spaces_snapshot(store: SpacesStore) -> dict[str, Any] | None:

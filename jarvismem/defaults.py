@@ -63,7 +63,15 @@ ATHENA_TENANT_ID: Final = "default"
 """Athena tenant of the sessions a runtime creates."""
 
 ATHENA_USER_ID: Final = "jarvismem"
-"""Athena user of the sessions a runtime creates."""
+"""Athena user of the sessions a runtime creates (the namespace is appended to it)."""
+
+ATHENA_ISOLATE_AGENTS: Final = False
+"""Append the agent to the Athena user id too, so agents of one namespace share no
+mid-term memory (the server isolates mid-term memory by (tenant, user), not by agent)."""
+
+ATHENA_INCLUDE_GRAPH_HITS: Final = False
+"""Keep Athena's long-term graph hits (``ltm_node``) in search, recall and bundles.
+Off by default: the server's graph lookup ignores tenant, user and agent."""
 
 # --- LLM ----------------------------------------------------------------------------------------
 
@@ -228,6 +236,8 @@ REDACT_CHECKPOINTS: Final = True
 
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
+    "ATHENA_INCLUDE_GRAPH_HITS",
+    "ATHENA_ISOLATE_AGENTS",
     "ATHENA_TENANT_ID",
     "ATHENA_USER_ID",
     "AZURE_APPEND_BLOCK_BYTES",

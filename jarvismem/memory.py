@@ -130,6 +130,9 @@ class UnifiedMemory:
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
         # validated above, so log_turn only appends the validated turn id.
         self._turn_prefix = KeySpace.turn_field(self.step_id, self.agent_id, "0")[:-1]
+        # The step's current goal as the user last stated it (log_turn/capture):
+        # the bundle ranks Athena's mid-term chains against it.
+        self._goal: str | None = None
 
     # --- the hot path ------------------------------------------------------------------
 
@@ -140,8 +143,16 @@ class UnifiedMemory:
         action: Any,
         result: Any,
         tokens: int = 0,
+        *,
+        user_message: str | None = None,
     ) -> None:
         """Record one turn in every active tier. Exactly-once per turn id.
+
+        ``user_message``: what the user said this turn. Athena gets it as a
+        ``message`` event with role ``user`` (the server forms mid-term memory
+        from user messages only) before the turn's thought, action and result
+        (role ``agent``); it also becomes the goal the bundle ranks Athena's
+        mid-term chains against.
 
         Raises only for bad input (a specific error, before anything is
         written); a backend outage queues the turn durably instead.
@@ -149,6 +160,7 @@ class UnifiedMemory:
         turn = validate_turn_id(turn_id)
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError("tokens must be a non-negative int")
+        user_message = self._user_text(user_message)
         self.runtime.ensure_background()
         thought = self._clean(thought, "thought")
         action = self._clean(action, "action")
@@ -177,7 +189,7 @@ class UnifiedMemory:
             turn_data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
             writes.append(self.working.append_turn(turn, turn_data, ts))
         if self.runtime.athena is not None:
-            writes.append(self._athena_turn(turn, thought, action, result))
+            writes.append(self._athena_turn(turn, thought, action, result, user_message))
         if len(writes) == 1:
             await writes[0]
         elif writes:
@@ -195,7 +207,22 @@ class UnifiedMemory:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()
 
-    async def _athena_turn(self, turn: str, thought: Any, action: Any, result: Any) -> None:
+    def _user_text(self, user_message: str | None) -> str | None:
+        """A user message checked, redacted and bounded like a turn field; noted as the goal."""
+        if user_message is None:
+            return None
+        if not isinstance(user_message, str):
+            raise InvalidPayloadError(
+                f"user_message must be a string, got {type(user_message).__name__}"
+            )
+        cleaned = self._clean(user_message, "user_message")
+        if isinstance(cleaned, str) and cleaned.strip():
+            self._goal = cleaned
+        return cleaned if isinstance(cleaned, str) else None
+
+    async def _athena_turn(
+        self, turn: str, thought: Any, action: Any, result: Any, user_message: str | None = None
+    ) -> None:
         """Queue the turn for Athena; never waits for the network and never raises.
 
         Athena is a best-effort tier and the turn is in the ledger already: a
@@ -216,6 +243,7 @@ class UnifiedMemory:
                     workflow_id=self.workflow_id,
                     step_id=self.step_id,
                     agent_id=self.agent_id,
+                    user_message=user_message,
                 )
         except Exception as exc:  # the last guard: log_turn must not fail because of Athena
             log.warning("Athena copy of turn %s not queued: %s: %s", turn, type(exc).__name__, exc)
@@ -424,7 +452,7 @@ class UnifiedMemory:
         Rehydrates the bundle, recalls by policy, and assembles the prompt;
         calls no LLM.
         """
-        bundle = await self.rehydrate_bundle(ledger_tail)
+        bundle = await self.rehydrate_bundle(ledger_tail, query=user_message)
         recalled = await self.recall(user_message, session_id=session_id, context=context)
         return build_preflight(
             instructions,
@@ -444,17 +472,49 @@ class UnifiedMemory:
         *,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
+        turn_id: str | int | None = None,
     ) -> MemoryEntry | None:
-        """After a turn: store ``"User: …\nAssistant: …"`` when the policy captures conversation."""
+        """After a turn: store ``"User: …\nAssistant: …"`` when the policy captures conversation.
+
+        With Athena configured, the exchange also goes to Athena (whatever the
+        policy): the user's message as a ``message`` event with role ``user``,
+        the reply with role ``agent``. ``turn_id``: the turn it belongs to; its
+        user message then reaches Athena once even if ``log_turn`` carried it too.
+        """
+        user = self.runtime.redactor(user)
+        assistant = self.runtime.redactor(assistant)
+        if isinstance(user, str) and user.strip():
+            self._goal = user
+        if self.runtime.athena is not None:
+            await self._athena_conversation(user, assistant, turn_id)
         return await capture_conversation(
             self.runtime.recall_store,
             self.runtime.policy,
             agent_id=self.agent_id,
-            user=self.runtime.redactor(user),
-            assistant=self.runtime.redactor(assistant),
+            user=user,
+            assistant=assistant,
             session_id=session_id,
             context=context,
         )
+
+    async def _athena_conversation(
+        self, user: str, assistant: str, turn_id: str | int | None
+    ) -> None:
+        """Queue the exchange for Athena; like :meth:`_athena_turn`, never raises."""
+        try:
+            turn = None if turn_id is None else validate_turn_id(turn_id)
+            athena = await self.runtime.athena_memory_for_write(self.agent_id)
+            if athena is not None:
+                await athena.record_interaction(
+                    user,
+                    assistant,
+                    turn_id=turn,
+                    workflow_id=self.workflow_id,
+                    step_id=self.step_id,
+                    redacted=True,
+                )
+        except Exception as exc:  # Athena is best effort: capture must not fail because of it
+            log.warning("Athena copy of a conversation not queued: %s: %s", type(exc).__name__, exc)
 
     def _recall_store(self) -> RecallStore:
         store = self.runtime.recall_store
@@ -466,8 +526,14 @@ class UnifiedMemory:
 
     # --- recovery ----------------------------------------------------------------------------
 
-    async def rehydrate_bundle(self, ledger_tail: int = LEDGER_TAIL) -> Bundle:
+    async def rehydrate_bundle(
+        self, ledger_tail: int = LEDGER_TAIL, *, query: str | None = None
+    ) -> Bundle:
         """Everything needed to carry on after a crash, read from all tiers at once.
+
+        ``query``: the current goal; Athena's mid-term chains are ranked against
+        it (default: the user message this view last logged or captured; with
+        neither, the newest chains).
 
         See :class:`~jarvismem.bundle.Bundle` for its keys: ``ltm_summary``,
         ``recent_turns``, ``checkpoint``, ``scratchpad``, ``athena_context``,
@@ -486,6 +552,7 @@ class UnifiedMemory:
             working=self.working,
             athena=None if rt.athena is None else partial(rt.athena_memory, self.agent_id),
             spaces=self.spaces,
+            athena_query=query if query is not None else self._goal,
         )
 
     async def health(self) -> dict[str, Any]:

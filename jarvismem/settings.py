@@ -114,7 +114,18 @@ class Settings(BaseSettings):
         defaults.ATHENA_TENANT_ID, description="Athena tenant for new sessions."
     )
     athena_user_id: str = Field(
-        defaults.ATHENA_USER_ID, description="Athena user for new sessions."
+        defaults.ATHENA_USER_ID,
+        description="Athena user for new sessions; sent as '<this>.<namespace>'.",
+    )
+    athena_isolate_agents: bool = Field(
+        defaults.ATHENA_ISOLATE_AGENTS,
+        description="Also append the agent to the Athena user (no mid-term memory shared "
+        "between agents).",
+    )
+    athena_include_graph_hits: bool = Field(
+        defaults.ATHENA_INCLUDE_GRAPH_HITS,
+        description="Keep long-term graph hits (ltm_node) in search, recall and bundles "
+        "(the server does not scope them by tenant, user or agent).",
     )
     athena_api_key: SecretStr | None = Field(None, description="Sent as X-API-Key.")
     athena_jwt_token: SecretStr | None = Field(None, description="Sent as X-JWT-Token.")

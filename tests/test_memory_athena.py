@@ -46,9 +46,10 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
     make_athena_client: Factory,
     make_runtime: Factory,
 ) -> None:
-    athena_server.add_chain("acme", "jarvismem", "billing", "Invoices are paid on the 5th.")
     client = make_athena_client(athena_server.url, timeout=2.0)
     rt = make_runtime(redis=redis_client, athena=client)
+    user = rt.athena_agents.factory.user_id("a1")  # ATHENA_USER_ID.<namespace>
+    athena_server.add_chain("acme", user, "billing", "Invoices are paid on the 5th.")
     mem = rt.memory(workflow_id, "s1", "a1")
     am = await rt.athena_memory("a1")
     assert am is not None
@@ -119,3 +120,82 @@ async def test_refused_connections_never_break_log_turn_or_the_bundle(
     bundle = await mem.rehydrate_bundle()
     assert len(bundle["recent_turns"]) == 3
     assert "athena" in bundle["degraded"]
+
+
+def _posted_events(server: FakeAthenaServer) -> list[dict[str, Any]]:
+    """The bodies of every event the client posted, in order."""
+    return [r.json for r in server.requests_to("POST", "/events")]
+
+
+async def test_a_turns_user_message_reaches_athena_as_a_user_message_before_the_agents_events(
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_runtime: Factory,
+) -> None:
+    # Mid-term memory forms on the server only from role:user messages.
+    client = make_athena_client(athena_server.url, timeout=2.0)
+    rt = make_runtime(redis=redis_client, athena=client)
+    mem = rt.memory(workflow_id, "s1", "a1")
+    await mem.log_turn(1, "plan", "book(flight)", "booked", user_message="book me a flight")
+    await wait_for(lambda: len(_posted_events(athena_server)) >= 4)
+    bodies = _posted_events(athena_server)
+    assert [(b["type"], b["role"]) for b in bodies] == [
+        ("message", "user"),
+        ("thought", "agent"),
+        ("action", "agent"),
+        ("observation", "agent"),
+    ]
+    assert bodies[0]["content"] == "book me a flight"
+    meta = bodies[0]["metadata"]
+    assert (meta["workflow_id"], meta["step_id"], meta["turn_id"]) == (workflow_id, "s1", "1")
+    assert meta["idempotency_key"] and meta["occurred_at"].endswith("Z")
+
+
+async def test_capture_reaches_athena_and_a_turns_user_message_is_sent_once(
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_runtime: Factory,
+) -> None:
+    client = make_athena_client(athena_server.url, timeout=2.0)
+    rt = make_runtime(redis=redis_client, athena=client)
+    mem = rt.memory(workflow_id, "s1", "a1")
+    await mem.log_turn(2, "think", "", "", user_message="what is the tide?")
+    await mem.capture("what is the tide?", "High tide at noon.", turn_id=2)
+    await mem.capture("and tomorrow?", "At one.")
+    am = await rt.athena_memory("a1")
+    assert am is not None
+    await am.flush(timeout=5.0)
+    sent = [(b["role"], b["content"]) for b in _posted_events(athena_server)]
+    assert sent == [
+        ("user", "what is the tide?"),
+        ("agent", "think"),
+        ("agent", "High tide at noon."),
+        ("user", "and tomorrow?"),
+        ("agent", "At one."),
+    ]
+    assert athena_server.requests_to("POST", "/interactions") == []
+
+
+async def test_the_bundle_asks_athena_for_chains_relevant_to_the_current_goal(
+    workflow_id: str,
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_runtime: Factory,
+) -> None:
+    client = make_athena_client(athena_server.url, timeout=2.0)
+    rt = make_runtime(redis=redis_client, athena=client)
+    mem = rt.memory(workflow_id, "s1", "a1")
+    am = await rt.athena_memory("a1")
+    assert am is not None
+    await mem.rehydrate_bundle()  # no goal known yet: the newest chains
+    await mem.log_turn(1, "t", "a", "r", user_message="renew the passport")
+    await am.flush(timeout=5.0)
+    await mem.rehydrate_bundle()
+    await mem.rehydrate_bundle(query="visa rules")
+    queries = [r.query.get("query") for r in athena_server.requests_to("GET", "/context")]
+    assert queries == ["renew the passport", "visa rules"]

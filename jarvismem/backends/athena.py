@@ -258,12 +258,14 @@ class AthenaClient:
         type: EventType,
         content: str,
         *,
-        role: str = "system",
+        role: str = "agent",
         metadata: dict[str, str] | None = None,
         idempotency_key: str | None = None,
     ) -> None:
         """Append one event to the session's short-term window.
 
+        ``role`` is always sent: the server's default (``system``) is neither
+        the user (whose messages make mid-term memory form) nor the agent.
         ``idempotency_key`` travels as metadata ``idempotency_key`` (the server
         drops unknown top-level fields); it lets readers spot a duplicate.
         """

@@ -1,7 +1,9 @@
 """Athena commands: ``context`` (short-term events, mid-term chains) and ``search``.
 
 Both go through ``runtime.athena_memory(agent)``, which reuses the agent's
-cached session (shared across processes in Redis), never a throwaway one.
+cached session (shared across processes in Redis), never a throwaway one. They
+are reads: they never create a session, so an agent that never wrote (no
+cached session) gets an empty answer.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ next use does.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -18,13 +17,12 @@ from typing import Any
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
-from jarvismem.defaults import NAMESPACE
-from jarvismem.keys import MAX_ID_LENGTH, KeySpace
+from jarvismem.keys import KeySpace
 from jarvismem.redaction import Redactor
 from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena import CLOSE_GRACE_SECONDS, AthenaMemory
-from jarvismem.tiers.athena.config import AthenaTierConfig
+from jarvismem.tiers.athena.config import AthenaTierConfig, athena_user_id
 
 log = logging.getLogger(__name__)
 
@@ -76,19 +74,21 @@ class AthenaFactory:
         self.redactor = redactor
 
     def agent_id(self, agent_id: str) -> str:
-        """The agent id sent to Athena: namespaced outside the default namespace.
+        """The agent id sent to Athena: the agent's own (the namespace is in the user id)."""
+        return agent_id
 
-        Athena keys memory by (tenant, user, agent). Prefixing the namespace
-        keeps two namespaces apart even when they share ``ATHENA_TENANT_ID``;
-        an over-long combination is replaced by a stable digest.
+    def user_id(self, agent_id: str) -> str:
+        """The Athena user id of the agent's session: ``ATHENA_USER_ID.<namespace>``,
+        plus ``.<agent>`` with ``ATHENA_ISOLATE_AGENTS``.
+
+        The server isolates mid-term memory (context chains, search) by (tenant,
+        user), not by agent: two namespaces, or agents that must not share
+        memory, need different user ids.
         """
-        ns = self.keyspace.namespace
-        if ns == NAMESPACE:
-            return agent_id
-        combined = f"{ns}.{agent_id}"
-        if len(combined) <= MAX_ID_LENGTH:
-            return combined
-        return "ns-" + hashlib.sha256(combined.encode()).hexdigest()[:40]
+        cfg = self.config
+        return athena_user_id(
+            cfg.user_id, self.keyspace.namespace, agent_id if cfg.isolate_agents else None
+        )
 
     def outbox(self, agent_id: str) -> Outbox:
         """A new Outbox on the agent's Athena destination file (caller owns it).
@@ -98,7 +98,7 @@ class AthenaFactory:
         """
         cfg = self.config
         destination = KeySpace.athena_destination(
-            cfg.tenant_id, cfg.user_id, self.agent_id(agent_id), self.client.base_url
+            cfg.tenant_id, self.user_id(agent_id), self.agent_id(agent_id), self.client.base_url
         )
         path = cfg.outbox_dir / self.keyspace.athena_outbox_file(destination)
         # Bounded in bytes too: a turn may carry ~1 MB of text, so a count
@@ -117,7 +117,7 @@ class AthenaFactory:
             self.client,
             self.redis,
             keyspace=self.keyspace,
-            config=self.config,
+            config=self.config.replace(user_id=self.user_id(agent_id)),
             outbox=self.outbox(agent_id),
             owns_outbox=True,
             redactor=self.redactor,

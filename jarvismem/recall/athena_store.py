@@ -3,15 +3,21 @@
 Athena keeps memory per (tenant, user, agent) and answers searches with a raw
 **L2 distance** in ``similarity_score`` (LOWER is closer). This store turns it
 into a similarity ``1 / (1 + distance)`` (in (0, 1], HIGHER is closer) and sorts
-by that, descending; the server itself does not sort its hits. Long-term graph
-nodes (``source_type == "ltm_node"``) carry no distance (the server sends 0),
-so they get score 0.0 and come after every scored hit.
+by that, descending; the server itself does not sort its hits.
 
-Limits, stated plainly: Athena has no listing or update endpoint and does not
-scope by namespace or session below the agent. ``list_entries`` therefore
-returns what this store object wrote in this process, an upsert by id sends a
-new observation (Athena keeps both), and recall may return facts from any
-namespace/session of the agent.
+Long-term graph nodes (``source_type == "ltm_node"``) are left out unless the
+store is built with ``include_graph_hits=True`` (``ATHENA_INCLUDE_GRAPH_HITS``):
+the server's graph lookup ignores tenant, user and agent, so such a hit may be
+another tenant's data, not this agent's memory. When included they carry no
+distance (the server sends 0), get score 0.0 and come after every scored hit.
+
+Limits, stated plainly: Athena has no listing or update endpoint and scopes
+memory by (tenant, user) only (the runtime puts the namespace, and with
+``ATHENA_ISOLATE_AGENTS`` the agent, into the user id). ``list_entries``
+therefore returns what this store object wrote in this process, an upsert by
+id sends a new observation (Athena keeps both), and recall may return facts
+from any session (and, without ``ATHENA_ISOLATE_AGENTS``, any agent) of the
+namespace.
 """
 
 from __future__ import annotations
@@ -20,15 +26,20 @@ import asyncio
 import hashlib
 from typing import Any, Protocol
 
-from jarvismem.defaults import RECALL_NAMESPACE, SEARCH_LIMIT
+from jarvismem.defaults import ATHENA_INCLUDE_GRAPH_HITS, RECALL_NAMESPACE, SEARCH_LIMIT
 from jarvismem.errors import RecallError
 from jarvismem.keys import KeySpace
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
 from jarvismem.recall.stores import by_age, entry_from_write
+from jarvismem.tiers.athena.reads import GRAPH_SOURCE
 
 
 class AthenaSearchMemory(Protocol):
-    """The part of :class:`jarvismem.tiers.athena.AthenaMemory` this store uses."""
+    """The part of :class:`jarvismem.tiers.athena.AthenaMemory` this store uses.
+
+    An ``agent_id`` attribute, when present, names the only agent whose
+    requests the store serves.
+    """
 
     async def record_observation(self, content: str, **metadata: str) -> None:
         """Queue an ``observation`` event."""
@@ -50,10 +61,17 @@ class AthenaRecallStore:
     ``athena_memory``: the agent's Athena tier (or anything with the same
     ``record_observation``/``search``). Writes are queued by that tier's
     durable outbox, so they reach Athena even if it is briefly down.
+    ``include_graph_hits``: keep ``ltm_node`` hits (see the module doc).
     """
 
-    def __init__(self, athena_memory: AthenaSearchMemory) -> None:
+    def __init__(
+        self,
+        athena_memory: AthenaSearchMemory,
+        *,
+        include_graph_hits: bool = ATHENA_INCLUDE_GRAPH_HITS,
+    ) -> None:
         self._memory = athena_memory
+        self._include_graph_hits = include_graph_hits
         self._written: dict[str, dict[str, MemoryEntry]] = {}
         self._lock = asyncio.Lock()
 
@@ -93,7 +111,9 @@ class AthenaRecallStore:
                 continue
             source_type = str(hit.get("source_type") or "")
             source_id = str(hit.get("source_id") or "")
-            if source_type == "ltm_node":
+            if source_type == GRAPH_SOURCE and not self._include_graph_hits:
+                continue  # unscoped on the server: never presented as this agent's memory
+            if source_type == GRAPH_SOURCE:
                 score, distance = 0.0, ""
             else:
                 raw = float(hit.get("similarity_score") or 0.0)

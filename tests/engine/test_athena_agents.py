@@ -34,16 +34,40 @@ def _factory(
     )
 
 
-def test_agent_ids_sent_to_athena_carry_the_namespace_except_the_default(
+def test_the_namespace_and_optionally_the_agent_go_into_the_athena_user_id(
     settings: Settings,
 ) -> None:
+    # The server isolates mid-term memory by (tenant, user), not by agent.
     client = AthenaClient("http://athena.test")
-    assert _factory(client, settings, "default").agent_id("a1") == "a1"
-    assert _factory(client, settings, "acme").agent_id("a1") == "acme.a1"
+    base = settings.athena_user_id
+    assert _factory(client, settings, "default").user_id("a1") == f"{base}.default"
+    assert _factory(client, settings, "acme").user_id("a1") == f"{base}.acme"
+    assert _factory(client, settings, "acme").agent_id("a1") == "a1"
+    isolated = settings.model_copy(update={"athena_isolate_agents": True})
+    assert _factory(client, isolated, "acme").user_id("a1") == f"{base}.acme.a1"
     long_id = "a" * MAX_ID_LENGTH
-    digest = _factory(client, settings, "acme").agent_id(long_id)
-    assert digest.startswith("ns-") and len(digest) <= MAX_ID_LENGTH
-    assert digest == _factory(client, settings, "acme").agent_id(long_id)  # stable
+    digest = _factory(client, isolated, "acme").user_id(long_id)
+    assert digest.startswith("u-") and len(digest) <= MAX_ID_LENGTH
+    assert digest == _factory(client, isolated, "acme").user_id(long_id)  # stable
+
+
+async def test_two_namespaces_get_sessions_of_different_users(
+    settings: Settings, client: AthenaClient, athena_server: FakeAthenaServer
+) -> None:
+    made = []
+    for namespace in ("ns-a", "ns-b"):
+        memory = _factory(client, settings, namespace)("a1")
+        await memory.record_thought("hello")
+        await memory.flush()
+        made.append(memory)
+        await memory.close()
+    bodies = [r.json for r in athena_server.requests_to("POST", "/api/v1/sessions")]
+    assert [b["user_id"] for b in bodies] == [
+        f"{settings.athena_user_id}.ns-a",
+        f"{settings.athena_user_id}.ns-b",
+    ]
+    assert {b["agent_id"] for b in bodies} == {"a1"}
+    assert [b["metadata"]["namespace"] for b in bodies] == ["ns-a", "ns-b"]
 
 
 def test_each_tenant_and_server_has_its_own_outbox_file(settings: Settings) -> None:
@@ -104,7 +128,8 @@ async def test_an_agents_memory_takes_the_tier_config_from_the_settings(
     memory = _factory(AthenaClient("http://athena.test"), tuned)("a1")
     try:
         cfg = memory.config
-        assert (cfg.tenant_id, cfg.user_id, cfg.dedupe_ttl) == ("acme", "ops", 2 * 86_400)
+        user = f"ops.{tuned.jarvismem_namespace}"
+        assert (cfg.tenant_id, cfg.user_id, cfg.dedupe_ttl) == ("acme", user, 2 * 86_400)
         assert cfg.outbox_dir == tuned.outbox_path
         assert memory.outbox.path.is_relative_to(tuned.outbox_path)
     finally:

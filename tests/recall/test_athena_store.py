@@ -49,6 +49,15 @@ def test_similarity_is_higher_for_smaller_distance() -> None:
     assert similarity_from_distance(0.2) > similarity_from_distance(3.0)
 
 
+async def test_graph_hits_are_not_recalled_unless_enabled() -> None:
+    # The server's graph lookup ignores tenant, user and agent: not this agent's memory.
+    hits = [_hit("mid", 0.5), _hit("Ada [Person]", 0, "ltm_node")]
+    found = await AthenaRecallStore(StandInAthena(hits)).recall(
+        RecallRequest(agent_id="a1", query="q", limit=4)
+    )
+    assert [r.entry.content for r in found] == ["mid"]
+
+
 async def test_athena_recall_sorts_by_similarity_descending() -> None:
     athena = StandInAthena(
         [
@@ -58,7 +67,7 @@ async def test_athena_recall_sorts_by_similarity_descending() -> None:
             _hit("mid", 0.5),
         ]
     )
-    store = AthenaRecallStore(athena)
+    store = AthenaRecallStore(athena, include_graph_hits=True)
     found = await store.recall(RecallRequest(agent_id="a1", query="q", limit=4))
     assert [r.entry.content for r in found] == ["closest", "mid", "far", "Ada [Person]"]
     assert [r.score for r in found] == [1 / 1.1, 1 / 1.5, 1 / 3.0, 0.0]
@@ -128,3 +137,19 @@ async def test_upsert_by_id_replaces_the_local_entry_but_sends_again() -> None:
     assert [e.content for e in await store.list_entries("a1")] == ["likes coffee"]
     # Athena cannot update: both observations reach it.
     assert [content for content, _ in athena.observations] == ["likes tea", "likes coffee"]
+
+
+async def test_a_store_on_a_real_athena_memory_refuses_another_agent(tmp_path: Path) -> None:
+    # AthenaMemory names its agent: the store's agent check runs on the real tier too.
+    async with AthenaClient("http://127.0.0.1:9", timeout=0.5, max_retries=0) as client:
+        memory = AthenaMemory("a1", client, outbox=Outbox(tmp_path / "out.jsonl"))
+        try:
+            assert memory.agent_id == "a1"
+            store = AthenaRecallStore(memory)
+            with pytest.raises(RecallError, match="belongs to agent 'a1'"):
+                await store.recall(RecallRequest(agent_id="a2", query="q"))
+            with pytest.raises(RecallError):
+                await store.write(WriteRequest(agent_id="a2", content="not mine"))
+            assert len(memory.outbox) == 0
+        finally:
+            await memory.close()

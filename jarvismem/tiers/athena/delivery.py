@@ -22,7 +22,6 @@ from jarvismem.backends.outbox import Outbox, OutboxDrainer
 from jarvismem.errors import (
     AthenaAuthError,
     AthenaBadRequestError,
-    AthenaNotFoundError,
     AthenaUnsupportedError,
     InvalidPayloadError,
 )
@@ -47,6 +46,11 @@ _drain_locks: LoopLocks[Path] = LoopLocks()
 def _append_line(path: Path, line: str) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(line)
+
+
+def _route_of(record: dict[str, Any]) -> str:
+    """The Athena route a record is sent to, as ``health()["unsupported"]`` names it."""
+    return "interactions" if record.get("kind") == "interaction" else "events"
 
 
 class AthenaDelivery:
@@ -218,12 +222,25 @@ class AthenaDelivery:
 
     async def _send_to_session(self, record: dict[str, Any]) -> None:
         try:
-            await self._post(await self._sessions.current(), record)
-        except AthenaNotFoundError:
-            await self._post(await self._sessions.renew(self._sessions.session_id), record)
+            try:
+                session_id = await self._sessions.current()
+            except AthenaUnsupportedError:
+                self._status.unsupported.add("sessions")
+                raise
+            # A 404 replaces the session only once confirmed (not a datastore hiccup).
+            await self._sessions.call(lambda sid: self._post(sid, record), session_id)
         except AthenaAuthError:
             raise  # keep it: fixing the credentials makes it deliverable
-        except (AthenaBadRequestError, AthenaUnsupportedError, InvalidPayloadError) as exc:
+        except AthenaUnsupportedError as exc:
+            # 501: this server does not have the route. Not an outage: no retry,
+            # no circuit opening; dropped and named in health()["unsupported"].
+            self._status.rejected += 1
+            if "sessions" not in self._status.unsupported:
+                self._status.unsupported.add(_route_of(record))
+            log.warning(
+                "Athena does not support a %s record; dropped it: %s", record.get("kind"), exc
+            )
+        except (AthenaBadRequestError, InvalidPayloadError) as exc:
             # Retrying cannot fix it; dropping keeps the queue moving.
             self._status.rejected += 1
             self._status.note(exc)
@@ -253,6 +270,8 @@ class AthenaDelivery:
             session_id,
             event["type"],
             event.get("content", ""),
+            # Records queued before roles were sent have none: they were the agent's.
+            role=event.get("role") or "agent",
             metadata=event.get("metadata") or {},
             idempotency_key=event.get("idempotency_key"),
         )

@@ -41,7 +41,7 @@ from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
-from jarvismem.tiers.athena.writes import event_record, interaction_record, turn_record
+from jarvismem.tiers.athena.writes import conversation_record, event_record, turn_record
 
 __all__ = ["AthenaMemory"]
 
@@ -142,6 +142,9 @@ class AthenaMemory:
             agent_id=self._agent,
             lock_ttl=cfg.session_lock_ttl,
             gate=self._gate,
+            confirm_delay=cfg.confirm_delay,
+            # Chains inherit it: search(filter={"namespace": ...}) scopes by it.
+            metadata={"namespace": self._keys.namespace, "agent": self._agent},
         )
         self._delivery = AthenaDelivery(
             agent_id=self._agent,
@@ -162,9 +165,17 @@ class AthenaMemory:
             status=self._status,
             retry_cap=cfg.retry_cap,
         )
-        self._reads = AthenaReads(client, self._sessions, self._status)
+        self._reads = AthenaReads(
+            client, self._sessions, self._status, include_graph_hits=cfg.include_graph_hits
+        )
         self._disk_burst = 0
+        self._wrote = False
         self._start_task = None
+
+    @property
+    def agent_id(self) -> str:
+        """The agent this memory belongs to (the Athena ``agent_id`` of its session)."""
+        return self._agent
 
     @property
     def session_id(self) -> str:
@@ -188,17 +199,20 @@ class AthenaMemory:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> asyncio.Task[AthenaMemory]:
-        """Resolve the session and deliver in the background; no I/O before returning.
+        """Look up the cached session and deliver in the background; no I/O before returning.
 
-        The returned task completes (with this memory) once the first session
-        attempt is over; it never fails because of Athena (errors go to
-        :meth:`health` and are retried). Writes may be queued at once.
+        Unlike :meth:`create`, it creates a session only when there is
+        something to send (a write was queued, or the outbox holds records), so
+        an agent that is only read (``jarvismem context``) leaves no session on
+        the server. The returned task completes (with this memory) once that is
+        over; it never fails because of Athena. Writes may be queued at once.
         """
         if self._start_task is None:
 
             async def opened() -> AthenaMemory:
                 try:
-                    await self._resolve_at_start(strict=False)
+                    if not await self._sessions.lookup() and (self._wrote or len(self._outbox)):
+                        await self._resolve_at_start(strict=False)
                 except Exception as exc:  # a bug or a Redis oddity must not stop delivery
                     self._status.note(exc)
                     log.warning("Athena start of agent %s failed: %s", self._agent, exc)
@@ -279,10 +293,35 @@ class AthenaMemory:
         await self._queue_event("observation", content, metadata)
 
     async def record_interaction(
-        self, user_message: str, agent_response: str | None = None
+        self,
+        user_message: str | None,
+        agent_response: str | None = None,
+        *,
+        turn_id: str | int | None = None,
+        workflow_id: str | None = None,
+        step_id: str | None = None,
+        redacted: bool = False,
     ) -> None:
-        """Queue one user message and, optionally, the agent's answer."""
-        await self._enqueue(interaction_record(user_message, agent_response, self._redactor))
+        """Queue a user message (role ``user``) and the agent's answer (role ``agent``).
+
+        Sent as two ``message`` events, not an Athena interaction (the server
+        drops an interaction's metadata, so its idempotency key and time). With
+        ``turn_id`` (and ``workflow_id``, ``step_id``) the events' keys come
+        from the turn: the same message recorded twice for one turn is sent once.
+        ``redacted``: the caller already redacted the texts.
+        """
+        record = conversation_record(
+            self._keys,
+            user_message,
+            agent_response,
+            no_redaction if redacted else self._redactor,
+            workflow_id=workflow_id,
+            step_id=step_id,
+            agent_id=self._agent,
+            turn_id=turn_id,
+        )
+        if record is not None:
+            await self._enqueue(record)
 
     async def on_task_assigned(self, task_id: str, description: str, **metadata: str) -> None:
         """Note that a task was assigned to the agent."""
@@ -335,8 +374,11 @@ class AthenaMemory:
         workflow_id: str | None = None,
         step_id: str | None = None,
         agent_id: str | None = None,
+        user_message: str | None = None,
     ) -> bool:
-        """Queue one kernel turn as thought, action and observation events.
+        """Queue one kernel turn: the user's message, if any (a ``message`` event with
+        role ``user``, what makes Athena form mid-term memory), then thought,
+        action and observation events (role ``agent``).
 
         One outbox record for the three events: a single durable append on the
         ``log_turn`` path instead of three. Non-string values are sent as JSON.
@@ -354,6 +396,7 @@ class AthenaMemory:
             workflow_id=workflow_id,
             step_id=step_id,
             agent_id=self._agent if agent_id is None else agent_id,
+            user_message=user_message,
         )
         return True if record is None else await self._enqueue(record)
 
@@ -361,6 +404,7 @@ class AthenaMemory:
         await self._enqueue(event_record(etype, content, metadata, self._redactor))
 
     async def _enqueue(self, record: dict[str, Any]) -> bool:
+        self._wrote = True  # the session is needed: start() may create it
         self._delivery.note_write()
         if self._closed:
             raise JarvisMemError("AthenaMemory is closed")
@@ -412,12 +456,14 @@ class AthenaMemory:
         """
         return await self._reads.get_memory_context(limit, query, strict=strict)
 
-    async def search(self, query: str, limit: int = SEARCH_LIMIT) -> list[dict[str, Any]]:
+    async def search(
+        self, query: str, limit: int = SEARCH_LIMIT, *, filter: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """Search Athena's memory; hits with ``distance`` and ``similarity``.
 
         See :meth:`AthenaReads.search`.
         """
-        return await self._reads.search(query, limit)
+        return await self._reads.search(query, limit, filter=filter)
 
     # --- status -------------------------------------------------------------------------
 

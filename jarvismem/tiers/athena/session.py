@@ -4,6 +4,12 @@ The session id is cached in Redis, and a Redis lock makes sure concurrent
 first uses (tasks or processes) create exactly one session. Without Redis (or
 while it is down) the id is cached in this process, under one creation lock
 per key.
+
+Only writes create a session (:meth:`AthenaSessions.current`); reads look the
+cached one up (:meth:`AthenaSessions.lookup`) and find nothing for an agent that
+never wrote. The server answers 404 "session not found" for any datastore error
+on a session lookup, so :meth:`AthenaSessions.call` replaces a session only
+after a second 404 and a healthy ``/api/v1/health``.
 """
 
 from __future__ import annotations
@@ -11,10 +17,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.redis import RedisClient, redis_errors
-from jarvismem.errors import BackendRejectedError, BackendUnavailableError
+from jarvismem.errors import (
+    AthenaError,
+    AthenaNotFoundError,
+    AthenaUnavailableError,
+    AthenaUnsupportedError,
+    BackendRejectedError,
+    BackendUnavailableError,
+)
 from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.gate import RequestGate
@@ -42,6 +57,8 @@ return 0
 _local_sessions: dict[str, str] = {}
 _local_locks: LoopLocks[str] = LoopLocks()
 
+_T = TypeVar("_T")
+
 
 def text(value: bytes | str | None) -> str | None:
     """A Redis reply as text (clients may or may not decode responses)."""
@@ -68,8 +85,13 @@ class AthenaSessions:
         agent_id: str,
         lock_ttl: float,
         gate: RequestGate,
+        confirm_delay: float = 0.5,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         self._client = client
+        self._confirm_delay = max(0.0, confirm_delay)
+        # Chains inherit session metadata and search filters match on it.
+        self._metadata = dict(metadata or {})
         self._redis = redis
         self._tenant, self._user, self._agent = tenant_id, user_id, agent_id
         self._key = keys.athena_session(tenant_id, user_id, agent_id)
@@ -83,6 +105,59 @@ class AthenaSessions:
         if not self.session_id:
             self.session_id = await self.ensure()
         return self.session_id
+
+    async def lookup(self) -> str:
+        """The session id if one is known (here or cached in Redis), else ""; never creates one.
+
+        What reads use: a read for an agent that never wrote must not leave a
+        session behind on the server.
+        """
+        if self.session_id:
+            return self.session_id
+        cached: str | None = None
+        if self._redis is not None:
+            try:
+                cached = await self._cached(self._redis, None)
+            except (BackendUnavailableError, BackendRejectedError):
+                cached = None
+        cached = cached or _local_sessions.get(self._key)
+        if cached:
+            self.session_id = cached
+        return self.session_id
+
+    async def call(self, op: Callable[[str], Awaitable[_T]], session_id: str) -> _T:
+        """``op(session_id)``, replacing the session only once its loss is confirmed.
+
+        A 404 may be a transient datastore error the server reports as "session
+        not found": ``op`` is tried again after ``confirm_delay`` (a request
+        answered 404 changed nothing, so a write may be repeated). A second 404
+        replaces the session only if the server says it is healthy; otherwise
+        :class:`AthenaUnavailableError` is raised and the session is kept.
+        """
+        try:
+            return await op(session_id)
+        except AthenaNotFoundError:
+            pass
+        await asyncio.sleep(self._confirm_delay)
+        try:
+            return await op(session_id)
+        except AthenaNotFoundError as exc:
+            if not await self._server_healthy():
+                raise AthenaUnavailableError(
+                    f"Athena answered 404 for the session of agent {self._agent} while not "
+                    f"healthy; kept the session ({exc})"
+                ) from None
+        return await op(await self.renew(session_id))
+
+    async def _server_healthy(self) -> bool:
+        """True when ``/api/v1/health`` says healthy, or the server has no such route."""
+        try:
+            health = await self._client.health_detailed()
+        except (AthenaUnsupportedError, AthenaNotFoundError):
+            return True  # cannot ask: two 404s in a row are the evidence we have
+        except AthenaError:
+            return False
+        return health.healthy
 
     async def renew(self, stale: str) -> str:
         """A new session in place of ``stale``, which the server no longer knows."""
@@ -152,5 +227,7 @@ class AthenaSessions:
 
     async def _create(self) -> str:
         return await self._gate.run(
-            lambda: self._client.create_session(self._tenant, self._user, self._agent)
+            lambda: self._client.create_session(
+                self._tenant, self._user, self._agent, metadata=self._metadata
+            )
         )

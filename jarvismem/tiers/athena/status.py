@@ -31,7 +31,8 @@ class TierStatus:
     duplicates_skipped: int = 0
     """Events another deliverer had sent already (effectively-once)."""
     unsupported: set[str] = field(default_factory=set)
-    """Reads the server does not implement (``context``, ``search``)."""
+    """Routes the server answered 501 for (``context``, ``search``, ``events``,
+    ``sessions``...): not supported there, which is not an outage."""
 
     def note(self, exc: BaseException) -> str:
         """Keep ``exc`` as the last error; returns its description."""

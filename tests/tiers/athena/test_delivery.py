@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from tests.tiers.athena.conftest import MakeMemory, contents, wait_for
+from tests.tiers.athena.conftest import MakeMemory, ScriptedAthena, contents, wait_for
 
 
 async def test_writes_delivered_in_order_with_idempotency_keys(
@@ -32,8 +35,16 @@ async def test_writes_delivered_in_order_with_idempotency_keys(
     events = [ev for _, ev in server.events]
     keys = [ev["metadata"]["idempotency_key"] for ev in events[:4]]
     assert len(set(keys)) == 4
-    assert events[1]["metadata"]["tool"] == "search"
-    assert events[3]["metadata"]["task_id"] == "task-1"
+    assert events[1]["metadata"]["meta.tool"] == "search"
+    assert events[3]["metadata"]["meta.task_id"] == "task-1"
+    # What the client sent: every event with its role (the agent's, the user's
+    # message as "user"), the conversation as events (no interactions route).
+    bodies = [r.json for r in server.requests_to("POST", "/events")]
+    assert [b["role"] for b in bodies] == ["agent"] * 4 + ["user", "agent"]
+    assert [b["type"] for b in bodies[4:]] == ["message", "message"]
+    assert all(b["metadata"]["idempotency_key"] for b in bodies)
+    assert all(b["metadata"]["occurred_at"].endswith("Z") for b in bodies)
+    assert server.requests_to("POST", "/interactions") == []
 
 
 async def test_writes_kept_in_outbox_during_outage_and_delivered_after(
@@ -128,3 +139,39 @@ async def test_turn_logged_twice_is_sent_once(
         await mem.flush(timeout=5)
     assert contents(server) == ["think", "act", "saw"]
     assert second.health()["duplicates_skipped"] == 3
+
+
+async def test_501_on_the_events_route_is_unsupported_not_an_outage(
+    make_memory: MakeMemory, scripted: ScriptedAthena, redis_client: Any
+) -> None:
+    client = AthenaClient(scripted.url, timeout=2.0, max_retries=2, backoff=0.01)
+    try:
+        mem = await make_memory(redis_client, client=client, failure_threshold=1)
+        scripted.script[("POST", "events")] = [501]
+        await mem.record_thought("this server cannot take it")
+        await mem.record_thought("nor this one")
+        await mem.flush(timeout=5.0)
+        health = mem.health()
+        assert scripted.calls("POST", "/events") == 2  # no retry of a 501
+        assert health["circuit"] == "closed" and health["consecutive_failures"] == 0
+        assert health["unsupported"] == ["events"]
+        assert health["pending"] == 0 and health["rejected"] == 1
+        assert [ev["content"] for _, ev in scripted.events] == ["nor this one"]
+    finally:
+        await client.aclose()
+
+
+async def test_event_time_is_the_write_time_not_the_delivery_time(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client, failure_threshold=100)
+    server.mode = "error500"
+    await mem.record_observation("written during the outage")
+    written = time.time()
+    await asyncio.sleep(1.1)
+    server.mode = "ok"
+    await mem.flush(timeout=5.0)
+    post = server.requests_to("POST", "/events")[-1]  # the delivery that succeeded
+    stamp = post.json["metadata"]["occurred_at"]
+    occurred = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    assert occurred <= written and post.received_at - occurred >= 1.0

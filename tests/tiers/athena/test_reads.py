@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
+from jarvismem.backends.athena import AthenaClient
 from jarvismem.errors import AthenaBadRequestError, AthenaServerError
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena import AthenaMemory
 from tests.tiers.athena.conftest import TENANT, USER, MakeMemory
 
 
@@ -88,3 +90,46 @@ async def test_refused_search_is_raised_and_outage_is_empty(
     server.mode = "error500"
     assert await mem.search("budget") == []
     assert "AthenaServerError" in (mem.health()["last_error"] or "")
+
+
+async def test_reads_of_an_agent_without_a_session_are_empty_and_create_none(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, keyspace: Any
+) -> None:
+    async with AthenaClient(server.url, timeout=2.0) as client:
+        mem = AthenaMemory("nobody", client, redis_client, keyspace=keyspace)
+        try:
+            await mem.start()  # looks the session up only
+            ctx = await mem.get_memory_context(strict=True)
+            assert ctx is not None and ctx["session_id"] == ""
+            assert ctx["short_term"] == [] and ctx["mid_term"] == []
+            assert await mem.search("anything") == []
+            assert server.requests_to("POST", "/api/v1/sessions") == []
+            # An outage still shows: "empty" must not hide it.
+            server.mode = "error500"
+            with pytest.raises(AthenaServerError):
+                await mem.get_memory_context(strict=True)
+        finally:
+            server.mode = "ok"
+            await mem.close()
+
+
+async def test_graph_hits_are_left_out_of_search_unless_enabled(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    # The server's graph lookup ignores tenant, user and agent.
+    server.add_chain(TENANT, USER, "budget", "Q3 budget approved")
+    server.add_ltm_node(TENANT, USER, "Ada", "Person")
+    mem = await make_memory(redis_client)
+    assert [h["source_type"] for h in await mem.search("budget")] == ["cognitive_chain"]
+    opted_in = await make_memory(redis_client, include_graph_hits=True)
+    types = [h["source_type"] for h in await opted_in.search("budget")]
+    assert types == ["cognitive_chain", "ltm_node"]
+
+
+async def test_search_sends_the_filter(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client)
+    await mem.search("budget", filter={"namespace": "ns1"})
+    [post] = server.requests_to("POST", "/context/search")
+    assert post.json["filter"] == {"namespace": "ns1"}

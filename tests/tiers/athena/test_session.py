@@ -20,7 +20,14 @@ from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.session import AthenaSessions
 from tests.conftest import REAL_REDIS_URL
-from tests.tiers.athena.conftest import AGENT, TENANT, USER, MakeMemory, wait_for
+from tests.tiers.athena.conftest import (
+    AGENT,
+    TENANT,
+    USER,
+    MakeMemory,
+    ScriptedAthena,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -191,3 +198,76 @@ async def test_session_creation_refused_once_the_gate_closes(
     with pytest.raises(asyncio.CancelledError):
         await sessions.current()
     assert server.sessions_created == 0
+
+
+async def _scripted_memory(
+    make_memory: MakeMemory, scripted: ScriptedAthena, redis: Any
+) -> tuple[AthenaClient, Any]:
+    client = AthenaClient(scripted.url, timeout=2.0, max_retries=0, backoff=0.01)
+    memory = await make_memory(redis, client=client, confirm_delay=0.01, failure_threshold=100)
+    return client, memory
+
+
+async def test_one_transient_404_does_not_replace_the_session(
+    make_memory: MakeMemory, scripted: ScriptedAthena, redis_client: Any
+) -> None:
+    # The server answers 404 for a datastore hiccup on the session lookup too.
+    client, mem = await _scripted_memory(make_memory, scripted, redis_client)
+    try:
+        assert scripted.sessions == ["s1"]
+        scripted.script[("POST", "events")] = [404]
+        await mem.record_thought("survives a hiccup")
+        assert await mem.flush(timeout=5.0) == 1
+        assert scripted.sessions == ["s1"] and mem.session_id == "s1"
+        assert [(sid, ev["content"]) for sid, ev in scripted.events] == [
+            ("s1", "survives a hiccup")
+        ]
+        scripted.script[("GET", "context")] = [404]
+        assert await mem.get_memory_context() is not None
+        assert scripted.sessions == ["s1"]
+    finally:
+        await client.aclose()
+
+
+async def test_repeated_404s_while_the_server_is_degraded_keep_the_session(
+    make_memory: MakeMemory, scripted: ScriptedAthena, redis_client: Any
+) -> None:
+    client, mem = await _scripted_memory(make_memory, scripted, redis_client)
+    try:
+        scripted.health_status = "degraded"
+        scripted.script[("POST", "events")] = [404] * 1000  # until the datastore is back
+        await mem.record_thought("kept for later")
+        await wait_for(lambda: mem.health()["consecutive_failures"] >= 1)
+        assert scripted.sessions == ["s1"]  # not replaced on an unhealthy server's 404s
+        assert mem.health()["pending"] == 1
+        assert scripted.calls("GET", "/api/v1/health") >= 1
+        assert "not healthy" in (mem.health()["last_error"] or "")
+        # Once the session lookups work again, the same session takes the record.
+        scripted.script[("POST", "events")] = []
+        await wait_for(lambda: len(scripted.events) == 1)
+        assert scripted.events[0][0] == "s1" and scripted.sessions == ["s1"]
+    finally:
+        await mem.close()
+        await client.aclose()
+
+
+async def test_a_confirmed_lost_session_is_replaced_once(
+    make_memory: MakeMemory, scripted: ScriptedAthena, redis_client: Any
+) -> None:
+    client, mem = await _scripted_memory(make_memory, scripted, redis_client)
+    try:
+        scripted.script[("POST", "events")] = [404, 404]
+        await mem.record_thought("to the new session")
+        assert await mem.flush(timeout=5.0) == 1
+        assert scripted.sessions == ["s1", "s2"]
+        assert scripted.events[0][0] == "s2"
+    finally:
+        await client.aclose()
+
+
+async def test_sessions_carry_namespace_and_agent_metadata(
+    server: FakeAthenaServer, make_memory: MakeMemory, keyspace: KeySpace, redis_client: Any
+) -> None:
+    await make_memory(redis_client)
+    [create] = server.requests_to("POST", "/api/v1/sessions")
+    assert create.json["metadata"] == {"namespace": keyspace.namespace, "agent": AGENT}

@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import no_redaction
-from jarvismem.tiers.athena.writes import event_record, interaction_record, turn_record
+from jarvismem.tiers.athena.writes import (
+    CALLER_METADATA_PREFIX,
+    WIRE_METADATA_KEYS,
+    conversation_record,
+    event_record,
+    turn_record,
+)
 
 
 def _upper(text: str) -> str:
     return text.upper()
 
 
+def _recent(stamp: str) -> bool:
+    """An RFC 3339 UTC time within the last minute."""
+    assert stamp.endswith("Z")
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return timedelta(0) <= datetime.now(UTC) - when < timedelta(minutes=1)
+
+
 def test_event_record_redacts_content_and_metadata() -> None:
     record = event_record("thought", "secret", {"tool": "search"}, _upper)
     assert record["kind"] == "event" and record["type"] == "thought"
-    assert record["content"] == "SECRET" and record["metadata"] == {"tool": "SEARCH"}
+    assert record["role"] == "agent"
+    meta = record["metadata"]
+    assert record["content"] == "SECRET" and meta.pop("meta.tool") == "SEARCH"
+    assert set(meta) == {"occurred_at"} and _recent(meta["occurred_at"])
     other = event_record("thought", "secret", {}, _upper)
     assert record["idempotency_key"] != other["idempotency_key"]  # each write is its own
 
@@ -39,13 +56,50 @@ def test_event_record_refuses_bad_input(
         event_record(etype, content, metadata, no_redaction)  # type: ignore[arg-type]
 
 
-def test_interaction_record_checks_types_and_redacts() -> None:
-    record = interaction_record("hello", None, _upper)
-    assert record["user_message"] == "HELLO" and record["agent_response"] is None
+def test_caller_metadata_cannot_reach_server_meaningful_keys() -> None:
+    # An execution_id would make the server replace earlier short-term entries;
+    # occurred_at/idempotency_key are ours. Every caller key is prefixed.
+    record = event_record(
+        "observation",
+        "x",
+        {"execution_id": "e1", "occurred_at": "1999", "idempotency_key": "k", "workflow_id": "wf"},
+        no_redaction,
+    )
+    meta = record["metadata"]
+    assert meta["workflow_id"] == "wf"  # a documented key a caller may set
+    assert meta["meta.execution_id"] == "e1" and "execution_id" not in meta
+    assert meta["meta.occurred_at"] == "1999" and meta["occurred_at"] != "1999"
+    assert meta["meta.idempotency_key"] == "k"
+    unprefixed = {k for k in meta if not k.startswith(CALLER_METADATA_PREFIX)}
+    assert unprefixed <= WIRE_METADATA_KEYS
+
+
+def test_conversation_record_is_user_then_agent_message_events() -> None:
+    keys = KeySpace("ns")
+    record = conversation_record(
+        keys, "hello", "hi there", _upper, workflow_id="wf", step_id="s1", agent_id="a1"
+    )
+    assert record is not None and record["kind"] == "events"  # events keep their metadata
+    user, agent = record["events"]
+    assert (user["type"], user["role"], user["content"]) == ("message", "user", "HELLO")
+    assert (agent["type"], agent["role"], agent["content"]) == ("message", "agent", "HI THERE")
+    assert user["metadata"]["workflow_id"] == "wf" and user["metadata"]["step_id"] == "s1"
+    assert user["idempotency_key"] != agent["idempotency_key"]
+    assert conversation_record(keys, "", None, _upper, agent_id="a1") is None
     with pytest.raises(InvalidPayloadError):
-        interaction_record(3, None, _upper)  # type: ignore[arg-type]
+        conversation_record(keys, 3, None, _upper, agent_id="a1")  # type: ignore[arg-type]
     with pytest.raises(InvalidPayloadError):
-        interaction_record("hi", 3, _upper)  # type: ignore[arg-type]
+        conversation_record(keys, "hi", 3, _upper, agent_id="a1")  # type: ignore[arg-type]
+
+
+def test_a_turns_user_message_has_the_same_key_in_the_turn_and_in_a_capture() -> None:
+    keys = KeySpace("ns")
+    ids = {"workflow_id": "wf", "step_id": "s1", "agent_id": "a1"}
+    turn = turn_record(keys, 3, ("t", "", ""), no_redaction, user_message="book it", **ids)
+    captured = conversation_record(keys, "book it", "done", no_redaction, turn_id=3, **ids)
+    assert turn is not None and captured is not None
+    assert turn["events"][0]["role"] == "user"
+    assert turn["events"][0]["idempotency_key"] == captured["events"][0]["idempotency_key"]
 
 
 def test_turn_record_keys_are_stable_per_turn() -> None:
@@ -66,6 +120,10 @@ def test_turn_record_keys_are_stable_per_turn() -> None:
 
     first, again, other = build(7), build("7"), build(8)
     assert [e["type"] for e in first["events"]] == ["thought", "action"]  # empty result left out
+    assert {e["role"] for e in first["events"]} == {"agent"}
+    meta = first["events"][0]["metadata"]
+    assert (meta["workflow_id"], meta["step_id"], meta["turn_id"]) == ("wf", "s1", "7")
+    assert _recent(meta["occurred_at"])
     assert json.loads(first["events"][1]["content"]) == {"tool": "x"}
     assert [e["idempotency_key"] for e in first["events"]] == [
         e["idempotency_key"] for e in again["events"]

@@ -6,20 +6,26 @@ unreachable backend, a failed verification), 2 bad usage or configuration,
 130 interrupted. Expected failures print one ``jarvismem: error: ...`` line on
 stderr and never a traceback (``-vv`` shows one for debugging). Failures are
 told apart by :mod:`jarvismem.errors` class alone; any other exception is a
-bug and says so, on one line too.
+bug and says so, on one line too. Output cut short by its reader (``jarvismem
+tail | head``) ends the command quietly with 141 (128 + SIGPIPE), as a Unix tool
+killed by SIGPIPE would report.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import logging
+import os
+import re
 import sys
 from collections.abc import Sequence
 
 from jarvismem import __version__
 from jarvismem.cli import athena as athena_cmds
 from jarvismem.cli import bench as bench_cmds
+from jarvismem.cli import completion as completion_cmds
 from jarvismem.cli import demo as demo_cmds
 from jarvismem.cli import inspect as inspect_cmds
 from jarvismem.cli import manage as manage_cmds
@@ -36,6 +42,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away."""
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -55,6 +63,12 @@ def _common_options() -> argparse.ArgumentParser:
     )
     common.add_argument(
         "--namespace", default=sup, help="tenant namespace (overrides JARVISMEM_NAMESPACE)"
+    )
+    common.add_argument(
+        "--redis-url",
+        metavar="URL",
+        default=sup,
+        help="Redis server to use (overrides REDIS_URL; for init: the value to write)",
     )
     common.add_argument("--json", action="store_true", default=sup, help="machine-readable output")
     common.add_argument(
@@ -86,9 +100,73 @@ def build_parser() -> argparse.ArgumentParser:
         setup_cmds,
         bench_cmds,
         manage_cmds,
+        completion_cmds,
     ):
         module.register(sub, common)
+    # `jarvismem COMMAND --help` opens with what the command list says of it.
+    for choice in sub._choices_actions:
+        command_parser = sub.choices[choice.dest]
+        if command_parser.description is None:
+            command_parser.description = choice.help
+    # `completion` generates its script from this very parser.
+    parser.set_defaults(root_parser=parser)
     return parser
+
+
+def command_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The sub-parser of every command of ``parser``, by command name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> tuple[set[str], set[str]]:
+    """``parser``'s option strings, and those of them that take a value."""
+    options: set[str] = set()
+    with_value: set[str] = set()
+    for action in parser._actions:
+        options.update(action.option_strings)
+        if action.option_strings and action.nargs != 0:
+            with_value.update(action.option_strings)
+    return options, with_value
+
+
+def _unknown_option(argv: Sequence[str], parser: argparse.ArgumentParser) -> None:
+    """Report the first unknown ``--option`` of ``argv`` before argparse parses it.
+
+    argparse checks required options before it reports unknown ones, so a typo
+    (``--workfow W``) would otherwise read "the following arguments are
+    required: --workflow". Only long options are checked; a unique prefix of a
+    known one is accepted, as argparse accepts it.
+    """
+    commands = command_parsers(parser)
+    current = parser
+    options, with_value = _option_strings(parser)
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token == "--":
+            return
+        if current is parser and token in commands:
+            current = commands[token]
+            options, with_value = _option_strings(current)
+            continue
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        matches = [o for o in options if o.startswith(name)]
+        if name in options or len(matches) == 1:
+            exact = name if name in options else matches[0]
+            skip = "=" not in token and exact in with_value
+            continue
+        if len(matches) > 1:
+            return  # ambiguous: argparse says which options it could be
+        close = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        current.error(f"unrecognized argument: {name}{hint}")
 
 
 def _configure_logging(verbosity: int) -> None:
@@ -106,7 +184,9 @@ def _configure_logging(verbosity: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        _unknown_option(argv, parser)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help/--version/usage errors
         return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
@@ -116,7 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         ctx = CliContext(args, out, resolve_env_file(getattr(args, "env_file", None)))
         code: int = asyncio.run(args.handler(ctx))
+        _flush_stdout()
         return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         # Ctrl-C is the normal way to end `tail --follow`; elsewhere it is an interruption.
         code = int(getattr(args, "interrupt_exit", EXIT_INTERRUPTED))
@@ -124,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             error_line("interrupted")
         return code
     except (ConfigError, InvalidIdError) as exc:
-        _report(_describe(exc), verbosity)
+        # pydantic words a validator's message "Value error, ..."; the user needs only the message.
+        _report(_VALUE_ERROR.sub("", _describe(exc)), verbosity)
         return EXIT_USAGE
     except JarvisMemError as exc:
         _report(_describe(exc), verbosity)
@@ -144,6 +229,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             verbosity,
         )
         return EXIT_FAILED
+
+
+_VALUE_ERROR = re.compile(r"\b(?:Value|Assertion) error, ")
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now, so a closed pipe is seen here rather than at interpreter exit."""
+    sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and Python's final flush
+    would otherwise print "Exception ignored ... BrokenPipeError" on stderr."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a file descriptor (tests, StringIO)
+        pass
 
 
 def _describe(exc: BaseException) -> str:

@@ -29,10 +29,14 @@ class CliContext:
     env_file: Path | None
 
     def settings(self, **overrides: Any) -> Settings:
-        """Settings from the environment and ``--env-file``, with ``--namespace`` applied."""
+        """Settings from the environment and ``--env-file``, with ``--namespace`` and
+        ``--redis-url`` applied."""
         namespace = getattr(self.args, "namespace", None)
         if namespace:
             overrides.setdefault("jarvismem_namespace", namespace)
+        redis_url = getattr(self.args, "redis_url", None)
+        if redis_url:
+            overrides.setdefault("redis_url", redis_url)
         return load_settings(_env_file=self.env_file, **overrides)
 
     @contextlib.asynccontextmanager

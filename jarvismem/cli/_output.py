@@ -61,7 +61,10 @@ class ProgressBar:
 
     ``label``: what is being counted; ``stream``: stderr by default. Call it as
     ``bar(done, total)`` (the signature ``Compactor.compact(progress=...)``
-    expects); ``total`` may be an estimate and may be 0 when unknown.
+    expects); ``total`` is 0 when unknown, and then only the count is shown.
+    The bar never claims 100 % by itself: the work may still fail after the
+    last item (an import's final switch), so 100 % is drawn by :meth:`finish`,
+    which the command calls once it has succeeded. :meth:`close` ends the line.
     """
 
     WIDTH = 30
@@ -71,38 +74,74 @@ class ProgressBar:
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._done = 0
+        self._total = 0
         self._last_step = -1
-        self._last_done = -1
+        self._next_count = 1
         self._last_draw = 0.0
         self._drawn = False
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
             return
-        total = max(total, done)
-        frac = done / total if total else 0.0
+        self._done, self._total = done, max(total, 0)
+        known = self._total > 0
+        if known and done >= self._total:
+            return  # 100 % is finish()'s to draw, after success
         if self.tty:
             now = time.monotonic()
             # Redraw at most ~20 times a second: a terminal is slower than a loop.
-            if now - self._last_draw < 0.05 and done < total:
+            if now - self._last_draw < 0.05:
                 return
             self._last_draw = now
-            filled = int(frac * self.WIDTH)
-            bar = "#" * filled + "-" * (self.WIDTH - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {frac:4.0%} {done}/{total}")
-            self.stream.flush()
-            self._drawn = True
+            self._draw_tty(done, self._total, final=False)
             return
         # Not a terminal (a log, a pipe): one line per quarter, never a flood.
-        step = int(frac * 4)
-        if step != self._last_step or (done == total and done != self._last_done):
-            self._last_step = step
-            self._last_done = done
-            self.stream.write(f"{self.label}: {done}/{total} ({frac:.0%})\n")
-            self.stream.flush()
+        if known:
+            step = int(done / self._total * 4)
+            if step != self._last_step:
+                self._last_step = step
+                self._line(f"{done}/{self._total} ({step * 25}%)")
+        elif done >= self._next_count:
+            # Unknown total: a line at 1, 2, 4, 8, ... items so far.
+            while self._next_count <= done:
+                self._next_count *= 2
+            self._line(f"{done} so far")
+
+    def _line(self, text: str) -> None:
+        self.stream.write(f"{self.label}: {text}\n")
+        self.stream.flush()
+
+    def _draw_tty(self, done: int, total: int, *, final: bool) -> None:
+        if total > 0:
+            frac = 1.0 if final else min(done / total, 0.99)
+            filled = int(frac * self.WIDTH)
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            text = f"\r{self.label} [{bar}] {frac:4.0%} {done}/{total}"
+        else:
+            text = f"\r{self.label}: {done}" + (" done" if final else " so far")
+        self.stream.write(text)
+        self.stream.flush()
+        self._drawn = True
+
+    def finish(self, done: int | None = None) -> None:
+        """The work succeeded: draw the final state (``done`` items, default the last
+        count reported) as complete, and end the line."""
+        if not self.enabled:
+            return
+        if done is not None:
+            self._done = done
+        total = max(self._total, self._done) if self._total else 0
+        if self.tty:
+            self._draw_tty(self._done, total, final=True)
+        elif total:
+            self._line(f"{self._done}/{total} (100%)")
+        else:
+            self._line(f"{self._done} done")
+        self.close()
 
     def close(self) -> None:
-        """End the bar's line on a terminal."""
+        """End the bar's line on a terminal (as it stands: after a failure it is not 100 %)."""
         if self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()

@@ -23,15 +23,17 @@ from jarvismem.tiers.athena import AthenaMemory
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add this group's commands to the ``jarvismem`` parser."""
     p = sub.add_parser("context", parents=[common], help="an agent's Athena memory context")
-    p.add_argument("--agent", required=True)
+    p.add_argument("--agent", required=True, help="agent id")
     p.add_argument("--limit", type=int, default=10, help="short-term events to fetch")
     p.add_argument("--query", default=None, help="rank mid-term chains against this text")
     p.set_defaults(handler=context)
 
     p = sub.add_parser("search", parents=[common], help="search an agent's Athena memory")
-    p.add_argument("--agent", required=True)
-    p.add_argument("--query", required=True)
-    p.add_argument("--limit", type=int, default=SEARCH_LIMIT)
+    p.add_argument("--agent", required=True, help="agent id")
+    p.add_argument("--query", required=True, help="text to search for")
+    p.add_argument(
+        "--limit", type=int, default=SEARCH_LIMIT, help=f"most hits (default {SEARCH_LIMIT})"
+    )
     p.set_defaults(handler=search)
 
 

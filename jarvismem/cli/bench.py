@@ -1,4 +1,12 @@
-"""``jarvismem bench``: run the benchmark suite in ``benchmarks/`` (from a checkout)."""
+"""``jarvismem bench``: run the benchmark suite in ``benchmarks/`` (from a checkout).
+
+The suite's own options (``python -m benchmarks --help``) are mirrored here, so
+``jarvismem bench --quick --json --only S1`` parses like any other command and
+a typo is reported by name. The suite reads its Redis server from
+``--redis-url`` only, so that is how the settings reach it: ``--redis-url``, or
+else ``REDIS_URL`` from the environment / ``--env-file`` / ``.env``; with none,
+the suite's own default (a local server on 6379).
+"""
 
 from __future__ import annotations
 
@@ -12,17 +20,27 @@ from typing import Any
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
 
+SUITE_OPTIONS = ("--quick", "--json", "--only", "--redis-url")
+"""The options of ``python -m benchmarks``; a test checks they match the suite's parser."""
+
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``bench`` to the ``jarvismem`` parser; extra arguments go to the suite."""
+    """Add ``bench`` to the ``jarvismem`` parser (with the suite's options)."""
     p = sub.add_parser(
         "bench",
         parents=[common],
-        help="run the benchmarks (python -m benchmarks ...)",
-        description="Runs `python -m benchmarks ARGS` from the current directory "
-        "(a jarvismem checkout). Arguments after `bench` are passed through.",
+        help="run the benchmark suite (python -m benchmarks), from a checkout",
+        description="Runs `python -m benchmarks` from the current directory (a jarvismem "
+        "checkout) against the Redis server of --redis-url or REDIS_URL (.env included); "
+        "--json prints the suite's report as JSON.",
     )
-    p.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments for the suite")
+    p.add_argument("--quick", action="store_true", help="small sizes (the CI smoke run)")
+    p.add_argument(
+        "--only",
+        metavar="S1,S2,...",
+        default=None,
+        help="comma-separated scenarios to run (default all)",
+    )
     p.set_defaults(handler=bench)
 
 
@@ -41,6 +59,20 @@ def _importable() -> bool:
         return False
 
 
+def suite_argv(args: argparse.Namespace, redis_url: str | None) -> list[str]:
+    """The arguments for ``python -m benchmarks``, from the parsed ``bench`` options."""
+    argv: list[str] = []
+    if args.quick:
+        argv.append("--quick")
+    if getattr(args, "json", False):
+        argv.append("--json")
+    if args.only:
+        argv += ["--only", args.only]
+    if redis_url:
+        argv += ["--redis-url", redis_url]
+    return argv
+
+
 async def bench(ctx: CliContext) -> int:
     """Run the suite as a child process and return its exit code."""
     if not benchmarks_available():
@@ -48,10 +80,12 @@ async def bench(ctx: CliContext) -> int:
             "the benchmark suite is not importable here: run `jarvismem bench` from the root "
             "of a jarvismem checkout (the folder that holds benchmarks/)"
         )
-    argv = list(ctx.args.bench_args or [])
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
+    settings = ctx.settings()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+    if settings.redis_url:
+        # The suite takes the URL as an argument; the environment agrees with it.
+        env["REDIS_URL"] = settings.redis_url
+    argv = suite_argv(ctx.args, settings.redis_url)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "benchmarks", *argv, env=env)
     return await proc.wait()

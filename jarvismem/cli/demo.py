@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
 from jarvismem.cli._context import CliContext
-from jarvismem.demo import DEFAULT_KILL_AFTER, DEFAULT_TURNS, DemoFailure, run_demo
+from jarvismem.demo import (
+    DEFAULT_TURNS,
+    MIN_TURNS,
+    DemoFailure,
+    WorkflowInUse,
+    default_kill_after,
+    run_demo,
+)
 from jarvismem.errors import ConfigError, JarvisMemError
 from jarvismem.keys import validate_id
+from jarvismem.redaction import default_redactor
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -31,26 +42,49 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--turns",
         type=int,
+        metavar="N",
         default=DEFAULT_TURNS,
-        help=f"turns N of the task (default {DEFAULT_TURNS})",
+        help=f"turns of the task (default {DEFAULT_TURNS}, at least {MIN_TURNS})",
     )
     p.add_argument(
         "--kill-after",
         type=int,
-        default=DEFAULT_KILL_AFTER,
-        help=f"acknowledged turns K before the kill (default {DEFAULT_KILL_AFTER})",
+        metavar="K",
+        default=None,
+        help="acknowledged turns before the kill, 1 <= K < N "
+        f"(default two thirds of N: {default_kill_after(DEFAULT_TURNS)} of {DEFAULT_TURNS})",
     )
-    p.add_argument("--workflow", default=None, help="workflow id (default: demo-<random>)")
+    p.add_argument(
+        "--workflow",
+        default=None,
+        help="workflow id, which must hold no data yet (default: demo-<random>)",
+    )
     p.set_defaults(handler=demo)
 
 
+def kill_point(turns: int, kill_after: int | None) -> int:
+    """The kill point K for ``--turns``/``--kill-after``; :class:`ConfigError` naming
+    the flag at fault when the combination cannot run."""
+    if turns < MIN_TURNS:
+        raise ConfigError(
+            f"--turns {turns}: the demo needs at least {MIN_TURNS} turns "
+            "(one acknowledged before the kill, one after)"
+        )
+    if kill_after is None:
+        return default_kill_after(turns)
+    if not 1 <= kill_after < turns:
+        raise ConfigError(
+            f"--kill-after {kill_after}: must be at least 1 and less than --turns ({turns})"
+        )
+    return kill_after
+
+
 async def demo(ctx: CliContext) -> int:
-    """Exit 0 when the ledger verified, 1 otherwise."""
+    """Exit 0 when the ledger verified, 1 otherwise (2 for bad flags or a used workflow)."""
     a = ctx.args
     if a.workflow is not None:
         validate_id(a.workflow, "workflow_id")
-    if not 1 <= a.kill_after < a.turns:
-        raise ConfigError("--kill-after must be at least 1 and less than --turns")
+    kill_after = kill_point(a.turns, a.kill_after)
     settings = ctx.settings()
     env_file = str(ctx.env_file) if ctx.env_file is not None else os.devnull
     say = (lambda _text: None) if ctx.out.json_mode else ctx.out.text
@@ -59,14 +93,20 @@ async def demo(ctx: CliContext) -> int:
             settings,
             env_file=env_file,
             turns=a.turns,
-            kill_after=a.kill_after,
+            kill_after=kill_after,
             use_tmp=a.tmp,
             workflow_id=a.workflow,
             say=say,
         )
+    except WorkflowInUse as exc:
+        raise ConfigError(str(exc)) from None
     except DemoFailure as exc:
-        # A misbehaving child is the demo's verdict, not a crash of this command.
-        raise JarvisMemError(f"demo failed: {exc}") from None
+        # A misbehaving child is the demo's verdict, not a crash of this command:
+        # one line here, the child's own stderr (its traceback) under -v.
+        if exc.stderr_tail:
+            log.info("child stderr:\n%s", default_redactor("\n".join(exc.stderr_tail)))
+        hint = "" if log.isEnabledFor(logging.INFO) else " (-v shows the child's stderr)"
+        raise JarvisMemError(f"demo failed: {exc}{hint if exc.stderr_tail else ''}") from None
     if ctx.out.json_mode:
         ctx.out.result(summary, str)
     return 0 if summary["ok"] else 1

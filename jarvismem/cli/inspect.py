@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
+from jarvismem.backends.redis import redis_errors
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
@@ -20,15 +21,40 @@ from jarvismem.spaces.store import SpacesStore
 
 
 def _positive(value: str) -> int:
-    number = int(value)
+    """A count given on the command line: a whole number >= 0.
+
+    Its own messages, since argparse would name this function ("invalid
+    _positive value") for a ValueError.
+    """
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}") from None
     if number < 0:
-        raise argparse.ArgumentTypeError("must be >= 0")
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
+    return number
+
+
+def _seconds(value: str) -> float:
+    """A duration in seconds given on the command line: a number >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds (a number >= 0), got {value!r}"
+        ) from None
+    if not number >= 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {value!r}")
     return number
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add this group's commands to the ``jarvismem`` parser."""
-    p = sub.add_parser("status", parents=[common], help="backends: configured, reachable, latency")
+    p = sub.add_parser(
+        "status",
+        parents=[common],
+        help="every backend: configured, reachable, latency; degraded reasons; outboxes",
+    )
     p.add_argument(
         "--write-check",
         action="store_true",
@@ -37,18 +63,25 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(handler=status)
 
-    p = sub.add_parser("tail", parents=[common], help="a workflow's ledger (optionally follow it)")
+    p = sub.add_parser(
+        "tail",
+        parents=[common],
+        help="a workflow's ledger (optionally follow it)",
+        description="Prints a workflow's last ledger entries. With --json: one JSON array "
+        "([] when the ledger is empty); with --follow --json: one JSON object per line.",
+    )
     p.add_argument("--workflow", required=True, help="workflow id")
     p.add_argument(
         "-n",
         type=_positive,
+        metavar="N",
         default=LEDGER_TAIL,
         help=f"entries to show first (default {LEDGER_TAIL})",
     )
     p.add_argument("-f", "--follow", action="store_true", help="stream new entries as they come")
     p.add_argument(
         "--max-wait",
-        type=float,
+        type=_seconds,
         default=None,
         metavar="SECONDS",
         help="with --follow: stop after this long without a new entry",
@@ -56,30 +89,32 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--count",
         type=_positive,
+        metavar="N",
         default=None,
         help="with --follow: stop after this many new entries",
     )
     p.set_defaults(handler=tail, interrupt_exit=0)
 
     p = sub.add_parser("bundle", parents=[common], help="the rehydrate bundle of a step")
-    p.add_argument("--workflow", required=True)
-    p.add_argument("--step", required=True)
-    p.add_argument("--agent", required=True)
+    p.add_argument("--workflow", required=True, help="workflow id")
+    p.add_argument("--step", required=True, help="step id")
+    p.add_argument("--agent", required=True, help="agent id")
     p.add_argument(
         "-n",
         type=_positive,
+        metavar="N",
         default=LEDGER_TAIL,
         help=f"recent turns to include (default {LEDGER_TAIL})",
     )
     p.set_defaults(handler=bundle)
 
     p = sub.add_parser("compact", parents=[common], help="run long-term compaction now")
-    p.add_argument("--workflow", required=True)
+    p.add_argument("--workflow", required=True, help="workflow id")
     p.set_defaults(handler=compact)
 
     p = sub.add_parser("spaces", parents=[common], help="an agent's cognitive spaces")
-    p.add_argument("--workflow", required=True)
-    p.add_argument("--agent", required=True)
+    p.add_argument("--workflow", required=True, help="workflow id")
+    p.add_argument("--agent", required=True, help="agent id")
     p.set_defaults(handler=spaces)
 
 
@@ -139,15 +174,22 @@ async def tail(ctx: CliContext) -> int:
         ledger = rt.workflow(workflow).ledger
         assert ledger is not None
         entries = await ledger.tail(a.n) if a.n else []
+        if not a.follow:
+            # One JSON document (an array, [] when empty); humans get a line per entry.
+            ctx.out.result(entries, lambda es: _human_entries(es, workflow))
+            return 0
+        # Following is a stream: JSON lines, the first entries included.
         for entry in entries:
             ctx.out.line(entry, render_entry)
-        if not a.follow:
-            if not entries:
-                ctx.out.text(f"(ledger of {workflow} is empty)")
-            return 0
         last_id = entries[-1]["id"] if entries else await _last_id(rt, ledger.key)
         await _follow(ctx, rt.redis, ledger.key, last_id, a.max_wait, a.count)
     return 0
+
+
+def _human_entries(entries: list[dict[str, Any]], workflow: str) -> str:
+    if not entries:
+        return f"(ledger of {workflow} is empty)"
+    return "\n".join(render_entry(entry) for entry in entries)
 
 
 async def _last_id(rt: MemoryRuntime, key: str) -> str:
@@ -212,20 +254,22 @@ async def compact(ctx: CliContext) -> int:
         compactor = rt.workflow(workflow).compactor
         if compactor is None:
             raise ConfigError("long-term compaction needs both Redis and blob storage")
-        bar = ProgressBar(f"compacting {workflow}")
-        ledger = rt.workflow(workflow).ledger
-        # The compactor's own total is the shared turn counter, which is 0 when
-        # background compaction is off; the ledger length bounds the work instead.
-        length = await ledger.length() if ledger is not None else 0
+        bar = ProgressBar(f"compacting {workflow}, ledger entries")
 
-        def progress(done: int, total: int) -> None:
-            bar(done, max(total, length))
+        def progress(done: int, _estimate: int) -> None:
+            # The compactor's estimate is the shared turn counter (0 when background
+            # compaction is off, stale after an import) and the ledger length counts
+            # entries already summarized: neither is the work left. Show the count.
+            bar(done, 0)
 
         try:
             result = await compactor.compact(progress=progress)
-            if result.entries:
-                bar(result.entries, result.entries)  # the real total is known now
-        finally:
+        except BaseException:
+            bar.close()
+            raise
+        if result.compacted:
+            bar.finish(result.entries)
+        else:
             bar.close()
     data = result.as_dict()
     data["workflow_id"] = workflow
@@ -248,12 +292,25 @@ async def compact(ctx: CliContext) -> int:
 async def spaces(ctx: CliContext) -> int:
     """Print the agent's spaces (world map, task agenda, custom spaces, revisions)."""
     a = ctx.args
+    workflow = validate_id(a.workflow, "workflow_id")
+    agent = validate_id(a.agent, "agent_id")
     async with ctx.runtime() as rt:
         _require_redis(rt)
+        assert rt.redis is not None
         store = SpacesStore(
-            rt.redis, rt.keyspace, a.workflow, a.agent, ttl_seconds=rt.settings.ttl_seconds
+            rt.redis, rt.keyspace, workflow, agent, ttl_seconds=rt.settings.ttl_seconds
         )
-        snapshot = await store.snapshot()
-    data = {"workflow_id": a.workflow, "agent_id": a.agent, **snapshot}
-    ctx.out.result(data, lambda d: f"spaces of {a.agent} in {a.workflow}\n" + render_spaces(d))
+        # A container never written reads as a fresh one with a new random id on
+        # every call: say there is none instead (exit 0, like `tail` on an empty ledger).
+        async with redis_errors("spaces exists"):
+            exists = bool(await rt.redis.exists(store.key))
+        snapshot = await store.snapshot() if exists else {}
+    data = {"workflow_id": workflow, "agent_id": agent, "exists": exists, **snapshot}
+
+    def human(d: dict[str, Any]) -> str:
+        if not d["exists"]:
+            return f"(no spaces for agent {agent} in workflow {workflow})"
+        return f"spaces of {agent} in {workflow}\n" + render_spaces(d)
+
+    ctx.out.result(data, human)
     return 0

@@ -6,9 +6,11 @@ import argparse
 import asyncio
 import getpass
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
@@ -36,6 +38,8 @@ def _setting_default(name: str) -> str:
     return str(Settings.model_fields[name].default)
 
 
+_BACKENDS = ("local", "azure", "none")
+
 # Prompt defaults: flag dest -> the setting's own default.
 _DEFAULTS = {
     "storage_backend": _setting_default("storage_backend"),
@@ -45,18 +49,36 @@ _DEFAULTS = {
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``init`` to the ``jarvismem`` parser."""
-    p = sub.add_parser("init", parents=[common], help="write a .env (flags or prompts)")
-    p.add_argument("--redis-url")
-    p.add_argument("--storage-backend", choices=["local", "azure", "none"])
-    p.add_argument("--storage-path")
-    p.add_argument("--azure-connection-string")
-    p.add_argument("--athena-url")
-    p.add_argument("--llm-base-url")
-    p.add_argument("--llm-model")
-    p.add_argument("--output", default=".env", help="file to write (default .env)")
+    """Add ``init`` to the ``jarvismem`` parser (``--redis-url`` is the global flag)."""
+    p = sub.add_parser(
+        "init",
+        parents=[common],
+        help="write a .env (flags, prompts, or answers piped one per line)",
+        description="Writes a settings file. Values come from flags; anything not given is "
+        "asked (prompts on stderr; piped stdin answers one prompt per line). --redis-url "
+        "gives the REDIS_URL to write. With --non-interactive nothing is asked.",
+    )
+    p.add_argument(
+        "--storage-backend", choices=_BACKENDS, help="blob storage: local, azure or none"
+    )
+    p.add_argument("--storage-path", metavar="PATH", help="folder of local blob storage")
+    p.add_argument(
+        "--azure-connection-string",
+        metavar="STRING",
+        help="Azure Blob connection string (needed with --storage-backend azure)",
+    )
+    p.add_argument("--athena-url", metavar="URL", help="Athena memory service URL")
+    p.add_argument(
+        "--llm-base-url", metavar="URL", help="OpenAI-compatible LLM base URL (summaries)"
+    )
+    p.add_argument("--llm-model", metavar="NAME", help="LLM model name")
+    p.add_argument("--output", metavar="PATH", default=".env", help="file to write (default .env)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
-    p.add_argument("--non-interactive", action="store_true", help="never prompt")
+    p.add_argument(
+        "--non-interactive",
+        action="store_true",
+        help="never prompt: flags and defaults only",
+    )
     p.set_defaults(handler=init)
 
 
@@ -81,25 +103,83 @@ def render_env(values: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _collect(args: argparse.Namespace) -> dict[str, str]:
-    interactive = not args.non_interactive and sys.stdin.isatty()
+class _Answers:
+    """Where answers come from: a terminal (re-asks a bad answer) or piped stdin
+    (one line per prompt; a bad or missing answer is an error at once, since
+    re-asking would read the next prompt's line). Prompts go to stderr, so
+    stdout holds only the result."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdin.isatty()
+
+    def ask(self, prompt: str, default: str, *, secret: bool) -> str:
+        shown = f" [{default}]" if default else ""
+        text = f"{prompt}{shown}: "
+        if self.tty and secret:
+            answer = getpass.getpass(text, stream=sys.stderr)
+        else:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+            line = sys.stdin.readline()
+            if not line:
+                sys.stderr.write("\n")
+                raise ConfigError(
+                    f"stdin ended before an answer to {prompt!r}: pipe one line per prompt, "
+                    "or pass flags with --non-interactive"
+                )
+            if not self.tty:
+                sys.stderr.write("\n")  # the answer is not echoed: end the prompt's line
+            answer = line
+        return answer.strip() or default
+
+    def refuse(self, message: str) -> None:
+        """A bad answer: say so and re-ask on a terminal, or fail when piped."""
+        if not self.tty:
+            raise ConfigError(message)
+        sys.stderr.write(f"{message}\n")
+
+
+def _wanted(dest: str, values: dict[str, str]) -> bool:
+    """Whether ``dest`` is worth asking, given the answers so far."""
+    backend = values.get("STORAGE_BACKEND")
+    if dest == "storage_path":
+        return backend == "local"
+    if dest == "azure_connection_string":
+        return backend == "azure"
+    if dest == "llm_model":
+        return bool(values.get("LLM_BASE_URL"))
+    return True
+
+
+def _collect(args: argparse.Namespace, answers: _Answers | None) -> dict[str, str]:
+    """The values to write: flags first, then answers (``answers`` None: never ask)."""
     values: dict[str, str] = {}
     for dest, env, prompt, secret in _FIELDS:
-        given = getattr(args, dest)
-        if given is None and interactive:
-            if dest == "azure_connection_string" and values.get("STORAGE_BACKEND") != "azure":
-                continue
+        given = getattr(args, dest, None)
+        if given is None and answers is not None and _wanted(dest, values):
             default = _DEFAULTS.get(dest, "")
-            shown = f" [{default}]" if default else ""
-            if secret:
-                answer = getpass.getpass(f"{prompt}{shown}: ")
-            else:
-                answer = input(f"{prompt}{shown}: ")
-            given = answer.strip() or default
-        if given is None:
+            while True:
+                given = answers.ask(prompt, default, secret=secret)
+                if dest == "storage_backend" and given not in _BACKENDS:
+                    answers.refuse(f"STORAGE_BACKEND must be one of {', '.join(_BACKENDS)}")
+                elif dest == "azure_connection_string" and not given:
+                    answers.refuse(_NEEDS_AZURE)
+                else:
+                    break
+        if given is None and _wanted(dest, values):
             given = _DEFAULTS.get(dest, "")
-        values[env] = str(given)
+        values[env] = str(given or "")
+    if values.get("STORAGE_BACKEND") == "azure" and not values.get(
+        "AZURE_STORAGE_CONNECTION_STRING"
+    ):
+        raise ConfigError(_NEEDS_AZURE)
     return values
+
+
+_NEEDS_AZURE = (
+    "STORAGE_BACKEND=azure needs an Azure Blob connection string "
+    "(--azure-connection-string, or answer the prompt)"
+)
 
 
 def _check(values: dict[str, str]) -> None:
@@ -111,13 +191,57 @@ def _check(values: dict[str, str]) -> None:
     load_settings(**overrides)
 
 
+def _local(url: str, port: int) -> bool:
+    """Whether ``url`` names this machine on ``port`` (where docker compose publishes)."""
+    try:
+        parts = urlsplit(url)
+        return parts.hostname in ("127.0.0.1", "localhost", "::1") and (parts.port or port) == port
+    except ValueError:
+        return False
+
+
+def next_steps(values: dict[str, str], output: str) -> tuple[list[str], list[str]]:
+    """What to run after writing ``output``, and notes on the choices made.
+
+    ``docker compose`` is suggested only for the services the file points at
+    on this machine (compose publishes Redis on 6379, Azurite on 10000, Athena
+    on 8080); ``--env-file`` is added when the file is not ``./.env``.
+    """
+    services = []
+    if values.get("REDIS_URL") and _local(values["REDIS_URL"], 6379):
+        services.append("redis")
+    azure = values.get("AZURE_STORAGE_CONNECTION_STRING", "")
+    if values.get("STORAGE_BACKEND") == "azure" and (
+        "127.0.0.1:10000" in azure or "localhost:10000" in azure
+    ):
+        services.append("azurite")
+    steps = []
+    if services:
+        steps.append(f"docker compose up -d {' '.join(services)}  # from a jarvismem checkout")
+    if values.get("ATHENA_URL") and _local(values["ATHENA_URL"], 8080):
+        steps.append("docker compose --profile athena up -d  # Athena and its datastores")
+    default_file = Path(output).resolve() == Path(".env").resolve()
+    prefix = "jarvismem" if default_file else f"jarvismem --env-file {shlex.quote(output)}"
+    steps += [f"{prefix} status", f"{prefix} demo"]
+    notes = []
+    if not values.get("REDIS_URL"):
+        notes.append(
+            "REDIS_URL is not set: each process uses an embedded, ephemeral store and memory "
+            "is lost when it exits; set REDIS_URL to keep it"
+        )
+    if values.get("STORAGE_BACKEND") == "none":
+        notes.append("STORAGE_BACKEND=none: no scratchpad and no long-term summary")
+    return steps, notes
+
+
 async def init(ctx: CliContext) -> int:
     """Write the file (never over an existing one without ``--force``) and print next steps."""
     a = ctx.args
     target = Path(a.output)
     if await asyncio.to_thread(target.exists) and not a.force:
         raise ConfigError(f"{target} already exists; pass --force to overwrite it")
-    values = await asyncio.to_thread(_collect, a)
+    answers = None if a.non_interactive else _Answers()
+    values = await asyncio.to_thread(_collect, a, answers)
     _check(values)
     text = render_env(values)
 
@@ -131,33 +255,19 @@ async def init(ctx: CliContext) -> int:
         os.replace(tmp, target)
 
     await asyncio.to_thread(write)
-    athena = bool(values.get("ATHENA_URL"))
+    steps, notes = next_steps(values, a.output)
     data = {
         "written": str(target),
         "variables": sorted(k for k, v in values.items() if v),
-        "next_steps": [
-            "docker compose up -d" + ("  # Redis (with AOF) and Azurite" if not athena else ""),
-            *(
-                ["docker compose --profile athena up -d  # Athena and its datastores"]
-                if athena
-                else []
-            ),
-            "jarvismem status",
-            "jarvismem demo",
-        ],
+        "next_steps": steps,
+        "notes": notes,
     }
 
     def human(d: dict[str, Any]) -> str:
-        lines = [
-            f"wrote {d['written']} ({', '.join(d['variables']) or 'defaults only'})",
-            "",
-            "Start the backends (Docker) and check them:",
-        ]
+        lines = [f"wrote {d['written']} ({', '.join(d['variables']) or 'defaults only'})"]
+        lines += [f"note: {note}" for note in d["notes"]]
+        lines += ["", "Next steps:"]
         lines += [f"  {step}" for step in d["next_steps"]]
-        if not athena:
-            lines.append(
-                "  (Athena too: set ATHENA_URL, then `docker compose --profile athena up -d`)"
-            )
         return "\n".join(lines)
 
     ctx.out.result(data, human)

@@ -29,8 +29,10 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "export", parents=[common], help="every tier of a workflow as JSON lines (stdout)"
     )
-    p.add_argument("--workflow", required=True)
-    p.add_argument("-o", "--output", default=None, help="write here instead of stdout")
+    p.add_argument("--workflow", required=True, help="workflow id to export")
+    p.add_argument(
+        "-o", "--output", metavar="PATH", default=None, help="write here instead of stdout"
+    )
     p.set_defaults(handler=export)
 
     p = sub.add_parser("import", parents=[common], help="load a `jarvismem export` file")
@@ -50,19 +52,23 @@ async def export(ctx: CliContext) -> int:
     workflow = validate_id(a.workflow, "workflow_id")
     bar = ProgressBar(f"exporting {workflow} ledger")
     lines = 0
-    async with ctx.runtime() as rt:
-        if a.output:
-            async with aiofiles.open(a.output, "w", encoding="utf-8") as fh:
+    try:
+        async with ctx.runtime() as rt:
+            if a.output:
+                async with aiofiles.open(a.output, "w", encoding="utf-8") as fh:
+                    async for line in export_workflow(rt, workflow, progress=bar):
+                        await fh.write(line + "\n")
+                        lines += 1
+            else:
+                out = sys.stdout
                 async for line in export_workflow(rt, workflow, progress=bar):
-                    await fh.write(line + "\n")
+                    out.write(line + "\n")
                     lines += 1
-        else:
-            out = sys.stdout
-            async for line in export_workflow(rt, workflow, progress=bar):
-                out.write(line + "\n")
-                lines += 1
-            out.flush()
-    bar.close()
+                out.flush()
+    except BaseException:
+        bar.close()  # the line ends as it stood: not 100 %
+        raise
+    bar.finish()
     where = a.output or "stdout"
     sys.stderr.write(f"exported {lines - 1} record(s) of {workflow} to {where}\n")
     return 0
@@ -80,8 +86,11 @@ async def import_(ctx: CliContext) -> int:
             result = await import_workflow(
                 rt, path, workflow_id=a.workflow, force=a.force, progress=bar
             )
-        finally:
-            bar.close()
+        except BaseException:
+            bar.close()  # the line ends as it stood: not 100 %
+            raise
+    # Only now, switched into place, is the import complete.
+    bar.finish(result["records"])
 
     def human(d: dict[str, Any]) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(d["counts"].items())) or "nothing"

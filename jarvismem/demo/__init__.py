@@ -24,15 +24,17 @@ parent), :mod:`~jarvismem.demo.protocol` (their line protocol),
 """
 
 from jarvismem.demo.child import run_child
-from jarvismem.demo.process import DemoFailure
-from jarvismem.demo.run import DEFAULT_KILL_AFTER, DEFAULT_TURNS, run_demo
+from jarvismem.demo.process import DemoFailure, WorkflowInUse
+from jarvismem.demo.run import DEFAULT_TURNS, MIN_TURNS, default_kill_after, run_demo
 from jarvismem.demo.steps import CHILD_ENV_OVERRIDES
 
 __all__ = [
     "CHILD_ENV_OVERRIDES",
-    "DEFAULT_KILL_AFTER",
     "DEFAULT_TURNS",
+    "MIN_TURNS",
     "DemoFailure",
+    "WorkflowInUse",
+    "default_kill_after",
     "run_child",
     "run_demo",
 ]

@@ -16,8 +16,10 @@ import logging
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
+from jarvismem.demo.process import ERROR_PREFIX
 from jarvismem.demo.protocol import encode_event
 from jarvismem.errors import LockNotAcquiredError
 from jarvismem.memory import UnifiedMemory
@@ -170,6 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         format="child: %(levelname)s: %(name)s: %(message)s",
     )
     env_file = None if args.env_file in (None, os.devnull) else args.env_file
-    return asyncio.run(
-        run_child(args.workflow, args.turns, stall_after=args.stall_after, env_file=env_file)
-    )
+    try:
+        return asyncio.run(
+            run_child(args.workflow, args.turns, stall_after=args.stall_after, env_file=env_file)
+        )
+    except Exception as exc:
+        # The traceback is for `jarvismem -v demo`; the last line is the reason the
+        # parent puts in its one-line error.
+        traceback.print_exc()
+        reason = " ".join(str(exc).split()) or "no message"
+        sys.stderr.write(f"{ERROR_PREFIX}{type(exc).__name__}: {reason}\n")
+        sys.stderr.flush()
+        return 1

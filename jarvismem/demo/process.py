@@ -10,17 +10,30 @@ from typing import Any
 
 from jarvismem.demo.protocol import decode_event
 
-__all__ = ["ChildProcess", "DemoFailure", "spawn_child"]
+__all__ = ["ERROR_PREFIX", "ChildProcess", "DemoFailure", "WorkflowInUse", "spawn_child"]
 
 STDERR_LINES_KEPT = 50
 """Lines of a child's stderr kept to explain a failure (the last ones)."""
 
-STDERR_LINES_SHOWN = 10
-"""Of those, how many a failure message shows."""
+ERROR_PREFIX = "child: error: "
+"""How a child's last stderr line names why it failed (:func:`jarvismem.demo.child.main`)."""
 
 
 class DemoFailure(Exception):
-    """A child did not behave as the demo expects (its stderr tail is attached)."""
+    """A child did not behave as the demo expects.
+
+    ``str()`` is one line: what happened and, when the child said why, its
+    reason. ``stderr_tail``: the child's last stderr lines (a traceback, log
+    lines), for ``-v``; never part of the message.
+    """
+
+    def __init__(self, message: str, stderr_tail: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.stderr_tail = list(stderr_tail or [])
+
+
+class WorkflowInUse(DemoFailure):
+    """The ``--workflow`` given already holds data: the demo needs a fresh one."""
 
 
 class ChildProcess:
@@ -54,18 +67,21 @@ class ChildProcess:
             try:
                 raw = await asyncio.wait_for(self.proc.stdout.readline(), wait)
             except TimeoutError:
-                raise DemoFailure(self._failure(f"no output for {wait:g}s")) from None
+                raise self.failure(f"no output for {wait:g}s") from None
             if not raw:
                 await self.proc.wait()
                 await self._drain
-                raise DemoFailure(self._failure(f"child exited with {self.proc.returncode}"))
+                raise self.failure(f"child exited with {self.proc.returncode}")
             event = decode_event(raw)
             if event is not None:
                 return event
 
-    def _failure(self, what: str) -> str:
-        tail = "\n".join(self.stderr[-STDERR_LINES_SHOWN:])
-        return f"{what}" + (f"; child stderr:\n{tail}" if tail else "")
+    def failure(self, what: str) -> DemoFailure:
+        """A :class:`DemoFailure` saying ``what``, and the child's reason if it gave one."""
+        tail = list(self.stderr)
+        reasons = [line[len(ERROR_PREFIX) :] for line in tail if line.startswith(ERROR_PREFIX)]
+        message = what + (f": {reasons[-1]}" if reasons else "")
+        return DemoFailure(message, tail)
 
     def kill(self) -> None:
         """SIGKILL the child: no cleanup, no flush (a no-op once it has exited)."""

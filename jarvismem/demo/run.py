@@ -19,13 +19,19 @@ from jarvismem.demo.steps import (
 from jarvismem.demo.verify import LedgerCheck
 from jarvismem.settings import Settings
 
-__all__ = ["DEFAULT_KILL_AFTER", "DEFAULT_TURNS", "run_demo", "summarize"]
+__all__ = ["DEFAULT_TURNS", "MIN_TURNS", "default_kill_after", "run_demo", "summarize"]
 
 DEFAULT_TURNS = 12
 """Turns N of the demo's task."""
 
-DEFAULT_KILL_AFTER = 8
-"""Acknowledged turns K before the first child is killed."""
+MIN_TURNS = 2
+"""The fewest turns a demo can have: one acknowledged before the kill, one after."""
+
+
+def default_kill_after(turns: int) -> int:
+    """Acknowledged turns K before the first child is killed, for a run of ``turns``:
+    two thirds of the way through (8 of the default 12), at least 1, at most turns - 1."""
+    return min(max(1, turns * 2 // 3), max(1, turns - 1))
 
 
 async def run_demo(
@@ -33,7 +39,7 @@ async def run_demo(
     *,
     env_file: str | None,
     turns: int = DEFAULT_TURNS,
-    kill_after: int = DEFAULT_KILL_AFTER,
+    kill_after: int | None = None,
     use_tmp: bool = False,
     workflow_id: str | None = None,
     say: Say = print,
@@ -44,11 +50,14 @@ async def run_demo(
     ``settings``: the parent's settings (their REDIS_URL/blob/Athena/LLM are
     used when present); ``env_file``: the file the children read too;
     ``turns``: N; ``kill_after``: K acknowledged turns before the kill
-    (1 <= K < N); ``use_tmp``: local blobs and outbox in a temporary folder;
+    (1 <= K < N; default :func:`default_kill_after`); ``use_tmp``: local
+    blobs and outbox in a temporary folder;
     ``say``: where stage descriptions go; ``child_wait``: most seconds to wait
     for a child's next line. A child that misbehaves raises
     :class:`~jarvismem.demo.process.DemoFailure`.
     """
+    if kill_after is None:
+        kill_after = default_kill_after(turns)
     if not 1 <= kill_after < turns:
         raise ValueError("kill_after must be between 1 and turns - 1")
     started = time.monotonic()

@@ -21,8 +21,8 @@ from typing import Any
 
 from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.demo.child import AGENT_ID, STEP_ID
-from jarvismem.demo.process import ChildProcess, DemoFailure, spawn_child
-from jarvismem.demo.verify import LedgerCheck, check_ledger, read_ledger
+from jarvismem.demo.process import ChildProcess, WorkflowInUse, spawn_child
+from jarvismem.demo.verify import LedgerCheck, check_ledger, read_existing, read_ledger
 from jarvismem.redaction import mask_url
 from jarvismem.render import render_bundle
 from jarvismem.settings import Settings
@@ -133,6 +133,7 @@ async def prepare(
     ``use_tmp`` puts local blobs and the outbox in a temporary folder (removed
     by ``stack``).
     """
+    workflow_id_given = workflow_id is not None
     workflow_id = workflow_id or f"demo-{uuid.uuid4().hex[:8]}"
     env = _child_env(settings)
     overrides: dict[str, Any] = {}
@@ -142,6 +143,8 @@ async def prepare(
         stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmp_dir, True)
     say("== Setup ==")
     if settings.redis_url:
+        if workflow_id_given:
+            await _refuse_used_workflow(settings, workflow_id)
         redis_where = mask_url(settings.redis_url)
         say(f"Redis: {redis_where} (from your settings)")
     else:
@@ -192,6 +195,28 @@ async def prepare(
     )
 
 
+async def _refuse_used_workflow(settings: Settings, workflow_id: str) -> None:
+    """Raise :class:`WorkflowInUse` when ``workflow_id`` already holds ledger entries.
+
+    A demo on a used workflow would prove nothing (a finished one has no turn
+    left to kill) and would write into someone's data.
+    """
+    length, state = await read_existing(settings, workflow_id)
+    if not length and state is None:
+        return
+    fresh = "pass a new --workflow, or leave --workflow out for a fresh demo-<random> one"
+    done = state.get("done") if state is not None else None
+    if isinstance(done, int):
+        raise WorkflowInUse(
+            f"workflow {workflow_id} already ran the demo (its checkpoint says turn {done} "
+            f"is done; {length} ledger entries): {fresh}"
+        )
+    raise WorkflowInUse(
+        f"workflow {workflow_id} already holds {length} ledger entries; the demo needs "
+        f"an empty workflow: {fresh}"
+    )
+
+
 @contextlib.asynccontextmanager
 async def _child(setup: DemoSetup, *extra: str) -> AsyncIterator[ChildProcess]:
     """A running child, killed if the stage ends before it does (a failure)."""
@@ -212,6 +237,12 @@ async def run_until_killed(setup: DemoSetup, say: Say, child_wait: float) -> Kil
         while inflight is None:
             event = await child.next_event(child_wait)
             if event["event"] == "start":
+                if event.get("resumed"):
+                    # Someone else's checkpoint appeared since prepare(): not a fresh run.
+                    raise WorkflowInUse(
+                        f"workflow {setup.workflow_id} already has a checkpoint (next turn "
+                        f"{event['next_turn']}): pass a new --workflow"
+                    )
                 say(f"child pid {event['pid']} started at turn {event['next_turn']}")
             elif event["event"] == "ack":
                 acked.append(int(event["turn"]))
@@ -259,7 +290,7 @@ async def resume(setup: DemoSetup, say: Say, child_wait: float) -> ResumedRun:
                 break
         code = await child.finish(child_wait)
     if code != 0:
-        raise DemoFailure(f"resumed child exited with {code}")
+        raise child.failure(f"resumed child exited with {code}")
     compaction = run.compaction
     if compaction.get("compacted"):
         say(

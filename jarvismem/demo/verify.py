@@ -6,6 +6,7 @@ the turn that ran twice, none missing from the kill, nothing unexpected.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from jarvismem.demo.child import AGENT_ID, STEP_ID
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
 
-__all__ = ["LedgerCheck", "check_ledger", "read_ledger", "turn_order"]
+__all__ = ["LedgerCheck", "check_ledger", "read_existing", "read_ledger", "turn_order"]
 
 
 @dataclass(frozen=True)
@@ -92,3 +93,17 @@ async def read_ledger(
         "from_id": record.from_id,
         "to_id": record.to_id,
     }
+
+
+async def read_existing(settings: Settings, workflow_id: str) -> tuple[int, dict[str, Any] | None]:
+    """What a workflow already holds before a demo starts: its ledger length and the
+    demo kernel's checkpoint (decoded; None when there is none or it is not the demo's)."""
+    async with await MemoryRuntime.from_env(settings) as rt:
+        ledger = rt.workflow(workflow_id).ledger
+        length = await ledger.length() if ledger is not None else 0
+        raw = await rt.memory(workflow_id, STEP_ID, AGENT_ID).load_checkpoint()
+    try:
+        state = json.loads(raw) if raw else None
+    except ValueError:
+        state = None
+    return length, state if isinstance(state, dict) else None

@@ -1,20 +1,97 @@
-"""``jarvismem bench``: where it runs the suite from."""
+"""``jarvismem bench``: where it runs the suite from, and what it passes to it."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 
-from jarvismem.cli.bench import benchmarks_available
+from jarvismem.cli import build_parser, command_parsers
+from jarvismem.cli.bench import SUITE_OPTIONS, benchmarks_available
 from tests.cli.conftest import Cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# A stand-in suite: prints the arguments and REDIS_URL it was started with.
+FAKE_SUITE = (
+    "import json, os, sys\n"
+    'print(json.dumps({"argv": sys.argv[1:], "REDIS_URL": os.environ.get("REDIS_URL")}))\n'
+)
 
-def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli) -> None:
-    proc = cli.run("bench")
+
+def _only_jarvismem_on_the_path(cli: Cli, tmp_path: Path) -> dict[str, str]:
+    """The CLI's environment with an import path holding jarvismem and not the
+    checkout's benchmarks/ (the checkout itself may be on PYTHONPATH)."""
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "jarvismem").symlink_to(ROOT / "jarvismem")
+    return dict(cli.env, PYTHONPATH=str(path))
+
+
+def _fake_checkout(tmp_path: Path) -> Path:
+    checkout = tmp_path / "checkout"
+    (checkout / "benchmarks").mkdir(parents=True)
+    (checkout / "benchmarks" / "__init__.py").write_text("")
+    (checkout / "benchmarks" / "__main__.py").write_text(FAKE_SUITE)
+    return checkout
+
+
+def _run(cli: Cli, env: dict[str, str], cwd: Path, *args: str) -> dict[str, object]:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "jarvismem", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
+
+
+def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli, tmp_path: Path) -> None:
+    proc = cli.run("bench", env=_only_jarvismem_on_the_path(cli, tmp_path))
     assert proc.returncode == 2
     assert "run `jarvismem bench` from the root of a jarvismem checkout" in proc.stderr
 
 
 def test_benchmarks_are_found_in_a_checkout() -> None:
     assert benchmarks_available(str(ROOT))
+
+
+def test_bench_passes_the_suite_options_and_the_redis_url_of_the_settings(
+    cli: Cli, tmp_path: Path
+) -> None:
+    env = _only_jarvismem_on_the_path(cli, tmp_path)
+    env.pop("REDIS_URL")
+    checkout = _fake_checkout(tmp_path)
+    # `bench --quick` was "unrecognized arguments: --quick".
+    ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--quick", "--only", "S1")
+    assert ran == {"argv": ["--quick", "--only", "S1"], "REDIS_URL": None}
+    # REDIS_URL from .env reaches the suite (it reads the server from --redis-url only).
+    (checkout / ".env").write_text("REDIS_URL=redis://127.0.0.1:6390/2\n")
+    ran = _run(cli, env, checkout, "bench", "--json")
+    assert ran == {
+        "argv": ["--json", "--redis-url", "redis://127.0.0.1:6390/2"],
+        "REDIS_URL": "redis://127.0.0.1:6390/2",
+    }
+    # The global --redis-url wins over the settings.
+    ran = _run(cli, env, checkout, "--redis-url", "redis://10.0.0.1:6379/0", "bench", "--quick")
+    assert ran["argv"] == ["--quick", "--redis-url", "redis://10.0.0.1:6379/0"]
+
+
+def test_bench_options_mirror_the_suite_options() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.suite import build_parser as suite_parser
+    finally:
+        sys.path.remove(str(ROOT))
+    suite = {o for a in suite_parser()._actions for o in a.option_strings if o.startswith("--")}
+    assert suite - {"--help"} == set(SUITE_OPTIONS)
+    bench = command_parsers(build_parser())["bench"]
+    ours = {o for a in bench._actions for o in a.option_strings}
+    assert set(SUITE_OPTIONS) <= ours

@@ -5,6 +5,8 @@ beside this one; fixtures are in tests/cli/conftest.py.
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
 import subprocess
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from jarvismem.cli import bench as bench_cmds
+from jarvismem.cli import build_parser, command_parsers
 from jarvismem.cli import main as cli_main
 from jarvismem.errors import (
     BackendUnavailableError,
@@ -23,7 +26,9 @@ from jarvismem.errors import (
     InvalidIdError,
     LockNotAcquiredError,
 )
-from tests.cli.conftest import Cli
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.testing.redis_server import free_port
+from tests.cli.conftest import Cli, seed_turns
 
 # --- global behaviour -------------------------------------------------------------------------
 
@@ -123,3 +128,108 @@ def test_vv_adds_the_traceback(
     assert cli_main(["--env-file", os.devnull, "-vv", "bench"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.rstrip().endswith("(a bug; -vv shows the traceback)")
+
+
+# --- parsing: unknown options, type errors, help text -----------------------------------------
+
+
+def test_an_unknown_option_is_named_before_a_missing_required_one(cli: Cli) -> None:
+    proc = cli.run("tail", "--workfow", "wf1")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (
+        "jarvismem tail: error: unrecognized argument: --workfow (did you mean --workflow?)"
+    )
+    assert "required" not in proc.stderr
+    # A unique prefix stays accepted, as argparse accepts it; --opt=value too.
+    assert cli.run("tail", "--work=wf1", "-n", "1").returncode == 0
+
+
+def test_a_bad_count_says_what_was_expected(cli: Cli) -> None:
+    proc = cli.run("tail", "--workflow", "wf1", "-n", "abc")
+    assert proc.returncode == 2
+    last = proc.stderr.splitlines()[-1]
+    assert last == "jarvismem tail: error: argument -n: expected a whole number >= 0, got 'abc'"
+    assert "_positive" not in proc.stderr
+
+
+def test_every_command_and_every_option_has_help_text() -> None:
+    parser = build_parser()
+    commands = command_parsers(parser)
+    assert "status" in commands and "completion" in commands
+    for name, sub in {"jarvismem": parser, **commands}.items():
+        if sub is not parser:
+            assert sub.description, f"{name}: no description"
+        for action in sub._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert all(choice.help for choice in action._choices_actions)
+                continue
+            assert action.help, f"{name} {action.option_strings or action.dest}: no help"
+
+
+def test_configuration_errors_have_no_pydantic_prefix(cli: Cli) -> None:
+    proc = cli.run("status", env=dict(cli.env, REDIS_URL="localhost:6379"))
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "jarvismem: error: invalid configuration: REDIS_URL: must start with redis://, "
+        "rediss:// or unix://"
+    ]
+
+
+# --- global --redis-url ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_global_redis_url_overrides_redis_url_before_or_after_the_command(
+    cli: Cli, where: str
+) -> None:
+    env = dict(cli.env, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
+    flag = ("--redis-url", cli.redis_url)
+    args = (*flag, "status", "--json") if where == "before" else ("status", "--json", *flag)
+    proc = cli.run(*args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["backends"]["redis"]["reachable"] is True
+
+
+# --- output cut short and valid JSON ---------------------------------------------------------
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141(cli: Cli) -> None:
+    for args in (("completion", "bash"), ("status",), ("export", "--workflow", "wf1")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # `| head` that has already exited
+        try:
+            proc = subprocess.run(
+                cli.argv(*args),
+                env=cli.env,
+                cwd=cli.cwd,
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(write_end)
+        assert (proc.returncode, proc.stderr) == (141, ""), args
+
+
+async def test_every_json_output_is_one_valid_json_document(cli: Cli, tmp_path: Path) -> None:
+    rt = await MemoryRuntime.from_env(cli.runtime_settings())
+    async with rt:
+        await seed_turns(rt, "wf-j", range(1, 3))
+    runs = [
+        ("status",),
+        ("tail", "--workflow", "wf-j"),
+        ("tail", "--workflow", "wf-nothing"),
+        ("tail", "--workflow", "wf-j", "-n", "0"),
+        ("bundle", "--workflow", "wf-j", "--step", "s1", "--agent", "a1"),
+        ("bundle", "--workflow", "wf-nothing", "--step", "s1", "--agent", "a1"),
+        ("spaces", "--workflow", "wf-nothing", "--agent", "a1"),
+        ("compact", "--workflow", "wf-j"),
+        ("compact", "--workflow", "wf-nothing"),
+        ("completion", "bash"),
+        ("init", "--non-interactive", "--output", str(tmp_path / "j.env")),
+    ]
+    for args in runs:
+        proc = await cli.arun(*args, "--json")
+        assert proc.returncode == 0, (args, proc.stderr)
+        json.loads(proc.stdout)  # raises on anything but one JSON document

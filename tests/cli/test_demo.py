@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from jarvismem.cli.demo import kill_point
+from jarvismem.testing.redis_server import free_port
+from tests.cli.conftest import Cli
 from tests.conftest import env_without_settings
 
 
@@ -115,5 +120,58 @@ def test_demo_rejects_a_kill_point_outside_the_run(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "jarvismem: error: --kill-after must be at least 1 and less than --turns"
+        "jarvismem: error: --kill-after 3: must be at least 1 and less than --turns (3)"
     )
+
+
+def test_demo_kill_point_defaults_to_two_thirds_of_the_turns(cli: Cli) -> None:
+    # The old fixed default (8) made `--turns 5` a usage error.
+    proc = cli.run("demo", "--tmp", "--json", "--turns", "5")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] is True and summary["killed_child"]["acknowledged"] == [1, 2, 3]
+    assert kill_point(12, None) == 8 and kill_point(2, None) == 1 and kill_point(3, None) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--turns", "1"), "--turns 1: the demo needs at least 2 turns"),
+        (("--turns", "5", "--kill-after", "5"), "--kill-after 5: must be at least 1 and less"),
+        (("--turns", "5", "--kill-after", "0"), "--kill-after 0: must be at least 1 and less"),
+    ],
+)
+def test_demo_refuses_a_combination_that_cannot_run_naming_the_flag(
+    cli: Cli, args: tuple[str, ...], line: str
+) -> None:
+    proc = cli.run("demo", "--tmp", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"jarvismem: error: {line}")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def test_rerunning_a_finished_demo_workflow_says_so_and_how_to_start_anew(cli: Cli) -> None:
+    first = cli.run("demo", "--tmp", "--json", "--turns", "3", "--workflow", "wf-twice")
+    assert first.returncode == 0, first.stderr
+    again = cli.run("demo", "--tmp", "--turns", "3", "--workflow", "wf-twice")
+    assert again.returncode == 2
+    assert again.stderr.splitlines() == [
+        "jarvismem: error: workflow wf-twice already ran the demo (its checkpoint says turn 3 "
+        "is done; 3 ledger entries): pass a new --workflow, or leave --workflow out for a "
+        "fresh demo-<random> one"
+    ]
+
+
+def test_a_failing_child_is_one_line_with_its_reason_and_no_traceback(cli: Cli) -> None:
+    # Parent and children reach Redis through a URL nobody listens on.
+    env = dict(cli.env, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    proc = cli.run("demo", "--tmp", "--turns", "3", env=env)
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("jarvismem: error: demo failed: child exited with 1: ")
+    assert "Unavailable" in lines[0] and lines[0].endswith("(-v shows the child's stderr)")
+    assert "Traceback" not in proc.stderr and 'File "' not in proc.stderr
+    verbose = cli.run("-v", "demo", "--tmp", "--turns", "3", env=env)
+    assert 'File "' in verbose.stderr  # the child's traceback, under -v only
+    assert verbose.stderr.splitlines()[-1].startswith("jarvismem: error: demo failed:")

@@ -40,27 +40,54 @@ def test_error_line_is_one_line() -> None:
     assert err.getvalue() == "jarvismem: error: first second\n"
 
 
-def test_progress_off_a_terminal_is_a_line_per_quarter() -> None:
+def test_progress_off_a_terminal_is_a_line_per_quarter_and_100_only_at_finish() -> None:
     err = io.StringIO()
     bar = ProgressBar("copying", err)
     for done in range(101):
         bar(done, 100)
-    bar.close()
     assert err.getvalue().splitlines() == [
         "copying: 0/100 (0%)",
         "copying: 25/100 (25%)",
         "copying: 50/100 (50%)",
         "copying: 75/100 (75%)",
-        "copying: 100/100 (100%)",
+    ]
+    bar.finish()
+    assert err.getvalue().splitlines()[-1] == "copying: 100/100 (100%)"
+
+
+def test_progress_that_fails_after_the_last_item_never_shows_100() -> None:
+    for err in (io.StringIO(), _Tty()):
+        bar = ProgressBar("importing", err)
+        bar(1, 2)
+        bar(2, 2)  # every item staged, and then the command fails
+        bar.close()
+        assert "100%" not in err.getvalue()
+
+
+def test_progress_of_an_unknown_total_is_a_count() -> None:
+    err = io.StringIO()
+    bar = ProgressBar("compacting", err)
+    for done in range(1, 11):
+        bar(done, 0)
+    bar.finish()
+    assert err.getvalue().splitlines() == [
+        "compacting: 1 so far",
+        "compacting: 2 so far",
+        "compacting: 4 so far",
+        "compacting: 8 so far",
+        "compacting: 10 done",
     ]
 
 
 def test_progress_on_a_terminal_redraws_in_place() -> None:
     err = _Tty()
     bar = ProgressBar("copying", err)
+    bar(1, 2)
     bar(2, 2)
-    bar.close()
-    assert err.getvalue() == f"\rcopying [{'#' * 30}] 100% 2/2\n"
+    bar.finish()
+    assert err.getvalue() == (
+        f"\rcopying [{'#' * 15}{'-' * 15}]  50% 1/2\rcopying [{'#' * 30}] 100% 2/2\n"
+    )
 
 
 def test_disabled_progress_prints_nothing() -> None:

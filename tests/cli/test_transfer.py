@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from jarvismem.cli import main as cli_main
+from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.runtime import MemoryRuntime
+from jarvismem.transfer.format import TransferError
 from tests.cli.conftest import Cli, seed_turns
 
 
@@ -27,12 +34,16 @@ async def test_export_then_import_into_a_fresh_namespace(cli: Cli, tmp_path: Pat
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["counts"]["ledger"] == 5
     tail = cli.run("tail", "--workflow", "wf-x", "--json", env=fresh)
-    assert [json.loads(x)["turn_id"] for x in tail.stdout.splitlines()] == ["1", "2", "3", "4", "5"]
+    assert [e["turn_id"] for e in json.loads(tail.stdout)] == ["1", "2", "3", "4", "5"]
     refused = cli.run("import", str(tmp_path / "wf.jsonl"), env=fresh)
     assert refused.returncode == 1
     assert "already holds data; pass --force" in refused.stderr
     forced = cli.run("import", str(tmp_path / "wf.jsonl"), "--force", env=fresh)
     assert forced.returncode == 0, forced.stderr
+    assert (
+        forced.stderr.splitlines()[-1]
+        == f"importing wf.jsonl: {len(lines) - 1}/{len(lines) - 1} (100%)"
+    )
 
 
 def test_export_to_stdout_pipes_clean_jsonl(cli: Cli) -> None:
@@ -79,3 +90,19 @@ def test_import_of_out_of_order_ids_writes_nothing_and_a_fixed_file_imports(
     proc = cli.run("import", str(good), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["counts"] == {"checkpoint": 1, "ledger": 2}
+
+
+def test_an_import_failing_after_its_last_record_never_shows_100_percent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    async def staged_then_refused(rt: Any, path: Path, **kwargs: Any) -> dict[str, Any]:
+        kwargs["progress"](24, 24)  # every record staged ...
+        raise TransferError("workflow w received data while it was being imported")
+
+    monkeypatch.setattr(transfer_cmds, "import_workflow", staged_then_refused)
+    export = tmp_path / "w.jsonl"
+    export.write_text("{}\n")
+    env = ("--env-file", os.devnull)
+    assert cli_main([*env, "import", str(export)]) == 1
+    err = capsys.readouterr().err
+    assert "100%" not in err and err.splitlines()[-1].startswith("jarvismem: error: workflow w")

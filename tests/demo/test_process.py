@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
-from jarvismem.demo.process import ChildProcess, DemoFailure
+from jarvismem.demo.process import ERROR_PREFIX, ChildProcess, DemoFailure
 
 Spawn = Callable[[str], AbstractAsyncContextManager[ChildProcess]]
 
@@ -48,15 +48,33 @@ async def test_next_event_skips_lines_that_are_not_events(spawn: Spawn) -> None:
         assert await child.next_event(10) == {"event": "ack", "turn": 1}
 
 
-async def test_an_exit_is_a_failure_with_the_stderr_tail(spawn: Spawn) -> None:
+async def test_an_exit_is_a_one_line_failure_with_the_stderr_tail_kept_apart(
+    spawn: Spawn,
+) -> None:
     code = "import sys\nfor i in range(60): print(f'err {i}', file=sys.stderr)\nsys.exit(3)\n"
     async with spawn(code) as child:
         with pytest.raises(DemoFailure) as failure:
             await child.next_event(10)
-    text = str(failure.value)
-    assert text.startswith("child exited with 3; child stderr:\n")
-    assert text.splitlines()[1:] == [f"err {i}" for i in range(50, 60)]
+    assert str(failure.value) == "child exited with 3"
+    assert failure.value.stderr_tail == [f"err {i}" for i in range(10, 60)]
     assert len(child.stderr) == 50
+
+
+async def test_a_failure_carries_the_reason_the_child_gave_not_its_traceback(
+    spawn: Spawn,
+) -> None:
+    code = (
+        "import sys\n"
+        "print('Traceback (most recent call last):', file=sys.stderr)\n"
+        "print('  File \"x.py\", line 1, in <module>', file=sys.stderr)\n"
+        f"print({ERROR_PREFIX!r} + 'BackendUnavailableError: Redis down', file=sys.stderr)\n"
+        "sys.exit(1)\n"
+    )
+    async with spawn(code) as child:
+        with pytest.raises(DemoFailure) as failure:
+            await child.next_event(10)
+    assert str(failure.value) == "child exited with 1: BackendUnavailableError: Redis down"
+    assert "Traceback" in failure.value.stderr_tail[0]
 
 
 async def test_silence_is_a_failure(spawn: Spawn) -> None:

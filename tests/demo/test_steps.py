@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 import redis
 
+from jarvismem.backends.loopback_redis import LoopbackRedis
+from jarvismem.demo import steps
+from jarvismem.demo.child import AGENT_ID, STEP_ID
+from jarvismem.demo.process import WorkflowInUse
 from jarvismem.demo.steps import CHILD_ENV_OVERRIDES, describe_blob, prepare
+from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 
 
@@ -70,7 +77,14 @@ async def test_without_redis_url_a_loopback_server_and_a_tmp_folder_live_for_the
     ]
 
 
-async def test_a_configured_redis_is_used_and_its_password_never_shown() -> None:
+async def test_a_configured_redis_is_used_and_its_password_never_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def nothing_there(settings: Settings, workflow_id: str) -> tuple[int, None]:
+        return 0, None
+
+    # No server behind the URL: the "is this workflow fresh" read is stubbed out.
+    monkeypatch.setattr(steps, "read_existing", nothing_there)
     said: list[str] = []
     settings = _settings(redis_url="redis://:s3cret@127.0.0.1:6399/0")
     async with contextlib.AsyncExitStack() as stack:
@@ -90,3 +104,30 @@ async def test_a_configured_redis_is_used_and_its_password_never_shown() -> None
     assert setup.child_args[-2:] == ["--env-file", "/x/.env"]
     assert "REDIS_URL" not in setup.env
     assert said[-1].startswith("Workflow wf-given, step research, agent kernel: 3 turns")
+
+
+async def test_a_given_workflow_that_already_holds_data_is_refused_before_any_child() -> None:
+    with LoopbackRedis() as server:
+        settings = _settings(redis_url=server.url)
+        async with await MemoryRuntime.from_env(settings) as rt:
+            mem = rt.memory("wf-done", STEP_ID, AGENT_ID)
+            await mem.log_turn(1, "t", "a", "r")
+            await mem.save_checkpoint(json.dumps({"next_turn": 2, "done": 1}))
+            await rt.memory("wf-other", "s", "a").log_turn(1, "t", "a", "r")
+        for workflow, expected in (
+            ("wf-done", "workflow wf-done already ran the demo (its checkpoint says turn 1"),
+            ("wf-other", "workflow wf-other already holds 1 ledger entries"),
+        ):
+            async with contextlib.AsyncExitStack() as stack:
+                with pytest.raises(WorkflowInUse, match=re.escape(expected)) as refused:
+                    await prepare(
+                        settings,
+                        stack,
+                        env_file=None,
+                        turns=3,
+                        kill_after=1,
+                        use_tmp=True,
+                        workflow_id=workflow,
+                        say=lambda _text: None,
+                    )
+            assert "pass a new --workflow" in str(refused.value)

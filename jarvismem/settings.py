@@ -368,8 +368,13 @@ def validation_problems(exc: ValidationError, *, subject: str, env_names: bool =
     problems = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or subject
-        problems.append(f"{loc.upper() if env_names else loc}: {err['msg']}")
+        # pydantic words a validator's message "Value error, ..."; a reader needs the message.
+        message = _PYDANTIC_PREFIX.sub("", err["msg"])
+        problems.append(f"{loc.upper() if env_names else loc}: {message}")
     return "; ".join(problems)
+
+
+_PYDANTIC_PREFIX = re.compile(r"^(?:Value|Assertion) error, ")
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -51,6 +51,8 @@ SETTINGS_DEFAULTS = {
     "athena_tenant_id": defaults.ATHENA_TENANT_ID,
     "athena_user_id": defaults.ATHENA_USER_ID,
     "athena_http_timeout": defaults.ATHENA_HTTP_TIMEOUT,
+    "athena_isolate_agents": defaults.ATHENA_ISOLATE_AGENTS,
+    "athena_include_graph_hits": defaults.ATHENA_INCLUDE_GRAPH_HITS,
     "llm_model": defaults.LLM_MODEL,
     "llm_timeout": defaults.LLM_TIMEOUT,
     "llm_max_retries": defaults.LLM_MAX_RETRIES,

@@ -347,9 +347,7 @@ def test_a_typo_in_the_environment_is_named_only_for_our_prefixes(
     ]
 
 
-def test_every_env_example_and_compose_name_is_known_so_copying_the_example_warns_nothing() -> (
-    None
-):
+def test_every_env_example_and_compose_name_is_known_so_copying_the_example_warns_nothing() -> None:
     """A user who uncomments every line of .env.example must not be told they made a typo."""
     from jarvismem.settings import OUR_PREFIXES, unknown_name_warnings
 
@@ -359,3 +357,12 @@ def test_every_env_example_and_compose_name_is_known_so_copying_the_example_warn
     names += re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (root / "docker-compose.yml").read_text())
     assert "REDIS_URL" in names and "REDIS_HOST_PORT" in names
     assert unknown_name_warnings(sorted(set(names)), prefixes=OUR_PREFIXES, source=".env") == []
+
+
+def test_a_validator_message_reaches_the_user_without_pydantic_s_prefix() -> None:
+    # The library's ConfigError is what a kernel logs: it must read as one clean line too.
+    with pytest.raises(ConfigError) as caught:
+        load_settings(_env_file=None, redis_url="http://x")
+    assert str(caught.value) == (
+        "invalid configuration: REDIS_URL: must start with redis://, rediss:// or unix://"
+    )

@@ -18,7 +18,6 @@ import asyncio
 import difflib
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
 
@@ -208,8 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             error_line("interrupted")
         return code
     except (ConfigError, InvalidIdError) as exc:
-        # pydantic words a validator's message "Value error, ..."; the user needs only the message.
-        _report(_VALUE_ERROR.sub("", _describe(exc)), verbosity)
+        _report(_describe(exc), verbosity)
         return EXIT_USAGE
     except JarvisMemError as exc:
         _report(_describe(exc), verbosity)
@@ -231,7 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-_VALUE_ERROR = re.compile(r"\b(?:Value|Assertion) error, ")
 
 
 def _flush_stdout() -> None:

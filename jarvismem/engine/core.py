@@ -279,7 +279,7 @@ class MemoryEngine:
         return self.athena_agents.factory.outbox(agent_id)
 
     def athena_agent_id(self, agent_id: str) -> str:
-        """The agent id sent to Athena: namespaced outside the default namespace."""
+        """The agent id sent to Athena: the agent's own (the namespace goes into the user id)."""
         if self.athena_agents is None:
             raise ConfigError("Athena is not configured: set ATHENA_URL")
         return self.athena_agents.factory.agent_id(agent_id)

@@ -184,6 +184,8 @@ def render_health(health: Mapping[str, Any]) -> str:
             lines.append(f"  {name:<7} not configured{extra}")
             continue
         state = "reachable" if b.get("reachable") else "UNREACHABLE"
+        if b.get("reachable") and b.get("writable") is False:
+            state = "NOT WRITABLE"  # answers reads, refuses writes: not healthy
         backend = b.get("backend") or b.get("summarizer") or name
         where = b.get("where") or ""
         lines.append(

@@ -24,7 +24,7 @@ from typing import Any, Self
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob import BlobStorage, LocalBlobStorage, create_blob_storage
 from jarvismem.backends.blob.local import folder_write_error, os_reason
-from jarvismem.backends.redis import connect_redis, create_redis
+from jarvismem.backends.redis import connect_redis, create_redis, mark_known_down
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS
 from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summarizer
 from jarvismem.engine.workflow import WorkflowState
@@ -103,6 +103,7 @@ class MemoryRuntime(MemoryEngine):
                 exc,
             )
             redis = create_redis(settings)
+            mark_known_down(redis)
         except BaseException:
             if blob is not None:
                 await blob.close()

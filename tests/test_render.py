@@ -276,3 +276,25 @@ def test_render_health_of_a_degraded_embedded_runtime() -> None:
     ]
     assert lines[6].startswith("note: Redis is the embedded in-process stand-in")
     assert lines[-2:] == ["degraded: athena unreachable; outbox x: 2 queued", "NOT OK"]
+
+
+def test_render_health_says_a_reachable_backend_that_refuses_writes_is_not_writable() -> None:
+    text = render_health(
+        {
+            "namespace": "ns",
+            "backends": {
+                "blob": {
+                    "configured": True,
+                    "reachable": True,
+                    "writable": False,
+                    "backend": "local",
+                    "latency_ms": 0.2,
+                    "reason": "not writable: Read-only file system (EROFS)",
+                }
+            },
+            "reasons": ["blob: not writable"],
+            "ok": False,
+        }
+    )
+    line = next(line for line in text.splitlines() if line.strip().startswith("blob"))
+    assert "NOT WRITABLE" in line and "reachable" not in line

@@ -8,9 +8,11 @@ status output says so.
 from __future__ import annotations
 
 import asyncio
+import copy
 import errno
 import logging
 import ssl
+import time
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -48,30 +50,78 @@ EMBEDDED_NOTE = "embedded in-process Redis stand-in (ephemeral: lost when the pr
 POOL_WAIT_SECONDS = 20.0
 """How long a command waits for a pooled connection when all are busy."""
 
+KNOWN_DOWN_SECONDS = 5.0
+"""After a command failed every retry, how long later commands skip their retries."""
+
 CONNECT_BACKOFF = Backoff(base=0.1, cap=2.0, jitter="none")
 """Waits between start-up PINGs: one process waiting for its server, nothing to spread."""
 
 
 class _CommandRetry(Retry):
-    """redis-py's command retry, minus credential refusals.
+    """redis-py's command retry, minus credential refusals, and once only while down.
 
     redis-py files ``AuthenticationError`` (NOAUTH, WRONGPASS) under
     ``ConnectionError``, so a stock ``Retry`` resends a refused command three
     times with backoff: a wrong password then looks like a slow, flaky server
     ("timed out after 3s") instead of the configuration error it is.
+
+    A command that failed after every retry means the server is down, not
+    blipping: for :data:`KNOWN_DOWN_SECONDS` after that, commands try once and
+    fail at once (the tiers then queue writes in the outbox and mark reads
+    degraded). Without this, each of the dozen commands of a turn or a bundle
+    waited out the whole backoff again, and an agent started with Redis down
+    spent seconds per turn learning the same fact. Any success ends it.
     """
+
+    def __init__(self, backoff: Any, retries: int, *, shared: list[float] | None = None) -> None:
+        super().__init__(backoff, retries)
+        # [monotonic time until which the server counts as down]; one list for
+        # all the client's connections, see __deepcopy__.
+        self._down = shared if shared is not None else [0.0]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _CommandRetry:
+        # redis-py deep-copies the retry into every connection; what one
+        # connection learnt about the server must hold for all of them.
+        return _CommandRetry(copy.deepcopy(self._backoff, memo), self._retries, shared=self._down)
+
+    def known_down(self) -> bool:
+        """Whether a recent command found the server down (retries are skipped)."""
+        return time.monotonic() < self._down[0]
+
+    def mark_down(self) -> None:
+        """The server was just found down: skip retries for a while."""
+        self._down[0] = time.monotonic() + KNOWN_DOWN_SECONDS
 
     async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
         given = kwargs.pop("is_retryable", None) if "is_retryable" in kwargs else None
         if args:  # positional is_retryable (redis-py passes it by keyword today)
             given, args = args[0], args[1:]
-
-        def retryable(exc: Exception) -> bool:
-            if is_auth_error(exc):
-                return False
-            return given is None or bool(given(exc))
-
-        return await super().call_with_retry(do, fail, retryable, *args, **kwargs)
+        with_failure_count = bool(kwargs.pop("with_failure_count", False))
+        retries = 0 if self.known_down() else self._retries
+        failures = 0
+        try:
+            while True:
+                try:
+                    result = await do()
+                except self._supported_errors as error:
+                    if is_auth_error(error) or (given is not None and not given(error)):
+                        raise
+                    failures += 1
+                    # redis-py's handler closes the connection (and may raise itself).
+                    if with_failure_count:
+                        await fail(error, failures)
+                    else:
+                        await fail(error)
+                    if failures > retries:
+                        raise error
+                    await asyncio.sleep(self._backoff.compute(failures))
+                else:
+                    self._down[0] = 0.0
+                    return result
+        except self._supported_errors as error:
+            if failures and not is_auth_error(error):
+                self.mark_down()
+            raise
 
 
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
@@ -141,6 +191,18 @@ def create_redis(settings: Settings) -> RedisClient:
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # aclose() also closes the pool
     return client
+
+
+def mark_known_down(client: RedisClient) -> None:
+    """Tell ``client`` its server was just found down (its commands skip retries a while).
+
+    For a client made right after a failed connect: its first commands would
+    otherwise each wait out the whole retry backoff to learn the same thing.
+    """
+    pool = getattr(client, "connection_pool", None)
+    retry = pool.connection_kwargs.get("retry") if pool is not None else None
+    if isinstance(retry, _CommandRetry):
+        retry.mark_down()
 
 
 _embedded_server: Any = None

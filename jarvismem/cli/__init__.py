@@ -229,8 +229,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-
-
 def _flush_stdout() -> None:
     """Flush stdout now, so a closed pipe is seen here rather than at interpreter exit."""
     sys.stdout.flush()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from jarvismem.cli._args import positive
 from jarvismem.cli._context import CliContext
 from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import AthenaUnavailableError, ConfigError
@@ -24,7 +25,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     """Add this group's commands to the ``jarvismem`` parser."""
     p = sub.add_parser("context", parents=[common], help="an agent's Athena memory context")
     p.add_argument("--agent", required=True, help="agent id")
-    p.add_argument("--limit", type=int, default=10, help="short-term events to fetch")
+    p.add_argument("--limit", type=positive, default=10, help="short-term events to fetch")
     p.add_argument("--query", default=None, help="rank mid-term chains against this text")
     p.set_defaults(handler=context)
 
@@ -32,7 +33,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", required=True, help="agent id")
     p.add_argument("--query", required=True, help="text to search for")
     p.add_argument(
-        "--limit", type=int, default=SEARCH_LIMIT, help=f"most hits (default {SEARCH_LIMIT})"
+        "--limit", type=positive, default=SEARCH_LIMIT, help=f"most hits (default {SEARCH_LIMIT})"
     )
     p.set_defaults(handler=search)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.backends.redis import redis_errors
+from jarvismem.cli._args import count, seconds
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
@@ -18,34 +19,6 @@ from jarvismem.records import as_text, decode_entry
 from jarvismem.render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
-
-
-def _positive(value: str) -> int:
-    """A count given on the command line: a whole number >= 0.
-
-    Its own messages, since argparse would name this function ("invalid
-    _positive value") for a ValueError.
-    """
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
-    return number
-
-
-def _seconds(value: str) -> float:
-    """A duration in seconds given on the command line: a number >= 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected seconds (a number >= 0), got {value!r}"
-        ) from None
-    if not number >= 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {value!r}")
-    return number
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -73,7 +46,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workflow", required=True, help="workflow id")
     p.add_argument(
         "-n",
-        type=_positive,
+        type=count,
         metavar="N",
         default=LEDGER_TAIL,
         help=f"entries to show first (default {LEDGER_TAIL})",
@@ -81,14 +54,14 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--follow", action="store_true", help="stream new entries as they come")
     p.add_argument(
         "--max-wait",
-        type=_seconds,
+        type=seconds,
         default=None,
         metavar="SECONDS",
         help="with --follow: stop after this long without a new entry",
     )
     p.add_argument(
         "--count",
-        type=_positive,
+        type=count,
         metavar="N",
         default=None,
         help="with --follow: stop after this many new entries",
@@ -101,7 +74,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--agent", required=True, help="agent id")
     p.add_argument(
         "-n",
-        type=_positive,
+        type=count,
         metavar="N",
         default=LEDGER_TAIL,
         help=f"recent turns to include (default {LEDGER_TAIL})",

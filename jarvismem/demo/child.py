@@ -49,6 +49,10 @@ PLAN = ("gather sources", "extract facts", "cross-check findings", "write the re
 FINDING_EVERY = 3
 """A goal finding (and one completed task) every this many turns."""
 
+ATHENA_HANDOVER_SECONDS = 10.0
+"""How long a child waits, at its start and at its end, for Athena writes queued in the
+outbox to be delivered (a crashed run's are delivered by the next one)."""
+
 STALL_SECONDS = 3600
 """How long a stalled child waits; the parent kills it long before."""
 
@@ -57,6 +61,11 @@ def _emit(event: str, **data: Any) -> None:
     """One protocol line on stdout for the parent."""
     sys.stdout.write(encode_event(event, **data))
     sys.stdout.flush()
+
+
+def user_message(turn: int) -> str:
+    """What the (simulated) user asks at ``turn``: the conversation Athena learns from."""
+    return f"Explain {TOPICS[(turn - 1) % len(TOPICS)]} for my tides report."
 
 
 def turn_content(turn: int) -> tuple[str, str, str]:
@@ -88,14 +97,29 @@ async def run_child(
     rt = await MemoryRuntime.from_env(settings)
     async with rt:
         mem = rt.memory(workflow_id, STEP_ID, AGENT_ID)
+        await _athena_handover(rt)
         start = await _start(mem)
         stall_turn = None if stall_after is None else stall_after + 1
         for turn in range(start, turns + 1):
             await _run_turn(mem, turn, think_seconds, stall=turn == stall_turn)
             _emit("ack", turn=turn)
         summary = await _compact(mem, settings.compaction_lock_ttl)
+        await _athena_handover(rt)
         _emit("done", compaction=summary)
     return 0
+
+
+async def _athena_handover(rt: MemoryRuntime) -> None:
+    """Deliver the Athena writes waiting in the outbox (bounded; no-op without Athena).
+
+    At the start these are the crashed run's: delivered first, the mid-term memory
+    Athena forms from them is in the bundle the resumed run reads. At the end, the
+    run's own, so `jarvismem context` shows them after the demo. A kernel never
+    waits for Athena per turn; this is the demo's choice at its two boundaries.
+    """
+    athena = await rt.athena_memory(AGENT_ID)
+    if athena is not None:
+        await athena.flush(timeout=ATHENA_HANDOVER_SECONDS)
 
 
 async def _start(mem: UnifiedMemory) -> int:
@@ -124,7 +148,9 @@ async def _run_turn(mem: UnifiedMemory, turn: int, think_seconds: float, *, stal
     thought, action, result = turn_content(turn)
     await asyncio.sleep(think_seconds)  # the simulated model call
     earlier = await mem.episodic.find_turn(STEP_ID, AGENT_ID, turn)
-    await mem.log_turn(turn, thought, action, result, tokens=40 + turn)
+    await mem.log_turn(
+        turn, thought, action, result, tokens=40 + turn, user_message=user_message(turn)
+    )
     if earlier is not None:
         now = await mem.episodic.find_turn(STEP_ID, AGENT_ID, turn)
         _emit("rerun", turn=turn, ledger_id=earlier, kept_id=now)

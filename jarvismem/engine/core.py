@@ -313,7 +313,7 @@ class MemoryEngine:
         for state in states:
             for writer in state.writers:
                 if writer.degraded:
-                    await writer.flush(timeout=2.0)
+                    await writer.flush(timeout=2.0, stop_at_failure=True)
         if agents is not None:
             await agents.close()
         for state in states:

@@ -103,6 +103,8 @@ class DurableWriter:
         self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
         self._drainer: asyncio.Task[None] | None = None
+        # Futures of flush(stop_at_failure=True) calls, resolved by the next failed replay pass.
+        self._failure_waiters: list[asyncio.Future[None]] = []
         self._wake: asyncio.Event | None = None
         self._started = False
         self.last_error: str | None = None
@@ -196,6 +198,12 @@ class DurableWriter:
                 type(exc).__name__,
             )
 
+    def _wake_failure_waiters(self) -> None:
+        waiters, self._failure_waiters = self._failure_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     def _ensure_drainer(self) -> None:
         if self._closed or (self._drainer is not None and not self._drainer.done()):
             return
@@ -236,6 +244,7 @@ class DurableWriter:
                 raise
             except Exception as exc:
                 self._note_failure(exc)
+                self._wake_failure_waiters()
                 self.outbox.release_delivery()  # free during the backoff: a peer may replay
                 await self._pause(self._backoff.delay(failures))
                 failures += 1
@@ -283,12 +292,16 @@ class DurableWriter:
                 if last is not None:
                     await self.outbox.ack(last)
 
-    async def flush(self, timeout: float) -> bool:
+    async def flush(self, timeout: float, *, stop_at_failure: bool = False) -> bool:
         """Wait up to ``timeout`` seconds for the outbox to empty; True if it did.
 
         Never a second deliverer: it wakes this writer's drain task (cutting
         its backoff short) and waits for it; when another process holds the
         claim, it waits for that process's replay.
+
+        ``stop_at_failure``: return as soon as a replay pass started after this
+        call fails (the backend is still down, so waiting out ``timeout`` only
+        delays the caller: a bundle, a shutdown); the records stay queued.
         """
         deadline = time.monotonic() + timeout
         await self.notice()
@@ -297,11 +310,23 @@ class DurableWriter:
             if remaining <= 0:
                 break
             self._ensure_drainer()
-            self._event().set()
             drainer = self._drainer
             if drainer is None:
                 break
-            await asyncio.wait({drainer}, timeout=remaining)
+            waits: set[asyncio.Future[Any]] = {drainer}
+            failed: asyncio.Future[None] | None = None
+            if stop_at_failure:
+                failed = asyncio.get_running_loop().create_future()
+                self._failure_waiters.append(failed)
+                waits.add(failed)
+            self._event().set()
+            try:
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if failed is not None and not failed.done():
+                    failed.cancel()
+            if failed is not None and failed.done() and not failed.cancelled():
+                break
             if drainer.done() and self.degraded:
                 # It stopped on an outage or a peer's claim and left records behind.
                 await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))

@@ -28,7 +28,7 @@ async def outstanding_records(writer: DurableWriter, timeout: float) -> list[dic
     """Records still queued after a bounded wait for replay ([] when nothing is queued)."""
     if not await writer.notice():
         return []
-    if await writer.flush(timeout=min(timeout, REPLAY_WAIT_SECONDS)):
+    if await writer.flush(timeout=min(timeout, REPLAY_WAIT_SECONDS), stop_at_failure=True):
         return []
     return await writer.pending_records()
 

@@ -18,12 +18,15 @@ import redis.asyncio as aioredis
 import redis.exceptions as redis_exc
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+from redis.backoff import NoBackoff
 
 from jarvismem.backends.redis import (
+    _CommandRetry,
     connect_redis,
     create_redis,
     is_embedded,
     is_transient_redis_error,
+    mark_known_down,
     redis_errors,
     translate_redis_error,
 )
@@ -456,3 +459,66 @@ def test_auth_error_classification() -> None:
     assert is_auth_error(redis_exc.ResponseError("WRONGPASS invalid username-password pair"))
     assert not is_auth_error(redis_exc.ConnectionError("Error 111 connecting"))
     assert not is_auth_error(redis_exc.ResponseError("WRONGTYPE Operation against a key"))
+
+
+# --- a server found down is not retried per command ----------------------------------------------
+
+
+def _counting(fails: list[BaseException | None]) -> tuple[list[int], Any]:
+    """A command that raises each of ``fails`` in turn (None: succeeds), counting attempts."""
+    calls = [0]
+
+    async def do() -> str:
+        calls[0] += 1
+        error = fails.pop(0) if fails else None
+        if error is not None:
+            raise error
+        return "PONG"
+
+    return calls, do
+
+
+async def _noop_fail(error: Exception, failures: int) -> None:
+    return None
+
+
+async def test_after_a_command_failed_every_retry_the_next_ones_try_once_until_one_succeeds() -> (
+    None
+):
+    retry = _CommandRetry(NoBackoff(), 3)
+    down = redis_exc.ConnectionError("Error 111 connecting")
+    calls, do = _counting([down] * 4)
+    with pytest.raises(redis_exc.ConnectionError):
+        await retry.call_with_retry(do, _noop_fail, with_failure_count=True)
+    assert calls == [4] and retry.known_down()  # the first command retried three times
+    calls, do = _counting([down])
+    with pytest.raises(redis_exc.ConnectionError):
+        await retry.call_with_retry(do, _noop_fail, with_failure_count=True)
+    assert calls == [1]  # known down: one attempt, no backoff
+    calls, do = _counting([])
+    assert await retry.call_with_retry(do, _noop_fail, with_failure_count=True) == "PONG"
+    assert not retry.known_down()  # any success ends it: blips are retried again
+    calls, do = _counting([down, down, None])
+    assert await retry.call_with_retry(do, _noop_fail, with_failure_count=True) == "PONG"
+    assert calls == [3] and not retry.known_down()
+
+
+async def test_refused_credentials_do_not_count_as_the_server_being_down() -> None:
+    retry = _CommandRetry(NoBackoff(), 3)
+    calls, do = _counting([redis_exc.AuthenticationError("WRONGPASS invalid password")])
+    with pytest.raises(redis_exc.AuthenticationError):
+        await retry.call_with_retry(do, _noop_fail, with_failure_count=True)
+    assert calls == [1] and not retry.known_down()
+
+
+async def test_every_connection_of_a_client_shares_what_one_learnt_about_the_server() -> None:
+    # redis-py deep-copies the retry into each connection it makes.
+    client = create_redis(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/0"))
+    try:
+        first = client.connection_pool.make_connection()
+        second = client.connection_pool.make_connection()
+        assert first.retry is not second.retry
+        mark_known_down(client)  # what from_env does after a failed start-up PING
+        assert first.retry.known_down() and second.retry.known_down()
+    finally:
+        await client.aclose()

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from jarvismem.cli.demo import kill_point
+from jarvismem.demo.child import user_message
+from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli
 from tests.conftest import env_without_settings
@@ -175,3 +177,28 @@ def test_a_failing_child_is_one_line_with_its_reason_and_no_traceback(cli: Cli) 
     verbose = cli.run("-v", "demo", "--tmp", "--turns", "3", env=env)
     assert 'File "' in verbose.stderr  # the child's traceback, under -v only
     assert verbose.stderr.splitlines()[-1].startswith("jarvismem: error: demo failed:")
+
+
+def test_with_athena_the_recovered_run_sees_the_crashed_runs_conversation_as_mid_term_memory(
+    cli: Cli, athena_server: FakeAthenaServer
+) -> None:
+    env = dict(cli.env, ATHENA_URL=athena_server.url)
+    proc = cli.run("demo", "--json", "--turns", "6", "--workflow", "wf-athena-demo", env=env)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    # The bundle the resumed child read: chains formed from the killed child's user
+    # messages (turns 1-4 were acknowledged before the kill), not only its own events.
+    ctx = summary["bundle"]["athena_context"]
+    assert ctx is not None, summary["bundle"]["degraded"]
+    chains = " ".join(chain["summary"] for chain in ctx["mid_term"])
+    for turn in (1, 2, 3, 4):
+        assert user_message(turn) in chains
+    # After the demo, the CLI's read path finds the agent's session and its chains.
+    context = cli.run("context", "--agent", "kernel", "--json", env=env)
+    assert context.returncode == 0, context.stderr
+    after = json.loads(context.stdout)
+    assert after["mid_term"] and user_message(1) in after["mid_term"][0]["summary"]
+    assert user_message(6) in [event["content"] for event in after["short_term"]]
+    search = cli.run("search", "--agent", "kernel", "--query", "harmonics", "--json", env=env)
+    assert search.returncode == 0, search.stderr
+    assert json.loads(search.stdout), "a search of the run's topic finds its chains"

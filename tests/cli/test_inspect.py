@@ -5,7 +5,6 @@ checks, outbox reasons, ``tail --follow``'s loop). Fixtures: tests/cli/conftest.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.cli.inspect import _follow, _outbox_reason, _positive
+from jarvismem.cli.inspect import _follow, _outbox_reason
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime
@@ -243,12 +242,6 @@ class _Lines:
     def line(self, entry: dict[str, Any], render: Any) -> None:
         assert callable(render)
         self.entries.append(entry)
-
-
-def test_positive_accepts_zero_and_up() -> None:
-    assert _positive("0") == 0 and _positive("12") == 12
-    with pytest.raises(argparse.ArgumentTypeError):
-        _positive("-1")
 
 
 def test_outbox_reason_says_what_is_wrong() -> None:

@@ -280,6 +280,30 @@ async def test_flush_gives_up_at_its_timeout_during_an_outage(
     assert writer.degraded
 
 
+async def test_a_flush_that_stops_at_failure_returns_after_one_failed_pass(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    # A bundle or a shutdown during an outage must not wait out its whole timeout
+    # for a replay that cannot succeed: one failed pass after the call is enough.
+    writer = make_writer(max_backoff=60.0)
+    backend.down = True
+    await writer.submit({"n": 0})
+    passes: list[float] = []
+    real_pause = writer._pause
+
+    async def counting_pause(seconds: float) -> None:
+        passes.append(seconds)
+        await real_pause(seconds)
+
+    writer._pause = counting_pause  # type: ignore[method-assign]
+    # The bound only keeps a regression from hanging the suite: the flush asks 60 s.
+    assert not await asyncio.wait_for(writer.flush(timeout=60.0, stop_at_failure=True), 10)
+    assert len(passes) == 1 and writer.degraded
+    backend.down = False
+    assert await writer.flush(timeout=5.0, stop_at_failure=True)  # answers again: replayed
+    assert backend.applied == [0]
+
+
 async def test_close_stops_the_replay_and_keeps_the_queue(
     tmp_path: Path, make_writer: MakeWriter, backend: FakeBackend
 ) -> None:

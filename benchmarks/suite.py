@@ -14,6 +14,7 @@ import gc
 import json
 import logging
 import math
+import os
 import shutil
 import socket
 import statistics
@@ -618,8 +619,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument(
         "--redis-url",
-        default="redis://127.0.0.1:6379/0",
-        help="a real Redis server (default %(default)s); keys go to a fresh namespace",
+        # From the environment by default, so `jarvismem bench` need not put a URL
+        # (which may hold a password) on a command line that `ps` shows.
+        default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+        help="a real Redis server (default: $REDIS_URL, else redis://127.0.0.1:6379/0); "
+        "keys go to a fresh namespace",
     )
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run, < 30 s)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

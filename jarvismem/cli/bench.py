@@ -59,8 +59,12 @@ def _importable() -> bool:
         return False
 
 
-def suite_argv(args: argparse.Namespace, redis_url: str | None) -> list[str]:
-    """The arguments for ``python -m benchmarks``, from the parsed ``bench`` options."""
+def suite_argv(args: argparse.Namespace) -> list[str]:
+    """The arguments for ``python -m benchmarks``, from the parsed ``bench`` options.
+
+    Never the Redis URL: it may hold a password, and a command line is visible
+    to every user of the machine (``ps``); it goes in the child's environment.
+    """
     argv: list[str] = []
     if args.quick:
         argv.append("--quick")
@@ -68,8 +72,6 @@ def suite_argv(args: argparse.Namespace, redis_url: str | None) -> list[str]:
         argv.append("--json")
     if args.only:
         argv += ["--only", args.only]
-    if redis_url:
-        argv += ["--redis-url", redis_url]
     return argv
 
 
@@ -84,8 +86,7 @@ async def bench(ctx: CliContext) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     if settings.redis_url:
-        # The suite takes the URL as an argument; the environment agrees with it.
-        env["REDIS_URL"] = settings.redis_url
-    argv = suite_argv(ctx.args, settings.redis_url)
+        env["REDIS_URL"] = settings.redis_url  # the suite's --redis-url defaults to it
+    argv = suite_argv(ctx.args)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "benchmarks", *argv, env=env)
     return await proc.wait()

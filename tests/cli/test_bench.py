@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from jarvismem.cli import build_parser, command_parsers
 from jarvismem.cli.bench import SUITE_OPTIONS, benchmarks_available
@@ -72,16 +73,26 @@ def test_bench_passes_the_suite_options_and_the_redis_url_of_the_settings(
     # `bench --quick` was "unrecognized arguments: --quick".
     ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--quick", "--only", "S1")
     assert ran == {"argv": ["--quick", "--only", "S1"], "REDIS_URL": None}
-    # REDIS_URL from .env reaches the suite (it reads the server from --redis-url only).
-    (checkout / ".env").write_text("REDIS_URL=redis://127.0.0.1:6390/2\n")
+    # REDIS_URL from .env reaches the suite through its environment (the suite's
+    # --redis-url defaults to it), never on the command line `ps` shows.
+    (checkout / ".env").write_text("REDIS_URL=redis://:s3cret@127.0.0.1:6390/2\n")
     ran = _run(cli, env, checkout, "bench", "--json")
-    assert ran == {
-        "argv": ["--json", "--redis-url", "redis://127.0.0.1:6390/2"],
-        "REDIS_URL": "redis://127.0.0.1:6390/2",
-    }
+    assert ran == {"argv": ["--json"], "REDIS_URL": "redis://:s3cret@127.0.0.1:6390/2"}
     # The global --redis-url wins over the settings.
     ran = _run(cli, env, checkout, "--redis-url", "redis://10.0.0.1:6379/0", "bench", "--quick")
-    assert ran["argv"] == ["--quick", "--redis-url", "redis://10.0.0.1:6379/0"]
+    assert ran == {"argv": ["--quick"], "REDIS_URL": "redis://10.0.0.1:6379/0"}
+
+
+def test_the_suite_reads_its_redis_url_from_the_environment(monkeypatch: Any) -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.suite import build_parser as suite_parser
+    finally:
+        sys.path.remove(str(ROOT))
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6391/3")
+    assert suite_parser().parse_args([]).redis_url == "redis://127.0.0.1:6391/3"
+    monkeypatch.delenv("REDIS_URL")
+    assert suite_parser().parse_args([]).redis_url == "redis://127.0.0.1:6379/0"
 
 
 def test_bench_options_mirror_the_suite_options() -> None:

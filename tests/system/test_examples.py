@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
+import redis as sync_redis
+
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from tests.conftest import env_without_settings
+from jarvismem.testing.redis_server import RedisServerProcess, free_port
+from tests.conftest import env_without_settings, require_backend
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -37,6 +41,39 @@ def test_quickstart_runs_with_nothing_configured(tmp_path: Path) -> None:
     ]
     assert "ephemeral" in proc.stderr  # the embedded default says so
     assert (tmp_path / ".jarvismem" / "blobs").is_dir()
+
+
+def test_quickstart_with_redis_down_runs_and_loses_nothing_once_redis_is_back(
+    tmp_path: Path,
+) -> None:
+    """The README's kernel loop, started while Redis is down (it used to crash at start-up)."""
+    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
+    port = free_port()
+    env = {
+        "REDIS_URL": f"redis://127.0.0.1:{port}/0",
+        "STORAGE_BASE_PATH": str(tmp_path / "blobs"),
+        "OUTBOX_PATH": str(tmp_path / "outbox"),
+    }
+    down = _run("quickstart.py", tmp_path, **env)
+    assert down.returncode == 0, down.stderr
+    expected = [
+        "recent turns: ['1', '2', '3']",  # served from the local outbox while Redis is down
+        'checkpoint: {"next_turn": 4}',
+        "## Goal findings",
+    ]
+    assert down.stdout.splitlines() == expected
+    assert "starting degraded" in down.stderr and "Traceback" not in down.stderr
+    server = RedisServerProcess(tmp_path / "redis", port=port, persistence=False)
+    server.start()
+    try:
+        up = _run("quickstart.py", tmp_path, **env)  # replays, then resumes at turn 4
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.splitlines() == expected
+        ledgers = [k for k in sync_redis.Redis(port=server.port).keys("jm:*:ledger")]
+        assert len(ledgers) == 1
+        assert sync_redis.Redis(port=server.port).xlen(ledgers[0]) == 3
+    finally:
+        server.kill()
 
 
 def test_crash_recovery_kills_resumes_and_verifies(tmp_path: Path) -> None:

@@ -75,11 +75,15 @@ def reference_python() -> Path:
     return _python()
 
 
-def run_reference(script: str, *, env: dict[str, str] | None = None, timeout: float = 120) -> str:
-    """Run ``script`` with the reference venv's python; its stdout (fails the test on error)."""
+def run_reference(
+    script: str, *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> str:
+    """Run ``script`` with the reference venv's python in ``cwd`` (it may create
+    ``.jarviscore/`` there); its stdout (fails the test on error)."""
     python = reference_python()
     proc = subprocess.run(
         [str(python), "-c", script],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

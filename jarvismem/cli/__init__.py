@@ -28,6 +28,7 @@ from jarvismem.cli import completion as completion_cmds
 from jarvismem.cli import demo as demo_cmds
 from jarvismem.cli import inspect as inspect_cmds
 from jarvismem.cli import manage as manage_cmds
+from jarvismem.cli import migrate as migrate_cmds
 from jarvismem.cli import setup as setup_cmds
 from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.cli._context import CliContext, resolve_env_file
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         inspect_cmds,
         athena_cmds,
         transfer_cmds,
+        migrate_cmds,
         setup_cmds,
         bench_cmds,
         manage_cmds,

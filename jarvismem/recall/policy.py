@@ -4,6 +4,12 @@ Values often come from configuration files or environment variables, so
 strings are accepted and coerced: booleans from ``true/false/1/0/yes/no/on/off``,
 integers from digits, enum values case-insensitively. :meth:`MemoryPolicy.parse`
 turns any problem into one :class:`InvalidPolicyError` naming the field.
+
+A whole policy may also be given as one boolean, as in the seed designs'
+``memory: true`` / ``memory: false``: ``parse(True)`` (or ``"true"``, ``"yes"``,
+``"on"``, ``"1"``, ``1``) is the default policy, ``parse(False)`` (or ``"false"``,
+``"no"``, ``"off"``, ``"0"``, ``0``) is the default policy with ``enabled=False``:
+no recall, no capture. ``parse(None)`` and ``parse({})`` are the default policy.
 """
 
 from __future__ import annotations
@@ -30,6 +36,28 @@ Inject = Literal["instructions", "context"]
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
+SOURCE_MANUAL = "manual"
+"""``metadata["source"]`` of an entry written explicitly (``remember``, :meth:`write_request`)."""
+SOURCE_CONVERSATION = "conversation"
+"""``metadata["source"]`` of an entry captured from a turn (``capture``)."""
+
+
+def _as_bool(value: Any) -> Any:
+    """``value`` as a bool when it spells one (see :data:`_TRUE`/:data:`_FALSE`, 0/1), else as is.
+
+    Raises ``ValueError`` for a string that spells neither.
+    """
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(f"expected true/false/1/0/yes/no/on/off, got {value[:20]!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
 
 class MemoryPolicy(BaseModel):
     """How recall behaves for one agent.
@@ -45,7 +73,9 @@ class MemoryPolicy(BaseModel):
     * ``inject``: ``instructions`` (a "Relevant memory:" system message) or
       ``context`` (a structured context block).
     * ``max_entries``: the most entries recalled into one prompt (>= 1).
-    * ``metadata``: string labels copied onto captured entries.
+    * ``metadata``: string labels copied onto every entry written under the
+      policy (captured or written on purpose); its ``source`` key, if any, is
+      replaced by the write's own marker (``"manual"`` or ``"conversation"``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,16 +92,7 @@ class MemoryPolicy(BaseModel):
     @field_validator("enabled", mode="before")
     @classmethod
     def _bool(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in _TRUE:
-                return True
-            if text in _FALSE:
-                return False
-            raise ValueError(f"expected true/false/1/0/yes/no/on/off, got {value[:20]!r}")
-        if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
-            return bool(value)
-        return value
+        return _as_bool(value)
 
     @field_validator("scope", "capture", "inject", mode="before")
     @classmethod
@@ -111,12 +132,31 @@ class MemoryPolicy(BaseModel):
         return self
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> MemoryPolicy:
+    def parse(
+        cls, values: Mapping[str, Any] | bool | str | int | None = None, **overrides: Any
+    ) -> MemoryPolicy:
         """Build a policy from loose (often string) values; :class:`InvalidPolicyError` if bad.
 
-        The error message names each bad field and never echoes its value.
+        ``values``: a mapping of fields, or one boolean (``memory: true`` /
+        ``memory: false`` in a configuration file, also as the strings and 0/1 the
+        ``enabled`` field accepts): true is the default policy, false the default
+        policy disabled. ``overrides`` are applied on top either way. The error
+        message names each bad field and never echoes its value.
         """
-        data = {**(values or {}), **overrides}
+        if values is None:
+            values = {}
+        elif not isinstance(values, Mapping):
+            try:
+                switch = _as_bool(values)
+            except ValueError:
+                switch = None
+            if not isinstance(switch, bool):
+                raise InvalidPolicyError(
+                    "invalid memory policy: expected a mapping of policy fields or a boolean "
+                    f"(true/false/yes/no/on/off/1/0), got {type(values).__name__}"
+                )
+            values = {"enabled": switch}
+        data = {**values, **overrides}
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -182,13 +222,21 @@ class MemoryPolicy(BaseModel):
         context: Mapping[str, str] | None = None,
         entry_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        source: str = SOURCE_MANUAL,
     ) -> WriteRequest:
-        """A write into this turn's scope; the policy's metadata is merged under ``metadata``."""
+        """A write into this turn's scope.
+
+        The entry's metadata is, later ones winning: the policy's ``metadata``,
+        ``{"source": source}`` (:data:`SOURCE_MANUAL` for an explicit write,
+        :data:`SOURCE_CONVERSATION` for a captured turn), then ``metadata``.
+        Filtering on ``metadata["source"]`` tells captured turns from facts
+        written on purpose; a caller's own ``"source"`` label is kept.
+        """
         return WriteRequest(
             agent_id=agent_id,
             session_id=self.scope_session(session_id),
             namespace=self.resolve_namespace(context),
             content=content,
             id=entry_id,
-            metadata={**self.metadata, **(metadata or {})},
+            metadata={**self.metadata, "source": source, **(metadata or {})},
         )

@@ -32,7 +32,7 @@ from jarvismem import redaction
 from jarvismem.defaults import PROMPT_BUDGET_CHARS
 from jarvismem.errors import RecallStoreMissingError
 from jarvismem.recall.models import MemoryEntry, RecallResult
-from jarvismem.recall.policy import MemoryPolicy
+from jarvismem.recall.policy import SOURCE_CONVERSATION, MemoryPolicy
 from jarvismem.recall.stores import RecallStore
 from jarvismem.redaction import Redactor
 
@@ -268,7 +268,11 @@ async def capture_conversation(
     context: Mapping[str, str] | None = None,
     metadata: Mapping[str, str] | None = None,
 ) -> MemoryEntry | None:
-    """Write the turn as an entry when ``policy.capture == "conversation"``; else ``None``."""
+    """Write the turn as an entry when ``policy.capture == "conversation"``; else ``None``.
+
+    The entry's metadata carries ``"source": "conversation"`` and
+    ``"kind": "conversation"`` (see :meth:`MemoryPolicy.write_request`).
+    """
     if not policy.enabled or policy.capture != "conversation":
         return None
     request = policy.write_request(
@@ -277,6 +281,7 @@ async def capture_conversation(
         session_id=session_id,
         context=context,
         metadata={"kind": "conversation", **(metadata or {})},
+        source=SOURCE_CONVERSATION,
     )
     if store is None:
         raise RecallStoreMissingError(

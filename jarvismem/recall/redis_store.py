@@ -7,12 +7,18 @@ tag, so they sit in one Redis Cluster slot and one Lua script updates both:
 * ``keyspace.recall_postings(scope)``: token -> JSON ``{entry id: term frequency}``,
   plus bookkeeping fields whose names cannot be tokens (tokens never hold
   ``_``): ``__n__`` (entry count), ``__sum__`` (total length),
-  ``__dl__:<id>`` (an entry's length) and ``__tk__:<id>`` (its tokens, so an
-  upsert or delete can take it out of every posting it is in).
+  ``__dl__:<id>`` (an entry's length), ``__tk__:<id>`` (its tokens, so an
+  upsert or delete can take it out of every posting it is in) and
+  ``__recent__`` (the ids of the newest :data:`RECENT_KEPT` entries, most
+  recently written first, separated by spaces, which ids never hold).
 
 A recall reads only the postings of the query's tokens and the lengths of the
 entries they name, then the top entries: three round trips, whatever the
-number of entries in the scope.
+number of entries in the scope. A query that matches nothing falls back to
+the newest entries (the ranking rule of :mod:`jarvismem.recall.stores`): a
+script reads them through ``__recent__`` on the server, two round trips in all.
+Only when more are wanted than ``__recent__`` keeps, or for a scope written
+before it existed, is the whole scope read (one HGETALL).
 """
 
 from __future__ import annotations
@@ -26,15 +32,35 @@ from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
-from jarvismem.recall.stores import by_age, entry_from_write, rank
+from jarvismem.recall.stores import by_age, entry_from_write, newest, rank
+
+RECENT_KEPT = 256
+"""How many entry ids the ``__recent__`` field keeps, newest first."""
 
 # KEYS[1] entries hash, KEYS[2] postings hash
 # ARGV[1] "put" | "del"; ARGV[2] entry id; ARGV[3] entry JSON; ARGV[4] JSON {token: tf};
 # ARGV[5] JSON [token, ...]; ARGV[6] entry length; ARGV[7] TTL ms ("0" = none)
+# ARGV[8] how many ids __recent__ keeps
 # Returns 1 if the entry existed before, else 0.
 _INDEX_SCRIPT = """
 local entries, postings, op, id = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local existed = redis.call('HEXISTS', entries, id)
+-- The recency list without this id; a put puts it first below.
+local recent = {}
+local raw_recent = redis.call('HGET', postings, '__recent__')
+if raw_recent then
+  for rid in string.gmatch(raw_recent, '%S+') do
+    if rid ~= id then table.insert(recent, rid) end
+  end
+end
+local function save_recent()
+  while #recent > tonumber(ARGV[8]) do table.remove(recent) end
+  if #recent > 0 then
+    redis.call('HSET', postings, '__recent__', table.concat(recent, ' '))
+  else
+    redis.call('HDEL', postings, '__recent__')
+  end
+end
 local old = redis.call('HGET', postings, '__tk__:' .. id)
 if old then
   for _, tok in ipairs(cjson.decode(old)) do
@@ -56,8 +82,11 @@ if old then
 end
 if op == 'del' then
   redis.call('HDEL', entries, id)
+  save_recent()
   return existed
 end
+table.insert(recent, 1, id)
+save_recent()
 for tok, tf in pairs(cjson.decode(ARGV[4])) do
   local raw = redis.call('HGET', postings, tok)
   local m = {}
@@ -74,6 +103,22 @@ if ARGV[7] ~= '0' then
   redis.call('PEXPIRE', postings, ARGV[7])
 end
 return existed
+"""
+
+
+# KEYS[1] entries hash, KEYS[2] postings hash; ARGV[1] how many.
+# Returns the JSON of the newest ARGV[1] entries named by __recent__ (nil for a
+# name without an entry), newest first; {} when there is no __recent__.
+_NEWEST_SCRIPT = """
+local raw = redis.call('HGET', KEYS[2], '__recent__')
+if not raw then return {} end
+local ids, want = {}, tonumber(ARGV[1])
+for rid in string.gmatch(raw, '%S+') do
+  if #ids >= want then break end
+  table.insert(ids, rid)
+end
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ids))
 """
 
 
@@ -99,6 +144,7 @@ class RedisRecallStore:
         self._keyspace = keyspace
         self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
         self._script = redis.register_script(_INDEX_SCRIPT)
+        self._newest_script = redis.register_script(_NEWEST_SCRIPT)
 
     def keys(self, namespace: str, agent_id: str, session_id: str | None) -> tuple[str, str]:
         """``(entries key, postings key)`` of one scope."""
@@ -131,19 +177,18 @@ class RedisRecallStore:
                 json.dumps(sorted(tfs)),
                 length,
                 self._ttl_ms,
+                RECENT_KEPT,
             ],
         )
         return entry
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
-        """BM25 over the scope's index; recency breaks ties. Only matching entries come back."""
+        """BM25 over the scope's index, recency breaking ties; the newest when nothing matches."""
         async with redis_errors("recall"):
             return await self._recall(request)
 
     async def _recall(self, request: RecallRequest) -> list[RecallResult]:
         tokens = list(dict.fromkeys(tokenize(request.query)))
-        if not tokens:
-            return []
         entries_key, postings_key = self.keys(
             request.namespace, request.agent_id, request.session_id
         )
@@ -154,9 +199,9 @@ class RedisRecallStore:
             if value is not None:
                 postings[token] = json.loads(value)
         candidates = list(dict.fromkeys(i for docs in postings.values() for i in docs))
-        if not candidates:
-            return []
         doc_count = int(raw_n or 0)
+        if not candidates:
+            return await self._newest(entries_key, postings_key, doc_count, request.limit)
         avg = int(raw_sum or 0) / doc_count if doc_count > 0 else 1.0
         raw_lengths = await self._redis.hmget(postings_key, [f"__dl__:{i}" for i in candidates])
         lengths = {i: int(v) for i, v in zip(candidates, raw_lengths, strict=True) if v is not None}
@@ -173,6 +218,21 @@ class RedisRecallStore:
             if v is not None
         }
         return rank(scores, found, request.limit)
+
+    async def _newest(
+        self, entries_key: str, postings_key: str, doc_count: int, limit: int
+    ) -> list[RecallResult]:
+        """The fallback of a query that matches nothing: the newest ``limit`` entries."""
+        if doc_count <= 0:
+            return []
+        wanted = min(limit, doc_count)
+        raw = await self._newest_script(keys=[entries_key, postings_key], args=[wanted])
+        found = [MemoryEntry.model_validate_json(v) for v in raw if v is not None]
+        if len(found) == wanted:
+            return newest(found, limit)
+        # More wanted than __recent__ keeps, or a scope indexed before it existed.
+        everything: dict[Any, Any] = await self._redis.hgetall(entries_key)
+        return newest((MemoryEntry.model_validate_json(v) for v in everything.values()), limit)
 
     async def list_entries(
         self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
@@ -198,6 +258,6 @@ class RedisRecallStore:
         async with redis_errors("recall delete"):
             existed = await self._script(
                 keys=[entries_key, postings_key],
-                args=["del", entry_id, "", "{}", "[]", 0, self._ttl_ms],
+                args=["del", entry_id, "", "{}", "[]", 0, self._ttl_ms, RECENT_KEPT],
             )
         return bool(int(existed))

@@ -6,6 +6,22 @@ Implementations: :class:`InMemoryRecallStore` (here; same ranking as Redis),
 :class:`jarvismem.recall.redis_store.RedisRecallStore` (the embedded default)
 and :class:`jarvismem.recall.athena_store.AthenaRecallStore`. Check your own
 with :mod:`jarvismem.testing.recall_conformance`.
+
+The ranking rule of the two built-in (lexical) stores:
+
+1. **Matches first.** Entries sharing at least one scoring word with the query
+   (see :mod:`jarvismem.recall.bm25`) come back by BM25 score, highest first;
+   ties go to the most recently written entry, then to the smaller id. Only
+   matches are returned when there is at least one: a match is never padded
+   with unrelated entries, which would crowd the prompt with noise on every
+   turn.
+2. **Newest when nothing matches.** A query that matches no entry of the scope
+   (a greeting such as ``"hello"``, a query of stopwords only) returns the
+   scope's ``limit`` most recently written entries, newest first, each with
+   score ``0.0``, as the seed design's store does. So a fact such as "User
+   prefers the name Alex." still reaches the prompt of a turn that never
+   names it. A score of 0 marks such a fallback entry (a match always scores
+   above 0).
 """
 
 from __future__ import annotations
@@ -28,8 +44,9 @@ class RecallStore(Protocol):
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
         """At most ``request.limit`` entries of the request's scope, most relevant first.
 
-        Only entries relevant to the query are returned (possibly none); scores
-        are >= 0 and higher means more relevant.
+        Scores are >= 0 and higher means more relevant. A lexical store returns
+        only the matching entries when any match, else the newest entries of the
+        scope with score 0 (the module's ranking rule); an empty scope gives [].
         """
         ...
 
@@ -102,6 +119,13 @@ def rank(
     return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]
 
 
+def newest(entries: Iterable[MemoryEntry], limit: int) -> list[RecallResult]:
+    """The fallback of a query that matches nothing: the ``limit`` most recently
+    written entries (``updated_at``, then id), newest first, each with score 0."""
+    ordered = sorted(entries, key=lambda e: (-e.updated_at, e.id))
+    return [RecallResult(entry=e, score=0.0) for e in ordered[:limit]]
+
+
 def by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
     """Entries oldest first (creation time, then id): the order of ``list_entries``."""
     return sorted(entries, key=lambda e: (e.created_at, e.id))
@@ -134,7 +158,7 @@ class InMemoryRecallStore:
             return entry
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
-        """BM25 over the scope's entries; recency breaks ties."""
+        """BM25 over the scope's entries, recency breaking ties; the newest when nothing matches."""
         scope = self._scopes.get(
             self._scope(request.namespace, request.agent_id, request.session_id), {}
         )
@@ -149,6 +173,8 @@ class InMemoryRecallStore:
                 postings.setdefault(token, {})[entry.id] = tf
         avg = sum(lengths.values()) / len(lengths)
         scores = score_documents(tokenize(request.query), postings, lengths, len(scope), avg)
+        if not scores:
+            return newest(scope.values(), request.limit)
         return rank(scores, scope, request.limit)
 
     async def list_entries(

@@ -11,6 +11,7 @@ from jarvismem.spaces.models import (
     MemoryContainer,
     Space,
     SpaceData,
+    SpaceItemNotFoundError,
     SpaceKind,
 )
 from jarvismem.spaces.store import SpacesStore
@@ -22,6 +23,7 @@ __all__ = [
     "MemoryContainer",
     "Space",
     "SpaceData",
+    "SpaceItemNotFoundError",
     "SpaceKind",
     "SpacesStore",
 ]

@@ -6,6 +6,18 @@ shape decides its type. Two spaces are reserved and always exist: ``world``
 (map: beliefs) and ``tasks`` (list: the agenda, ``{id, text, status}`` items,
 first = highest priority).
 
+One rule for a task, wherever it comes from (a list operation, a whole-space
+write, a snapshot being loaded; here and in :mod:`jarvismem.spaces.store`
+alike): a dict with a non-empty string ``id`` and a string ``text``; ``status``
+is ``"open"`` or ``"done"`` and, when left out, is stored as ``"open"`` (the
+seed design's own example appends ``{id, text}``). Other keys are kept. So
+whatever a container accepted, :meth:`MemoryContainer.from_dict` of its
+:meth:`~MemoryContainer.to_dict` accepts too, and so does the Redis store.
+
+Items of a list space that are dicts with an ``id`` can be addressed by it:
+:meth:`MemoryContainer.remove_from_space` and
+:meth:`MemoryContainer.update_in_space` (the first item with that id).
+
 Revision rules: every successful mutation bumps the touched space's ``rev`` and
 the container's ``rev`` by one; untouched spaces keep theirs. A fresh container
 and its reserved spaces start at rev 0, so ``world_put``, ``tasks_add``,
@@ -33,6 +45,7 @@ from jarvismem.errors import (
     InvalidPayloadError,
     PayloadTooLargeError,
     ReservedSpaceError,
+    SpaceError,
     SpaceIndexError,
     SpaceNotFoundError,
     SpaceTypeError,
@@ -53,6 +66,13 @@ RESERVED_SPACES: dict[str, SpaceKind] = {WORLD: "map", TASKS: "list"}
 _TASK_STATUSES = ("open", "done")
 
 T = TypeVar("T")
+
+
+class SpaceItemNotFoundError(SpaceError, KeyError):
+    """No item with that id in the list space (``remove_from_space``, ``update_in_space``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "item not found"
 
 
 def now_ms() -> int:
@@ -104,10 +124,13 @@ def check_json(value: object, what: str = "value") -> None:
 
 
 def check_space_data(name: str, data: object) -> SpaceData:
-    """Validate data about to become the whole content of space ``name``; returns it.
+    """Validate data about to become the whole content of space ``name``; returns it as stored.
 
-    Raises :class:`SpaceTypeError` (not a dict/list), :class:`ReservedSpaceError`
-    (a reserved space would change kind) or :class:`InvalidPayloadError`.
+    For ``tasks`` that is a new list whose tasks without a ``status`` have
+    ``"status": "open"`` (the argument is left as it was); any other data is
+    returned as given. Raises :class:`SpaceTypeError` (not a dict/list),
+    :class:`ReservedSpaceError` (a reserved space would change kind) or
+    :class:`InvalidPayloadError`.
     """
     if not isinstance(data, dict | list):
         kind_of(data)  # raises the SpaceTypeError
@@ -121,8 +144,7 @@ def check_space_data(name: str, data: object) -> SpaceData:
         if bad:
             raise InvalidPayloadError(f"map space {name!r} keys must be strings, got {bad[0]!r}")
     elif name == TASKS:
-        for item in data:
-            _check_task(item)
+        data = [normalise_task(item) for item in data]
     check_json(data, f"data of space {name!r}")
     return data
 
@@ -147,15 +169,33 @@ def _bounded_int(value: object, what: str) -> int:
     return value
 
 
-def _check_task(item: object) -> None:
+def normalise_task(item: object) -> dict[str, Any]:
+    """``item`` as the ``tasks`` space stores it, or :class:`InvalidPayloadError`.
+
+    The one task rule: a dict with a non-empty string ``id``, a string
+    ``text`` and a ``status`` of ``"open"`` or ``"done"``; a missing ``status``
+    is ``"open"`` (a new dict is returned then; ``item`` is never changed).
+    """
     if not isinstance(item, dict):
         raise InvalidPayloadError(f"a task must be a dict {{id, text, status}}, got {item!r:.60}")
     if not isinstance(item.get("id"), str) or not item["id"]:
         raise InvalidPayloadError("a task needs a non-empty string 'id'")
     if not isinstance(item.get("text"), str):
-        raise InvalidPayloadError(f"task {item['id']!r} needs a string 'text'")
-    if item.get("status") not in _TASK_STATUSES:
-        raise InvalidPayloadError(f"task {item['id']!r} status must be 'open' or 'done'")
+        raise InvalidPayloadError(f"task {item['id']!r:.60} needs a string 'text'")
+    if "status" not in item:
+        return {**item, "status": "open"}
+    if item["status"] not in _TASK_STATUSES:
+        raise InvalidPayloadError(f"task {item['id']!r:.60} status must be 'open' or 'done'")
+    return item
+
+
+def check_item_id(item_id: object) -> str | int:
+    """An id to find a list item by: a non-empty string or an int (not a bool)."""
+    if isinstance(item_id, bool) or not isinstance(item_id, str | int) or item_id == "":
+        raise InvalidPayloadError(
+            f"an item id must be a non-empty string or an int, got {type(item_id).__name__}"
+        )
+    return item_id
 
 
 def _clean_task_text(text: object) -> str:
@@ -300,6 +340,39 @@ class Space:
         items[pos] = copy.deepcopy(item)
         return old
 
+    def _item_position(self, op: str, item_id: str | int) -> int:
+        items = self._as_list(op)
+        check_item_id(item_id)
+        for pos, item in enumerate(items):
+            if isinstance(item, dict) and item.get("id") == item_id:
+                return pos
+        raise SpaceItemNotFoundError(f"{op}: no item with id {item_id!r:.60}")
+
+    def remove_by_id(self, item_id: str | int) -> Any:
+        """Remove and return the first item whose ``id`` is ``item_id``."""
+        items = self._as_list("remove_from_space")
+        return items.pop(self._item_position("remove_from_space", item_id))
+
+    def update_by_id(self, item_id: str | int, fn: Callable[[Any], Any]) -> Any:
+        """Replace the first item whose ``id`` is ``item_id`` with ``fn(copy_of_item)``.
+
+        ``fn`` returns the new item, or ``None`` after changing its argument in
+        place. The new item must be a dict keeping the same ``id`` (else
+        :class:`InvalidPayloadError`, nothing changed). Returns a copy of it.
+        """
+        items = self._as_list("update_in_space")
+        pos = self._item_position("update_in_space", item_id)
+        draft = copy.deepcopy(items[pos])
+        result = fn(draft)
+        new = draft if result is None else result
+        if not isinstance(new, dict) or new.get("id") != item_id:
+            raise InvalidPayloadError(
+                f"update_in_space: the updated item must be a dict keeping id {item_id!r:.60}"
+            )
+        check_json(new, "item")
+        items[pos] = copy.deepcopy(new)
+        return copy.deepcopy(new)
+
     # --- task-list operations (the ``tasks`` space) -------------------------------
 
     def _task_index(self, task_id: str) -> int:
@@ -402,9 +475,17 @@ class MemoryContainer:
         self.updated_at = now
 
     def _apply(self, name: str, fn: Callable[[Space], T], *, changed: bool = True) -> T:
+        """Run ``fn`` on a copy of the space, check the whole result, then keep it.
+
+        The check is the one every write of the Redis store makes
+        (:func:`check_space_data`), so the container accepts exactly what the
+        store and :meth:`from_dict` accept, and a failed call changes nothing.
+        """
         space = self.get_space(name)
-        result = fn(space)
+        draft = space.copy()
+        result = fn(draft)
         if changed:
+            space.data = check_space_data(name, draft.data)
             self._touch(space)
         return result
 
@@ -444,7 +525,7 @@ class MemoryContainer:
     ) -> Space:
         """Create or replace a space's data (and metadata when given); returns the space."""
         validate_space_name(name)
-        check_space_data(name, data)
+        data = check_space_data(name, data)
         if metadata is not None:
             check_json(dict(metadata), "metadata")
         space = self.spaces.get(name)
@@ -469,8 +550,7 @@ class MemoryContainer:
         draft = copy.deepcopy(space.data)
         result = fn(draft)
         new = draft if result is None else result
-        check_space_data(name, new)
-        space.data = new
+        space.data = check_space_data(name, new)
         self._touch(space)
         return space
 
@@ -521,6 +601,24 @@ class MemoryContainer:
     def update_item(self, space: str, index: int, item: Any) -> Any:
         """Replace the item at ``index``; returns the previous one."""
         return self._apply(space, lambda s: s.update_item(index, item))
+
+    def remove_from_space(self, space: str, item_id: str | int) -> Any:
+        """Remove and return the first item of list space ``space`` whose ``id`` is ``item_id``.
+
+        :class:`SpaceNotFoundError` (no such space), :class:`SpaceTypeError` (a map
+        space), :class:`SpaceItemNotFoundError` (no item with that id).
+        """
+        return self._apply(space, lambda s: s.remove_by_id(item_id))
+
+    def update_in_space(self, space: str, item_id: str | int, fn: Callable[[Any], Any]) -> Any:
+        """Replace the item whose ``id`` is ``item_id`` with ``fn(copy_of_item)``; returns it.
+
+        ``fn`` returns the new item or ``None`` after changing its argument in
+        place; the item must stay a dict with the same ``id``, and in ``tasks``
+        a valid task. Errors as :meth:`remove_from_space`, plus
+        :class:`InvalidPayloadError`; on any error nothing changes.
+        """
+        return self._apply(space, lambda s: s.update_by_id(item_id, fn))
 
     # --- world --------------------------------------------------------------------------
 
@@ -601,7 +699,7 @@ class MemoryContainer:
         for name, body in raw_spaces.items():
             validate_space_name(name)
             space = Space.from_dict(body, name)
-            check_space_data(name, space.data)
+            space.data = check_space_data(name, space.data)
             spaces[name] = space
         return cls(
             id=cid,

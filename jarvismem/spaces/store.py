@@ -77,6 +77,7 @@ from jarvismem.spaces.models import (
     MemoryContainer,
     Space,
     SpaceData,
+    check_item_id,
     check_json,
     check_space_data,
     kind_of,
@@ -453,7 +454,7 @@ class SpacesStore:
                 # The whole space, not just the new value: mutate()/update_space()
                 # may change anything, and redaction is idempotent.
                 self._redacted(new)
-                check_space_data(name, new.data)
+                new.data = check_space_data(name, new.data)
                 check_json(new.metadata, "space metadata")
                 now = now_ms()
                 new.rev = expected + 1
@@ -661,6 +662,36 @@ class SpacesStore:
         """Replace the item at ``index``; returns the previous one."""
         check_json(item, "item")
         return await self._mutate("update_item", space, lambda s: s.update_item(index, item))
+
+    async def remove_from_space(self, space: str, item_id: str | int) -> Any:
+        """Remove and return the first item of a list space whose ``id`` is ``item_id``.
+
+        Compare-and-set like every write (a race re-reads and looks the id up
+        again). :class:`SpaceNotFoundError`, :class:`SpaceTypeError` (a map
+        space) or :class:`~jarvismem.spaces.models.SpaceItemNotFoundError`.
+        """
+        check_item_id(item_id)
+        return await self._mutate("remove_from_space", space, lambda s: s.remove_by_id(item_id))
+
+    async def update_in_space(
+        self,
+        space: str,
+        item_id: str | int,
+        fn: Callable[[Any], Any],
+        *,
+        strict: bool = False,
+    ) -> Any:
+        """Replace the item whose ``id`` is ``item_id`` with ``fn(copy_of_item)``; returns it.
+
+        ``fn`` must be pure: it runs again on the fresh item when a writer raced
+        this one (``strict=True``: :class:`SpaceConflictError` instead). Errors as
+        :meth:`remove_from_space`, plus :class:`InvalidPayloadError` for a result
+        that is not a dict with the same ``id`` (or, in ``tasks``, not a task).
+        """
+        check_item_id(item_id)
+        return await self._mutate(
+            "update_in_space", space, lambda s: s.update_by_id(item_id, fn), strict=strict
+        )
 
     # --- world ------------------------------------------------------------------------------
 

@@ -63,7 +63,11 @@ class RecallStoreConformance:
     pytestmark = PYTEST_MARKS
 
     ranks_only_matches: ClassVar[bool] = True
-    """Recall returns only entries sharing words with the query (lexical stores)."""
+    """Lexical ranking: when some entries share words with the query, only those
+    come back (no unrelated entry pads them out)."""
+    falls_back_to_newest: ClassVar[bool] = True
+    """A query matching nothing returns the scope's newest ``limit`` entries,
+    newest first, with score 0 (the ranking rule of :mod:`jarvismem.recall.stores`)."""
     recall_is_scoped: ClassVar[bool] = True
     """Recall sees only the request's (namespace, agent, session) scope."""
     upserts_in_place: ClassVar[bool] = True
@@ -124,8 +128,11 @@ class RecallStoreConformance:
         await recall_store.write(WriteRequest(agent_id=agent, id="mem_up", content="giraffe neck"))
         found = await recall_store.recall(RecallRequest(agent_id=agent, query="giraffe"))
         assert [r.entry.content for r in found] == ["giraffe neck"]
+        assert found[0].score > 0, found
+        # The old words match nothing any more: at most the newest-entries
+        # fallback (score 0), never a match on the replaced content.
         stale = await recall_store.recall(RecallRequest(agent_id=agent, query="zebra"))
-        assert stale == []
+        assert all(r.score == 0 and r.entry.content == "giraffe neck" for r in stale), stale
 
     # --- ranking ------------------------------------------------------------------------
 
@@ -161,12 +168,69 @@ class RecallStoreConformance:
             )
             assert len(found) == limit, (limit, len(found))
 
-    async def test_recall_of_unrelated_words_finds_nothing(self, recall_store: RecallStore) -> None:
+    async def test_matches_are_not_padded_with_unrelated_entries(
+        self, recall_store: RecallStore
+    ) -> None:
         if not self.ranks_only_matches:
             return
         agent = unique_name()
         await self._corpus(recall_store, agent)
-        assert await recall_store.recall(RecallRequest(agent_id=agent, query="quantum")) == []
+        found = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="falcon deadline", limit=6)
+        )
+        assert [r.entry.content for r in found] == [CORPUS[1]], found
+        assert found[0].score > 0
+
+    async def test_recall_of_unrelated_words_returns_the_newest_entries(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.falls_back_to_newest:
+            return
+        agent = unique_name()
+        await self._corpus(recall_store, agent)
+        for query in ("quantum", "the of and"):  # no shared word; stopwords only
+            found = await recall_store.recall(RecallRequest(agent_id=agent, query=query, limit=3))
+            assert [r.entry.content for r in found] == list(reversed(CORPUS[-3:])), (query, found)
+            assert [r.score for r in found] == [0.0, 0.0, 0.0], (query, found)
+        everything = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="quantum", limit=50)
+        )
+        assert [r.entry.content for r in everything] == list(reversed(CORPUS))
+
+    async def test_a_greeting_recalls_the_fact_written_before(
+        self, recall_store: RecallStore
+    ) -> None:
+        # The seed design's headline turn: a fact, then a turn that never names it.
+        if not self.falls_back_to_newest:
+            return
+        agent = unique_name()
+        await self.seed(
+            recall_store, [WriteRequest(agent_id=agent, content="User prefers the name Alex.")]
+        )
+        found = await recall_store.recall(RecallRequest(agent_id=agent, query="hello", limit=5))
+        assert [r.entry.content for r in found] == ["User prefers the name Alex."], found
+
+    async def test_the_fallback_takes_upserts_as_newest_and_stays_in_scope(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not (self.falls_back_to_newest and self.recall_is_scoped and self.upserts_in_place):
+            return
+        agent = unique_name()
+        first = await recall_store.write(WriteRequest(agent_id=agent, content="alpha fact"))
+        await recall_store.write(WriteRequest(agent_id=agent, content="beta fact"))
+        await recall_store.write(
+            WriteRequest(agent_id=agent, session_id="s1", content="session gamma")
+        )
+        await recall_store.write(
+            WriteRequest(agent_id=agent, namespace="other-ns", content="foreign delta")
+        )
+        await recall_store.write(WriteRequest(agent_id=agent, id=first.id, content="alpha again"))
+        found = await recall_store.recall(RecallRequest(agent_id=agent, query="hello", limit=5))
+        assert [r.entry.content for r in found] == ["alpha again", "beta fact"], found
+        session = await recall_store.recall(
+            RecallRequest(agent_id=agent, session_id="s1", query="hello")
+        )
+        assert [r.entry.content for r in session] == ["session gamma"], session
 
     async def test_recall_of_an_empty_scope_is_empty(self, recall_store: RecallStore) -> None:
         if not self.recall_is_scoped:

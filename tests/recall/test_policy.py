@@ -128,7 +128,46 @@ def test_recall_request_follows_the_policy() -> None:
 
 
 def test_write_request_merges_policy_metadata() -> None:
-    policy = MemoryPolicy(metadata={"source": "policy", "team": "x"})
+    policy = MemoryPolicy(metadata={"origin": "policy", "team": "x"})
     request = policy.write_request(agent_id="a1", content="c", metadata={"team": "y"})
-    assert request.metadata == {"source": "policy", "team": "y"}
+    assert request.metadata == {"origin": "policy", "team": "y", "source": "manual"}
     assert request.session_id is None and request.namespace == "default"
+
+
+def test_write_request_marks_its_source_over_the_policy_labels() -> None:
+    # The seed's troubleshooting filters on metadata["source"]: a policy label
+    # must not hide whether an entry was captured or written on purpose.
+    policy = MemoryPolicy(metadata={"source": "policy"})
+    assert policy.write_request(agent_id="a1", content="c").metadata == {"source": "manual"}
+    captured = policy.write_request(agent_id="a1", content="c", source="conversation")
+    assert captured.metadata == {"source": "conversation"}
+    # A label the caller gives for this one write is its own choice, and kept.
+    mine = policy.write_request(agent_id="a1", content="c", metadata={"source": "import"})
+    assert mine.metadata == {"source": "import"}
+
+
+@pytest.mark.parametrize("switch", [True, "true", " TRUE ", "yes", "on", "1", 1])
+def test_memory_true_is_the_default_policy(switch: Any) -> None:
+    # The seed's `memory: true`.
+    assert MemoryPolicy.parse(switch) == MemoryPolicy()
+
+
+@pytest.mark.parametrize("switch", [False, "false", "False", "no", "off", "0", 0])
+def test_memory_false_disables_memory(switch: Any) -> None:
+    # The seed's `memory: false`; before, parse(False) gave an enabled policy.
+    policy = MemoryPolicy.parse(switch)
+    assert policy == MemoryPolicy(enabled=False)
+    assert policy.enabled is False
+
+
+def test_a_boolean_policy_takes_overrides_and_none_is_the_default() -> None:
+    assert MemoryPolicy.parse(False, max_entries=2) == MemoryPolicy(enabled=False, max_entries=2)
+    assert MemoryPolicy.parse(True, capture="conversation").capture == "conversation"
+    assert MemoryPolicy.parse(None) == MemoryPolicy.parse({}) == MemoryPolicy()
+
+
+@pytest.mark.parametrize("bad", ["maybe", "sk-secret-value", 2, 1.5, ["enabled"]])
+def test_a_policy_that_is_neither_fields_nor_a_boolean_is_refused(bad: Any) -> None:
+    with pytest.raises(InvalidPolicyError, match="mapping of policy fields or a boolean") as info:
+        MemoryPolicy.parse(bad)
+    assert "sk-secret-value" not in str(info.value)

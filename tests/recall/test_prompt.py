@@ -197,7 +197,8 @@ async def test_capture_writes_when_policy_says_conversation() -> None:
     entry = await capture_conversation(store, policy, agent_id="a1", user="hi", assistant="hey")
     assert entry is not None
     assert entry.content == "User: hi\nAssistant: hey"
-    assert entry.metadata == {"app": "demo", "kind": "conversation"}
+    # "source" is what the seed's troubleshooting filters captured turns on.
+    assert entry.metadata == {"app": "demo", "kind": "conversation", "source": "conversation"}
     assert await store.list_entries("a1") == [entry]
 
 
@@ -259,3 +260,43 @@ async def test_recall_for_turn_missing_namespace_context() -> None:
         await recall_for_turn(
             InMemoryRecallStore(), MemoryPolicy(namespace_from="tenant"), agent_id="a1", query="q"
         )
+
+
+# --- the seed design's headline turn -------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "redis"])
+def lexical_store(request: pytest.FixtureRequest, keyspace: Any, fake_redis: Any) -> Any:
+    from jarvismem.recall import RedisRecallStore
+
+    if request.param == "memory":
+        return InMemoryRecallStore()
+    return RedisRecallStore(fake_redis, keyspace)
+
+
+async def test_a_fact_written_before_is_injected_into_a_hello_turn(lexical_store: Any) -> None:
+    # Write "User prefers the name Alex.", then a turn "hello": the fact shares
+    # no word with the greeting, and must reach the prompt all the same.
+    policy = MemoryPolicy.parse(True)
+    await lexical_store.write(
+        policy.write_request(agent_id="a1", content="User prefers the name Alex.")
+    )
+    recalled = await recall_for_turn(lexical_store, policy, agent_id="a1", query="hello")
+    pre = preflight("You are helpful.", "hello", recalled=recalled, policy=policy)
+    assert [r.entry.content for r in pre.used_entries] == ["User prefers the name Alex."]
+    assert pre.used_entries[0].entry.metadata["source"] == "manual"
+    memory = [m["content"] for m in pre.messages if m["role"] == "system"][1]
+    assert memory == "Relevant memory:\n- User prefers the name Alex."
+    assert pre.messages[-1] == {"role": "user", "content": "hello"}
+
+
+async def test_memory_false_injects_and_captures_nothing(lexical_store: Any) -> None:
+    on = MemoryPolicy.parse({"capture": "conversation"})
+    await lexical_store.write(on.write_request(agent_id="a1", content="User prefers Alex."))
+    off = MemoryPolicy.parse(False, capture="conversation")
+    assert await recall_for_turn(lexical_store, off, agent_id="a1", query="hello") == []
+    assert (
+        await capture_conversation(lexical_store, off, agent_id="a1", user="hi", assistant="hey")
+        is None
+    )
+    assert len(await lexical_store.list_entries("a1")) == 1

@@ -43,14 +43,16 @@ class _AnyAgent:
 class TestAthenaRecallStore(RecallStoreConformance):
     """Athena over real HTTP (the in-repo fake server).
 
-    Honest expectations: Athena ranks with its own embeddings, scopes only by
-    (tenant, user, agent) and cannot update in place, so those checks are off.
+    Honest expectations: Athena ranks with its own embeddings (nearest first, with
+    no lexical "nothing matches" case to fall back from), scopes only by (tenant,
+    user, agent) and cannot update in place, so those checks are off.
     Athena builds searchable chains from observations on its own schedule; the
     fake does not, so ``seed`` plays that part by adding one chain per fact
     after the facts were delivered as observation events.
     """
 
     ranks_only_matches: ClassVar[bool] = False
+    falls_back_to_newest: ClassVar[bool] = False
     recall_is_scoped: ClassVar[bool] = False
     upserts_in_place: ClassVar[bool] = False
 

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace
+from jarvismem.recall import redis_store
 from jarvismem.recall.bm25 import term_frequencies
 from jarvismem.recall.models import RecallRequest, WriteRequest
 from jarvismem.recall.redis_store import RedisRecallStore
@@ -60,6 +61,62 @@ async def test_redis_recall_reads_only_the_query_postings(
     assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
     assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
     assert (k3, a3[0]) == (entries_key, [target.id])
+
+
+async def test_redis_fallback_reads_only_the_newest_entries(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    # A query that matches nothing costs two round trips (postings, then one
+    # script reading __recent__ and the entries it names), not a scan of the scope.
+    recorder = RecordingRedis(redis_client)
+    store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
+    written = [
+        await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
+        for i in range(30)
+    ]
+    recorder.calls.clear()
+    found = await store.recall(RecallRequest(agent_id="a1", query="hello", limit=3))
+    assert [r.entry.id for r in found] == [e.id for e in reversed(written[-3:])]
+    assert [r.score for r in found] == [0.0, 0.0, 0.0]
+    assert [c[0] for c in recorder.calls] == ["hmget"]  # scripts are not hash reads
+    _, postings_key = store.keys("default", "a1", None)
+    recent = (await redis_client.hget(postings_key, "__recent__")).decode().split()
+    assert recent == [e.id for e in reversed(written)]
+
+
+async def test_redis_recency_list_is_capped_and_forgets_deleted_entries(
+    redis_client: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store, "RECENT_KEPT", 4)
+    store = RedisRecallStore(redis_client, keyspace)
+    ids = [
+        (await store.write(WriteRequest(agent_id="a1", content=f"fact {i}"))).id for i in range(6)
+    ]
+    _, postings_key = store.keys("default", "a1", None)
+
+    async def recent() -> list[str]:
+        raw = await redis_client.hget(postings_key, "__recent__")
+        return [] if raw is None else raw.decode().split()
+
+    assert await recent() == ids[:1:-1]  # the 4 newest
+    assert await store.delete(ids[4], agent_id="a1")
+    assert await recent() == [ids[5], ids[3], ids[2]]
+    # More wanted than the list holds: the whole scope is read, still newest first.
+    found = await store.recall(RecallRequest(agent_id="a1", query="hello", limit=10))
+    assert [r.entry.id for r in found] == [ids[5], ids[3], ids[2], ids[1], ids[0]]
+
+
+async def test_redis_fallback_works_on_a_scope_indexed_before_the_recency_list(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    ids = [
+        (await store.write(WriteRequest(agent_id="a1", content=f"fact {i}"))).id for i in range(3)
+    ]
+    _, postings_key = store.keys("default", "a1", None)
+    await redis_client.hdel(postings_key, "__recent__")  # as an older version left it
+    found = await store.recall(RecallRequest(agent_id="a1", query="hello", limit=2))
+    assert [r.entry.id for r in found] == [ids[2], ids[1]]
 
 
 async def test_redis_upsert_takes_old_words_out_of_the_index(
@@ -178,7 +235,10 @@ async def test_concurrent_upserts_of_one_entry_leave_one_indexed_version(
         await real_redis.hget(postings_key, "__sum__")
         == str(term_frequencies(kept.content)[1]).encode()
     )
-    assert await store.recall(RecallRequest(agent_id="a1", query="first")) == []
+    # "first" is in no indexed version: only the newest-entry fallback (score 0) answers.
+    stale = await store.recall(RecallRequest(agent_id="a1", query="first"))
+    assert [(r.entry.id, r.entry.content, r.score) for r in stale] == [(kept.id, kept.content, 0.0)]
+    assert await real_redis.hget(postings_key, "__recent__") == kept.id.encode()
 
 
 async def test_every_write_refreshes_the_ttl(real_redis: Any, keyspace: KeySpace) -> None:

@@ -86,9 +86,15 @@ async def test_recency_tie_break_applies_at_the_limit_boundary(store: RecallStor
     assert [r.entry.id for r in found] == [ids[3], ids[2]]
 
 
-async def test_query_of_only_stopwords_finds_nothing(store: RecallStore) -> None:
+async def test_query_of_only_stopwords_falls_back_to_the_newest(store: RecallStore) -> None:
+    # No scoring word, so nothing matches: the newest entries come back, score 0.
     await write(store, "the and of")
-    assert await contents(store, "the of and") == []
+    await write(store, "walrus facts")
+    found = await store.recall(RecallRequest(agent_id="a1", query="the of and", limit=5))
+    assert [(r.entry.content, r.score) for r in found] == [
+        ("walrus facts", 0.0),
+        ("the and of", 0.0),
+    ]
 
 
 async def test_delete_forgets_an_entry(store: RecallStore) -> None:

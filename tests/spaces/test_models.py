@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jarvismem.errors import (
     InvalidIdError,
@@ -16,7 +18,7 @@ from jarvismem.errors import (
     SpaceTypeError,
     TaskNotFoundError,
 )
-from jarvismem.spaces import MemoryContainer
+from jarvismem.spaces import MemoryContainer, SpaceItemNotFoundError
 
 
 @pytest.fixture
@@ -322,3 +324,149 @@ def test_a_space_value_over_the_size_limit_is_refused() -> None:
     check_json("x" * (SPACE_VALUE_MAX_CHARS - 2))  # fits with its two quotes
     with pytest.raises(PayloadTooLargeError, match="at most"):
         check_json("x" * (SPACE_VALUE_MAX_CHARS - 1))
+
+
+# --- one task rule: the seed's task without a status, and round trips -----------------------
+
+
+def test_a_task_appended_without_status_is_open_and_round_trips(mem: MemoryContainer) -> None:
+    # The seed design's own example appends {id, text}; before, the container kept
+    # it as given and its own from_dict(to_dict()) then refused the snapshot.
+    item = {"id": "t1", "text": "write the tests"}
+    mem.append("tasks", item)
+    assert item == {"id": "t1", "text": "write the tests"}  # the caller's dict is not changed
+    assert mem.get_space("tasks").data == [
+        {"id": "t1", "text": "write the tests", "status": "open"}
+    ]
+    assert mem.tasks_next() == {"id": "t1", "text": "write the tests", "status": "open"}
+    back = MemoryContainer.from_dict(json.loads(json.dumps(mem.to_dict())))
+    assert back.to_dict() == mem.to_dict()
+
+
+def test_from_dict_gives_a_stored_task_without_status_the_default() -> None:
+    snapshot = MemoryContainer().to_dict()
+    snapshot["spaces"]["tasks"]["data"] = [{"id": "t1", "text": "x"}]
+    assert MemoryContainer.from_dict(snapshot).tasks_open() == [
+        {"id": "t1", "text": "x", "status": "open"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "item",
+    ["buy milk", {"text": "no id"}, {"id": "t1"}, {"id": "t1", "text": "x", "status": "blocked"}],
+)
+@pytest.mark.parametrize("op", ["append", "prepend", "insert", "update_item", "put_space"])
+def test_a_bad_task_is_refused_by_every_write_and_changes_nothing(
+    mem: MemoryContainer, item: Any, op: str
+) -> None:
+    # Before, append/prepend/insert/update_item kept any item in `tasks`.
+    mem.tasks_add("keep me")
+    before = mem.to_dict()
+    call = {
+        "append": lambda: mem.append("tasks", item),
+        "prepend": lambda: mem.prepend("tasks", item),
+        "insert": lambda: mem.insert("tasks", 0, item),
+        "update_item": lambda: mem.update_item("tasks", 0, item),
+        "put_space": lambda: mem.put_space("tasks", [item]),
+    }[op]
+    with pytest.raises(InvalidPayloadError):
+        call()
+    assert mem.to_dict() == before
+
+
+_TASKS = st.lists(
+    st.fixed_dictionaries(
+        {"id": st.text(min_size=1, max_size=8), "text": st.text(max_size=20)},
+        optional={
+            "status": st.sampled_from(["open", "done"]),
+            "note": st.one_of(st.none(), st.integers(), st.text(max_size=5)),
+        },
+    ),
+    max_size=6,
+)
+_ITEMS = st.lists(
+    st.one_of(
+        st.integers(),
+        st.text(max_size=10),
+        st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+    ),
+    max_size=6,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(tasks=_TASKS, items=_ITEMS, use_put=st.booleans())
+def test_whatever_the_container_accepts_its_snapshot_loads_back(
+    tasks: list[dict[str, Any]], items: list[Any], use_put: bool
+) -> None:
+    mem = MemoryContainer()
+    if use_put:
+        mem.put_space("tasks", tasks)
+    else:
+        for task in tasks:
+            mem.append("tasks", task)
+    mem.put_space("custom", [])
+    for item in items:
+        mem.append("custom", item)
+    snapshot = json.loads(json.dumps(mem.to_dict()))
+    back = MemoryContainer.from_dict(snapshot)
+    assert back.to_dict() == mem.to_dict()
+    assert all(t["status"] in ("open", "done") for t in back.get_space("tasks").data)
+
+
+# --- items by id -------------------------------------------------------------------------------
+
+
+def test_remove_from_space_by_item_id(mem: MemoryContainer) -> None:
+    mem.put_space("notes", [{"id": "a", "v": 1}, "loose", {"id": "b", "v": 2}, {"id": 7}])
+    rev = mem.rev
+    assert mem.remove_from_space("notes", "b") == {"id": "b", "v": 2}
+    assert mem.remove_from_space("notes", 7) == {"id": 7}
+    assert mem.get_space("notes").data == [{"id": "a", "v": 1}, "loose"]
+    assert (mem.rev, mem.get_space("notes").rev) == (rev + 2, 3)
+    task = mem.tasks_add("done soon")
+    assert mem.remove_from_space("tasks", task["id"]) == task
+    assert mem.tasks_open() == []
+
+
+def test_update_in_space_by_item_id(mem: MemoryContainer) -> None:
+    mem.put_space("notes", [{"id": "a", "v": 1}, {"id": "b", "v": 2}])
+    new = mem.update_in_space("notes", "b", lambda item: {**item, "v": 3})
+    assert new == {"id": "b", "v": 3}
+
+    def in_place(item: dict[str, Any]) -> None:
+        item["v"] = 10
+
+    assert mem.update_in_space("notes", "a", in_place) == {"id": "a", "v": 10}
+    assert mem.get_space("notes").data == [{"id": "a", "v": 10}, {"id": "b", "v": 3}]
+    assert mem.get_space("notes").rev == 3
+    task = mem.tasks_add("ship it")
+    mem.update_in_space("tasks", task["id"], lambda t: {**t, "status": "done"})
+    assert mem.tasks_open() == []
+
+
+def test_item_id_operations_fail_clearly_and_change_nothing(mem: MemoryContainer) -> None:
+    mem.put_space("notes", [{"id": "a", "v": 1}])
+    mem.world_put("k", "v")
+    task = mem.tasks_add("x")
+    before = mem.to_dict()
+    with pytest.raises(SpaceItemNotFoundError, match="no item with id 'zz'"):
+        mem.remove_from_space("notes", "zz")
+    with pytest.raises(SpaceItemNotFoundError):
+        mem.update_in_space("notes", "zz", lambda item: item)
+    with pytest.raises(SpaceTypeError, match="list space"):
+        mem.remove_from_space("world", "k")
+    with pytest.raises(SpaceTypeError):
+        mem.update_in_space("world", "k", lambda item: item)
+    with pytest.raises(SpaceNotFoundError):
+        mem.remove_from_space("nope", "a")
+    with pytest.raises(InvalidPayloadError, match="keeping id"):
+        mem.update_in_space("notes", "a", lambda item: {"id": "other"})
+    with pytest.raises(InvalidPayloadError, match="keeping id"):
+        mem.update_in_space("notes", "a", lambda item: "not a dict")
+    with pytest.raises(InvalidPayloadError, match="status"):
+        mem.update_in_space("tasks", task["id"], lambda t: {**t, "status": "blocked"})
+    for bad in ("", True, 1.5, None):
+        with pytest.raises(InvalidPayloadError, match="item id"):
+            mem.remove_from_space("notes", bad)  # type: ignore[arg-type]
+    assert mem.to_dict() == before

@@ -21,7 +21,7 @@ from jarvismem.errors import (
     TaskNotFoundError,
 )
 from jarvismem.keys import MAX_REVISION, KeySpace
-from jarvismem.spaces import MemoryContainer, Space, SpacesStore
+from jarvismem.spaces import MemoryContainer, Space, SpaceItemNotFoundError, SpacesStore
 from jarvismem.spaces.store import _CAS_SCRIPT
 
 
@@ -401,3 +401,130 @@ def test_a_hostile_snapshot_is_restored_whole_or_refused_and_spaces_stay_writabl
         await client.aclose()
 
     asyncio.run(run())
+
+
+# --- the seed's task without a status; items by id -----------------------------------------
+
+
+async def test_a_task_appended_without_status_is_stored_open(store: SpacesStore) -> None:
+    # The seed's own example; before, the store refused what the container took.
+    await store.append("tasks", {"id": "t1", "text": "write the tests"})
+    await store.prepend("tasks", {"id": "t0", "text": "read the brief"})
+    assert await store.tasks_open() == [
+        {"id": "t0", "text": "read the brief", "status": "open"},
+        {"id": "t1", "text": "write the tests", "status": "open"},
+    ]
+    snapshot = await store.snapshot()
+    assert MemoryContainer.from_dict(snapshot).to_dict() == snapshot
+
+
+_ITEMS: list[Any] = [
+    {"id": "t1", "text": "fine", "status": "done"},
+    {"id": "t2", "text": "no status"},
+    {"id": "t3", "text": "extra keys", "status": "open", "due": "friday"},
+    {"text": "no id"},
+    {"id": "t4"},
+    {"id": "t5", "text": "bad status", "status": "blocked"},
+    {"id": "t6", "text": "null status", "status": None},
+    "a bare string",
+]
+
+
+@pytest.mark.parametrize("item", _ITEMS, ids=lambda i: str(i)[:30])
+async def test_the_container_and_the_store_accept_the_same_tasks(
+    store: SpacesStore, item: Any
+) -> None:
+    mem = MemoryContainer()
+    try:
+        mem.append("tasks", item)
+    except InvalidPayloadError:
+        with pytest.raises(InvalidPayloadError):
+            await store.append("tasks", item)
+        assert (await store.load()).get_space("tasks").data == []
+    else:
+        await store.append("tasks", item)
+        assert (await store.load()).get_space("tasks").data == mem.get_space("tasks").data
+    # Whatever was accepted, its snapshot (and a restore of it) is accepted too.
+    await store.restore(mem.to_dict())
+    assert (await store.load()).get_space("tasks").data == mem.get_space("tasks").data
+
+
+async def test_remove_and_update_by_item_id_through_the_store(store: SpacesStore) -> None:
+    await store.put_space("notes", [{"id": "a", "v": 1}, {"id": "b", "v": 2}])
+    task = await store.tasks_add("ship it")
+    assert await store.update_in_space("notes", "a", lambda i: {**i, "v": 5}) == {"id": "a", "v": 5}
+    assert await store.remove_from_space("notes", "b") == {"id": "b", "v": 2}
+    await store.update_in_space("tasks", task["id"], lambda t: {**t, "status": "done"})
+    assert await revs(store) == {"memory": 5, "world": 0, "tasks": 2, "notes": 3}
+    assert (await store.load()).get_space("notes").data == [{"id": "a", "v": 5}]
+    assert await store.tasks_open() == []
+    assert await store.remove_from_space("tasks", task["id"]) == {**task, "status": "done"}
+
+
+async def test_item_id_errors_through_the_store_write_nothing(store: SpacesStore) -> None:
+    await store.put_space("notes", [{"id": "a"}])
+    await store.world_put("k", "v")
+    before = await store.snapshot()
+    with pytest.raises(SpaceItemNotFoundError):
+        await store.remove_from_space("notes", "zz")
+    with pytest.raises(SpaceItemNotFoundError):
+        await store.update_in_space("notes", "zz", lambda i: i)
+    with pytest.raises(SpaceTypeError):
+        await store.remove_from_space("world", "k")
+    with pytest.raises(SpaceNotFoundError):
+        await store.update_in_space("nope", "a", lambda i: i)
+    with pytest.raises(InvalidPayloadError, match="keeping id"):
+        await store.update_in_space("notes", "a", lambda i: {"id": "b"})
+    with pytest.raises(InvalidPayloadError, match="item id"):
+        await store.remove_from_space("notes", "")
+    assert await store.snapshot() == before
+
+
+async def test_concurrent_updates_by_item_id_lose_nothing(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    # Compare-and-set on the space's rev: a writer that lost a race re-reads and
+    # re-applies its (pure) change to the fresh item.
+    seed = make_store(real_redis, keyspace, workflow_id)
+    await seed.put_space("counters", [{"id": "c", "n": 0}, {"id": "d", "n": 0}])
+    writers = [make_store(real_redis, keyspace, workflow_id, max_retries=200) for _ in range(4)]
+    await asyncio.gather(
+        *(
+            w.update_in_space("counters", item, lambda i: {**i, "n": i["n"] + 1})
+            for w in writers
+            for item in ("c", "d")
+            for _ in range(5)
+        )
+    )
+    data = (await seed.load()).get_space("counters").data
+    assert data == [{"id": "c", "n": 20}, {"id": "d", "n": 20}]
+    assert (await seed.load()).get_space("counters").rev == 41
+
+
+async def test_a_strict_update_by_item_id_refuses_a_stale_read(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    one = make_store(real_redis, keyspace, workflow_id)
+    two = make_store(real_redis, keyspace, workflow_id)
+    await one.put_space("notes", [{"id": "a", "v": 0}])
+
+    def racing(item: dict[str, Any]) -> dict[str, Any]:
+        # Another writer lands between this read and its compare-and-set.
+        asyncio.get_running_loop().create_task(two.append("notes", {"id": "b"}))
+        return {**item, "v": 1}
+
+    async def race() -> None:
+        await one.update_in_space("notes", "a", racing, strict=True)
+
+    # The other write is scheduled, not awaited; give it a chance to land first.
+    original = one._script
+
+    async def delayed(*args: Any, **kw: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return await original(*args, **kw)
+
+    one._script = delayed  # type: ignore[method-assign]
+    with pytest.raises(SpaceConflictError):
+        await race()
+    await asyncio.sleep(0.05)
+    assert (await two.load()).get_space("notes").data == [{"id": "a", "v": 0}, {"id": "b"}]

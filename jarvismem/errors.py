@@ -170,7 +170,14 @@ class SpaceIndexError(SpaceError, IndexError):
     """A list-space position is out of range."""
 
 
-class TaskNotFoundError(SpaceError, KeyError):
+class SpaceItemNotFoundError(SpaceError, KeyError):
+    """No item with that id in the list space (``remove_from_space``, ``update_in_space``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "item not found"
+
+
+class TaskNotFoundError(SpaceItemNotFoundError):
     """No task with that id in the ``tasks`` space."""
 
     def __str__(self) -> str:

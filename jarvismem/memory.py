@@ -424,6 +424,8 @@ class UnifiedMemory:
     ) -> list[RecallResult]:
         """The policy's ``max_entries`` most relevant remembered facts ([] when disabled).
 
+        When no entry shares a word with ``query``, the scope's newest entries.
+
         Their content is redacted with the runtime's redactor: an entry stored
         before a pattern existed does not hand its secret back to the agent.
         """

@@ -153,3 +153,16 @@ async def test_remembered_secrets_are_redacted(redis_client: Any, make_memory: F
     secret = "ghp_" + "x1Y2z3" * 6
     entry = await mem.remember(f"deploy token is {secret}")
     assert secret not in entry.content
+
+
+async def test_the_seeds_headline_turn_and_its_source_markers_through_the_facade(
+    redis_client: Any, make_memory: Factory
+) -> None:
+    # The seed's example: a preference remembered, then a turn that shares no word with it.
+    mem = make_memory(redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"}))
+    remembered = await mem.remember("User prefers the name Alex.")
+    assert remembered.metadata["source"] == "manual"
+    pre = await mem.preflight("You are a helpful assistant.", "hello")
+    assert [r.entry.content for r in pre.used_entries] == ["User prefers the name Alex."]
+    captured = await mem.capture("hello", "Hi Alex!")
+    assert captured is not None and captured.metadata["source"] == "conversation"

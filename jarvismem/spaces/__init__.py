@@ -4,6 +4,7 @@
 Redis with a compare-and-set per space.
 """
 
+from jarvismem.errors import SpaceItemNotFoundError
 from jarvismem.spaces.models import (
     RESERVED_SPACES,
     TASKS,
@@ -11,7 +12,6 @@ from jarvismem.spaces.models import (
     MemoryContainer,
     Space,
     SpaceData,
-    SpaceItemNotFoundError,
     SpaceKind,
 )
 from jarvismem.spaces.store import SpacesStore

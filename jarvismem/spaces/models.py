@@ -45,8 +45,8 @@ from jarvismem.errors import (
     InvalidPayloadError,
     PayloadTooLargeError,
     ReservedSpaceError,
-    SpaceError,
     SpaceIndexError,
+    SpaceItemNotFoundError,
     SpaceNotFoundError,
     SpaceTypeError,
     TaskNotFoundError,
@@ -66,13 +66,6 @@ RESERVED_SPACES: dict[str, SpaceKind] = {WORLD: "map", TASKS: "list"}
 _TASK_STATUSES = ("open", "done")
 
 T = TypeVar("T")
-
-
-class SpaceItemNotFoundError(SpaceError, KeyError):
-    """No item with that id in the list space (``remove_from_space``, ``update_in_space``)."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else "item not found"
 
 
 def now_ms() -> int:

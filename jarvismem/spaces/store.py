@@ -668,7 +668,7 @@ class SpacesStore:
 
         Compare-and-set like every write (a race re-reads and looks the id up
         again). :class:`SpaceNotFoundError`, :class:`SpaceTypeError` (a map
-        space) or :class:`~jarvismem.spaces.models.SpaceItemNotFoundError`.
+        space) or :class:`~jarvismem.errors.SpaceItemNotFoundError`.
         """
         check_item_id(item_id)
         return await self._mutate("remove_from_space", space, lambda s: s.remove_by_id(item_id))

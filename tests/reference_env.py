@@ -54,7 +54,13 @@ def _installed(venv: Path, requirements: tuple[str, ...]) -> bool:
         recorded = (venv / ".installed").read_text(encoding="utf-8")
     except OSError:
         return False
-    return recorded == "\n".join(requirements) and _venv_python(venv).is_file()
+    return recorded == _marker_text(requirements) and _venv_python(venv).is_file()
+
+
+def _marker_text(requirements: tuple[str, ...]) -> str:
+    # The same text tests/transfer/_reference.py writes, so the two helpers
+    # (until they are one) accept each other's venv instead of rebuilding it.
+    return "\n".join(requirements) + "\n"
 
 
 def _run(cmd: list[str], timeout: float) -> None:
@@ -102,7 +108,7 @@ def build_reference_venv(
             )
             _run([str(python), "-c", "import jarviscore.memory, redis"], 120.0)
             # Written last: its presence means the install completed.
-            (venv / ".installed").write_text("\n".join(requirements), encoding="utf-8")
+            (venv / ".installed").write_text(_marker_text(requirements), encoding="utf-8")
             return python
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)

@@ -23,7 +23,7 @@ async def main() -> None:
         await mem.working.write("finding", "goal findings are carried to later steps", scope="goal")
         await mem.log_turn(1, "where is my memory?", "inspect()", "in Azure Blob")
         print("scratchpad blob:", mem.working.path)
-        print(await mem.working.get_notes())
+        print(await mem.working.render())  # the bundle's scratchpad markdown
         health = await runtime.health()
         blob = health["backends"]["blob"]
         print(f"blob backend: {blob['backend']} reachable={blob['reachable']}")

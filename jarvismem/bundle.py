@@ -45,8 +45,9 @@ class Bundle(TypedDict):
             values with their original types, then turns still queued in the
             local outbox; [].
         checkpoint: this step's last saved state (a queued newer save wins); None.
-        scratchpad: markdown of the step's scratchpad (goal findings, then the
-            most recent turns and notes, within the scratchpad budget); "".
+        scratchpad: markdown of the step's scratchpad (the goal findings of
+            every step and agent of the workflow, carried forward, then this
+            step's most recent turns and notes, within the scratchpad budget); "".
         athena_context: Athena short-term events and mid-term chains (ranked
             against the step's current goal when one is known); None.
         spaces: the agent's cognitive spaces, once it wrote any; None.
@@ -150,7 +151,7 @@ async def read_bundle(
             "checkpoint", wf.checkpoints(step_id).load(), s.tier_timeout_checkpoint, degraded
         )
     if working is not None:
-        jobs["working"] = _guarded("working", working.get_notes(), s.tier_timeout_working, degraded)
+        jobs["working"] = _guarded("working", working.render(), s.tier_timeout_working, degraded)
     if athena is not None:
         jobs["athena"] = _guarded(
             "athena", _athena_context(athena, athena_query), s.tier_timeout_athena, degraded

@@ -77,7 +77,7 @@ async def test_a_failing_tier_is_marked_with_its_error(
     engine = make_engine()
 
     class BrokenScratchpad:
-        async def get_notes(self) -> str:
+        async def render(self) -> str:
             raise OSError("disk gone")
 
     bundle = await read_bundle(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from jarvismem.errors import (
 )
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings
-from tests.conftest import Factory
+from tests.conftest import REAL_REDIS_URL, Factory, real_redis_available, require_backend
 
 DOCUMENTED_KEYS = {"ltm_summary", "recent_turns", "checkpoint", "scratchpad", "athena_context"}
 
@@ -137,6 +138,89 @@ async def test_a_new_memory_rehydrates_turns_checkpoint_summary_and_goal_finding
         assert f"thought {i}" in bundle["scratchpad"]
     assert "vendor B is cheapest" in bundle["scratchpad"]
     assert bundle["scratchpad"].index("Goal findings") < bundle["scratchpad"].index("thought 1")
+
+
+async def test_a_goal_finding_is_carried_into_later_steps_and_other_agents_bundles(
+    redis_client: Any, blob_storage: Any, make_memory: Factory
+) -> None:
+    # Goal scope means "for the rest of the goal": before, step 2's bundle (and
+    # another agent's) did not hold what step 1 found.
+    step1 = make_memory(redis=redis_client, blob=blob_storage, step="s1", agent="researcher")
+    await step1.working.write(  # type: ignore[union-attr]
+        "finding", {"content": "API uses OAuth2"}, scope="goal"
+    )
+    await step1.working.write("attempt", {"content": "GET /v1: 404"})  # type: ignore[union-attr]
+    await step1.log_turn(1, "probing the API", "http_get", "404")
+    await step1.runtime.close()
+    for step, agent in (("s2", "researcher"), ("s2", "writer"), ("s1", "writer")):
+        later = make_memory(redis=redis_client, blob=blob_storage, step=step, agent=agent)
+        pad = (await later.rehydrate_bundle())["scratchpad"]
+        assert "API uses OAuth2" in pad and "step s1, agent researcher" in pad, (step, agent)
+        # Step-scoped notes and turns stay with their step.
+        assert "GET /v1" not in pad and "probing the API" not in pad
+        assert await later.working.get_notes() == ""  # type: ignore[union-attr]
+
+
+@pytest.mark.integration
+def test_the_drop_in_constructor_works_outside_a_loop_with_queued_writes(
+    tmp_path: Path, workflow_id: str, make_settings: Factory
+) -> None:
+    # A drop-in user builds UnifiedMemory in sync code (at import time) while a
+    # crashed run left writes in both outboxes: construction must not need a loop,
+    # and the first awaited call replays them.
+    import redis
+    import redis.asyncio as aioredis
+
+    from jarvismem.backends.blob.local import LocalBlobStorage
+
+    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+    settings = make_settings(redis_url=REAL_REDIS_URL)
+    blob_root = tmp_path / "blobs"
+    note = b'\n{"ts":1.0,"type":"note","scope":"step","data":{"value":"left over"}}'
+
+    async def leave_queued_writes() -> None:
+        client = aioredis.Redis.from_url(REAL_REDIS_URL)
+        blob = LocalBlobStorage(blob_root)
+        mem = UnifiedMemory(workflow_id, "s1", "a1", client, blob, settings=settings)
+        wf = mem.runtime.workflow(workflow_id)
+        assert wf.redis_writer is not None and wf.blob_writer is not None
+        assert mem.working is not None
+        checkpoint = {"op": "checkpoint", "step": "s1", "state": '{"left": "over"}'}
+        checkpoint |= {"ts": 1.0, "stamp": 1, "opid": "op-left-over"}
+        await wf.redis_writer.outbox.put(checkpoint)
+        await wf.blob_writer.outbox.put(
+            {"op": "append", "path": mem.working.path, "data": note.decode()}
+        )
+        await mem.runtime.close()  # the process ends with both records queued
+        await client.aclose()
+        await blob.close()
+
+    asyncio.run(leave_queued_writes())
+    client = aioredis.Redis.from_url(REAL_REDIS_URL)
+    blob = LocalBlobStorage(blob_root)
+    try:
+        mem = UnifiedMemory(workflow_id, "s1", "a1", client, blob, settings=settings)  # no loop
+
+        async def first_calls() -> tuple[str | None, list[dict[str, Any]]]:
+            try:
+                state = await mem.load_checkpoint()
+                wf = mem.runtime.workflow(workflow_id)
+                assert wf.blob_writer is not None and await wf.blob_writer.flush(timeout=10.0)
+                return state, await mem.working.read_all()  # type: ignore[union-attr]
+            finally:
+                await mem.close()
+                await client.aclose()
+                await blob.close()
+
+        state, entries = asyncio.run(first_calls())
+        assert state == '{"left": "over"}'
+        assert entries == [{"type": "note", "scope": "step", "value": "left over"}]
+    finally:
+        sync = redis.Redis.from_url(REAL_REDIS_URL)
+        keys = list(sync.scan_iter(match=f"jm:{settings.jarvismem_namespace}:*", count=1000))
+        if keys:
+            sync.delete(*keys)
+        sync.close()
 
 
 async def test_relogging_a_turn_after_a_crash_keeps_one_ledger_entry(
@@ -333,7 +417,7 @@ async def test_the_scratchpad_of_a_long_step_renders_its_newest_turns_within_bud
     for i in range(300):
         await mem.log_turn(i, f"thought number {i}", "act", "res")
     await mem.log_turn(300, "x" * 20_000, "huge", "res")  # bigger than the first tail read
-    notes = await mem.working.get_notes()  # type: ignore[union-attr]
+    notes = await mem.working.render()  # type: ignore[union-attr]
     assert len(notes) <= 1000
     assert "the first finding" in notes
     assert "### Turn 300" in notes and "thought number 0" not in notes

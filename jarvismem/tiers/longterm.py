@@ -48,7 +48,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion
-from jarvismem.backends.llm import Summarizer, truncate
+from jarvismem.backends.llm import Summarizer, as_summarizer, truncate
 from jarvismem.backends.redis import redis_errors
 from jarvismem.defaults import COMPACTION_CHUNK_CHARS, SUMMARY_MAX_CHARS
 from jarvismem.errors import (
@@ -720,13 +720,22 @@ class LongTermMemory:
     async def compress(
         self,
         entries: Sequence[Mapping[str, Any]],
-        llm: Summarizer,
+        llm: Summarizer | Any,
+        max_tokens: int | None = None,
         *,
         previous: str | None = None,
         chunk_chars: int = COMPACTION_CHUNK_CHARS,
         max_chars: int = SUMMARY_MAX_CHARS,
     ) -> str:
         """Summarize ledger ``entries`` on top of ``previous`` with ``llm``.
+
+        ``llm`` is a :class:`~jarvismem.backends.llm.Summarizer`, or an LLM client
+        of JarvisCore's shape, ``async generate(prompt=, temperature=, max_tokens=)
+        -> {"content": str, "tokens": {...}}`` (told apart by duck typing, see
+        :func:`~jarvismem.backends.llm.as_summarizer`; anything else raises
+        ``InvalidPayloadError``). ``max_tokens``, JarvisCore's output limit, bounds
+        the summary to ``4 * max_tokens`` characters and, for a ``generate()``
+        client, the ``max_tokens`` of every call.
 
         Entries are rendered one per line (:func:`render_entry`) and redacted. No
         summarizer call ever gets more than ``chunk_chars`` of new text plus the
@@ -739,6 +748,14 @@ class LongTermMemory:
             raise InvalidPayloadError("chunk_chars must be >= 100")
         if max_chars < 1:
             raise InvalidPayloadError("max_chars must be >= 1")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise InvalidPayloadError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        llm = as_summarizer(llm, max_tokens=max_tokens)
+        if max_tokens is not None:
+            # ~4 characters per token: the summary JarvisCore's limit allows.
+            max_chars = min(max_chars, 4 * max_tokens)
         lines = [render_entry(entry) for entry in entries]
         text = "\n".join(lines)
         if self.redactor is not None:

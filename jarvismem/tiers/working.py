@@ -10,11 +10,21 @@ Each record: ``{"ts": float, "type": str, "scope": "step"|"goal", "data": …}``
 and, for turns, ``"turn_id"``. Goal-scoped records are also appended to a
 small per-(step, agent) goals blob, so rendering can always include every goal
 finding while reading only a bounded tail of the (unbounded) scratchpad.
+
+Two read shapes: :meth:`WorkingScratchpad.read_records` returns the stored
+records as above; :meth:`WorkingScratchpad.read_all` returns them flat,
+``{"type", "scope", **data}``, the shape JarvisCore's scratchpad returns (so its
+users read ``entries[0]["value"]``). Likewise :meth:`WorkingScratchpad.get_notes`
+is JarvisCore's markdown of this step's goal findings only, while the bundle uses
+:meth:`WorkingScratchpad.render`, which also carries forward every step's and
+agent's goal findings and shows the recent turns and notes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -33,12 +43,19 @@ from jarvismem.records import TURN, Scope, encode_record, parse_records
 from jarvismem.records import compact_json as _dumps
 from jarvismem.redaction import no_redaction, secret_key_matcher
 
+log = logging.getLogger(__name__)
+
 MAX_ENTRY_TYPE_CHARS = 256
 """Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
 
 # One matcher of the default secret names for scratchpads built without one:
 # shared, so that its answers (and payload's cleaned-key cache) are too.
 _DEFAULT_SECRET_KEYS = secret_key_matcher()
+
+# How many goal-findings blobs (one per step and agent that wrote findings) the
+# bundle reads at once: enough to overlap Azure round trips, few enough not to
+# flood the store or the event loop for a workflow of hundreds of steps.
+_CARRY_CONCURRENCY = 16
 
 
 class WorkingScratchpad:
@@ -119,7 +136,23 @@ class WorkingScratchpad:
     # --- reads ---------------------------------------------------------------------------
 
     async def read_all(self) -> list[dict[str, Any]]:
-        """Every readable record of this scratchpad, oldest first (reads the whole blob)."""
+        """Every readable entry of this scratchpad, oldest first, flat (reads the whole blob).
+
+        JarvisCore's shape: ``{"type", "scope", **data}``, so a note written as
+        ``write("obs", {"value": 42})`` reads back with ``entry["value"] == 42``;
+        a turn is ``{"type": "turn", "scope": "step", "turn_id", "ts", "thought",
+        "action", "result", "tokens"}``. See :func:`flat_record` for data that is
+        not a dict. :meth:`read_records` keeps the stored form (time stamp and data
+        apart from the record's own fields).
+        """
+        return [flat_record(record) for record in await self.read_records()]
+
+    async def read_records(self) -> list[dict[str, Any]]:
+        """Every readable record in its stored form, oldest first (reads the whole blob).
+
+        ``{"ts", "type", "scope", "data"}`` (turns also ``"turn_id"``): nothing a
+        caller wrote can shadow the record's own fields, unlike :meth:`read_all`.
+        """
         try:
             raw = await self.blob.read(self.path)
         except BlobNotFoundError:
@@ -169,38 +202,127 @@ class WorkingScratchpad:
         records = parse_records(raw, source=self.goals_path, partial_head=len(raw) >= want)
         return dedupe_findings(records)
 
-    async def workflow_goal_findings(self) -> list[dict[str, Any]]:
-        """Goal findings of every step and agent of the workflow, each tagged with them.
+    async def workflow_goal_findings(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
+        """Goal findings of every step and agent of the workflow, oldest first, each
+        tagged with its ``step_id`` and ``agent_id``.
 
-        This is how later steps carry forward what earlier steps found.
+        This is how later steps, and other agents, carry forward what earlier
+        steps found. ``max_bytes``: how much of each (step, agent)'s findings to
+        read, the newest (default ``tail_bytes``); identical findings of one
+        (step, agent) are read back once (:func:`dedupe_findings`).
         """
+        want = self.tail_bytes if max_bytes is None else min(max_bytes, self.tail_bytes)
         prefix = self.keyspace.goals_prefix(self.workflow_id)
-        found: list[dict[str, Any]] = []
-        for path in await self.blob.list(prefix):
+        gate = asyncio.Semaphore(_CARRY_CONCURRENCY)
+
+        async def read(path: str) -> list[dict[str, Any]]:
             step, _, agent_file = path[len(prefix) :].partition("/")
-            try:
-                raw = await self.blob.tail(path, self.tail_bytes)
-            except BlobNotFoundError:
-                continue
-            records = parse_records(raw, source=path, partial_head=len(raw) >= self.tail_bytes)
-            for record in dedupe_findings(records):
-                found.append(
-                    {**record, "step_id": step, "agent_id": agent_file.removesuffix(".jsonl")}
-                )
-        found.sort(key=lambda r: r.get("ts", 0.0))
+            async with gate:
+                try:
+                    raw = await self.blob.tail(path, want)
+                except BlobNotFoundError:  # deleted between the listing and the read
+                    return []
+            records = parse_records(raw, source=path, partial_head=len(raw) >= want)
+            agent = agent_file.removesuffix(".jsonl")
+            return [
+                {**record, "step_id": step, "agent_id": agent}
+                for record in dedupe_findings(records)
+            ]
+
+        paths = await self.blob.list(prefix)
+        found = [r for part in await asyncio.gather(*(read(p) for p in paths)) for r in part]
+        found.sort(key=_ts_of)  # stable: one blob's findings keep their order
         return found
 
-    async def get_notes(self) -> str:
-        """Markdown of this step's notes, within ``budget_chars``.
+    async def _carried(self, max_bytes: int) -> list[dict[str, Any]]:
+        """Every step's and agent's findings, or [] (logged) when they cannot be read:
+        a listing failure must not hide this step's own notes."""
+        try:
+            return await self.workflow_goal_findings(max_bytes)
+        except Exception as exc:
+            log.warning(
+                "goal findings of other steps unavailable, showing this step's own: %s: %s",
+                type(exc).__name__,
+                exc,
+            )
+            return []
 
-        Goal findings always come first; then the most recent turns and notes,
-        newest kept first when the budget runs out. Reads a bounded tail only.
+    async def get_notes(self) -> str:
+        """This step's goal findings as markdown, JarvisCore's format ("" when none).
+
+        ``## Findings from prior step ({step_id})`` then one line per finding of
+        this (step, agent), ``- **{type}**: {json of the rest}`` - what a next
+        step's prompt is given; turns and step-scoped notes (tactical noise) are
+        left out. Reads the newest ``tail_bytes`` of the findings.
+        The bundle's ``scratchpad`` is the richer :meth:`render`.
+        """
+        return render_findings(self.step_id, await self.goal_findings())
+
+    async def render(self) -> str:
+        """The bundle's scratchpad markdown, within ``budget_chars``.
+
+        Goal findings come first: those of every step and agent of the
+        workflow (carried forward; another step's or agent's are marked with
+        where they came from), oldest first; when they overflow, the oldest
+        carried ones are left out before this step's own. Then the most recent
+        turns and notes, newest kept first when the budget runs out. Reads only
+        bounded tails. When the other steps' findings cannot be read, this
+        step's own are shown and the failure is logged.
         """
         # The markdown holds at most budget_chars, so twice that of goals is plenty.
-        goals, recent = await asyncio.gather(
-            self.goal_findings(self._first_read()), self._recent_for_budget()
+        first = self._first_read()
+        own, recent, carried = await asyncio.gather(
+            self.goal_findings(first), self._recent_for_budget(), self._carried(first)
         )
-        return render_notes(goals, recent, self.budget_chars)
+        # This step's own findings come from the direct read of its blob (it may
+        # have been written after the listing); the listing adds everyone else's.
+        here = (self.step_id, self.agent_id)
+        goals = [r for r in carried if (r.get("step_id"), r.get("agent_id")) != here]
+        goals += [{**r, "step_id": self.step_id, "agent_id": self.agent_id} for r in own]
+        goals.sort(key=_ts_of)
+        return render_notes(goals, recent, self.budget_chars, here=here)
+
+
+def _ts_of(record: dict[str, Any]) -> float:
+    ts = record.get("ts")
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else 0.0
+
+
+def flat_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored record in JarvisCore's flat shape: ``{"type", "scope", **data}``.
+
+    A turn also carries ``turn_id`` and ``ts`` before its fields, as JarvisCore's
+    turns do. Keys of the data replace ``type`` and ``scope`` when they collide,
+    as in JarvisCore. Data that is not a dict (jarvismem accepts any JSON value;
+    JarvisCore only dicts) is kept under ``"data"``. The record's time stamp of a
+    note is not added (JarvisCore's notes have none): :meth:`~WorkingScratchpad.
+    read_records` has it.
+    """
+    flat: dict[str, Any] = {"type": record.get("type"), "scope": record.get("scope", "step")}
+    if record.get("type") == TURN:
+        flat["turn_id"] = record.get("turn_id")
+        flat["ts"] = record.get("ts")
+    data = record.get("data")
+    if isinstance(data, dict):
+        flat.update(data)
+    elif "data" in record:
+        flat["data"] = data
+    return flat
+
+
+def render_findings(step_id: str, findings: Iterable[dict[str, Any]]) -> str:
+    """JarvisCore's markdown of goal findings ("" for none): header, then one line each.
+
+    ``- **{type}**: {json}``, the json being the flat record without ``type`` and
+    ``scope``, written as JarvisCore writes it (``json.dumps``, non-ASCII kept).
+    """
+    lines = [f"## Findings from prior step ({step_id})"]
+    for record in findings:
+        rest = flat_record(record)
+        entry_type = rest.pop("type", None) or "finding"
+        rest.pop("scope", None)
+        lines.append(f"- **{entry_type}**: {json.dumps(rest, ensure_ascii=False)}")
+    return "\n".join(lines) if len(lines) > 1 else ""
 
 
 def _no_secret_keys(key: str) -> bool:
@@ -214,7 +336,9 @@ def _fmt(value: Any) -> str:
     return _dumps(value)
 
 
-def _render_record(record: dict[str, Any]) -> str:
+def _render_record(record: dict[str, Any], here: tuple[str, str] | None = None) -> str:
+    """One record as markdown; a carried finding (tagged with another step or agent
+    than ``here``) says where it came from."""
     data = record.get("data")
     if record.get("type") == TURN and isinstance(data, dict):
         lines = [f"### Turn {record.get('turn_id', '?')}"]
@@ -222,7 +346,11 @@ def _render_record(record: dict[str, Any]) -> str:
             if data.get(name) not in (None, ""):
                 lines.append(f"- **{name.capitalize()}:** {_fmt(data[name])}")
         return "\n".join(lines)
-    return f"- **{record.get('type', 'note')}:** {_fmt(data)}"
+    text = f"- **{record.get('type', 'note')}:** {_fmt(data)}"
+    origin = (record.get("step_id"), record.get("agent_id"))
+    if here is not None and origin[0] is not None and origin != here:
+        text += f" _(from step {origin[0]}, agent {origin[1]})_"
+    return text
 
 
 def dedupe_findings(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -266,17 +394,59 @@ def _dedupe_turns(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_notes(
-    goals: list[dict[str, Any]], recent: list[dict[str, Any]], budget_chars: int
+_OMITTED_ROOM = 64
+"""Characters kept for the line saying how many carried findings were left out."""
+
+
+def _goals_block(
+    goals: list[dict[str, Any]], budget_chars: int, here: tuple[str, str] | None
 ) -> str:
-    """The bundle's scratchpad markdown ("" when there is nothing)."""
+    """``## Goal findings`` within ``budget_chars``: the oldest carried findings
+    (another step's or agent's) are left out first, then the text is cut."""
+    lines = [_render_record(g, here) for g in goals]
+    carried = [
+        here is not None
+        and g.get("step_id") is not None
+        and (g.get("step_id"), g.get("agent_id")) != here
+        for g in goals
+    ]
+    header = "## Goal findings"
+    size = len(header) + sum(len(line) + 1 for line in lines)
+    omitted = 0
+    for i, is_carried in enumerate(carried):
+        # Room for the "left out" line once something is left out.
+        if size + (_OMITTED_ROOM if omitted else 0) <= budget_chars:
+            break
+        if is_carried:
+            size -= len(lines[i]) + 1
+            lines[i] = ""
+            omitted += 1
+    kept = [line for line in lines if line]
+    if omitted:
+        kept.insert(0, f"- …{omitted} earlier finding(s) of other steps left out")
+    block = "\n".join([header, *kept])
+    if len(block) > budget_chars:
+        block = block[: max(0, budget_chars - 20)] + "\n…[truncated]"
+    return block
+
+
+def render_notes(
+    goals: list[dict[str, Any]],
+    recent: list[dict[str, Any]],
+    budget_chars: int,
+    *,
+    here: tuple[str, str] | None = None,
+) -> str:
+    """The bundle's scratchpad markdown ("" when there is nothing).
+
+    ``here``: the (step, agent) rendering; goal findings tagged with another
+    (``step_id``/``agent_id``, as :meth:`WorkingScratchpad.workflow_goal_findings`
+    tags them) say where they came from.
+    """
     parts: list[str] = []
     used = 0
     if goals:
-        goal_lines = ["## Goal findings"] + [_render_record(g) for g in goals]
-        block = "\n".join(goal_lines)
-        if len(block) > budget_chars:
-            block = block[: max(0, budget_chars - 20)] + "\n…[truncated]"
+        block = _goals_block(goals, budget_chars, here)
         parts.append(block)
         used += len(block) + 2
     steps = [r for r in _dedupe_turns(recent) if r.get("scope") != "goal"]

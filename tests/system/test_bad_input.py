@@ -86,7 +86,7 @@ async def test_a_10_mb_thought_is_truncated_in_every_tier_with_a_documented_mark
     limit = settings.max_turn_field_chars
     marker = f"…[truncated {size - limit} chars]"
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
-    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    (record,) = await mem.working.read_records()  # type: ignore[union-attr]
     for thought in (turn["thought"], record["data"]["thought"]):
         assert thought == "z" * limit + marker
 
@@ -111,7 +111,7 @@ async def test_a_10_mb_list_result_is_bounded_in_the_ledger_and_the_scratchpad(
     await mem.log_turn(1, "t", "a", big)
     limit = settings.max_turn_field_chars
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
-    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    (record,) = await mem.working.read_records()  # type: ignore[union-attr]
     for result in (turn["result"], record["data"]["result"]):
         assert set(result) == {"truncated", "kind", "items", "kept_chars"}
         assert result["kind"] == "list" and result["items"] == 200_000
@@ -150,7 +150,7 @@ async def test_a_turn_of_three_worst_case_fields_fits_one_append_on_every_blob_s
     limit = settings.max_turn_field_chars
     worst = "\x01" * (limit + 10)
     await mem.log_turn(1, worst, worst, worst, tokens=10**4000)
-    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    (record,) = await mem.working.read_records()  # type: ignore[union-attr]
     assert record["data"]["result"].startswith("\x01" * 10)
     size = len(await mem.working.blob.read(mem.working.path))  # type: ignore[union-attr]
     assert size <= turn_record_max_bytes(limit)
@@ -217,7 +217,7 @@ async def test_a_lone_surrogate_does_not_wedge_a_redis_only_ledger(
 async def test_non_utf8_bytes_are_stored_with_replacement_characters(mem: UnifiedMemory) -> None:
     await mem.log_turn(1, b"caf\xe9 \xff\xfe", "a", "r")
     (turn,) = await mem.episodic.tail(1)  # type: ignore[union-attr]
-    (record,) = await mem.working.read_all()  # type: ignore[union-attr]
+    (record,) = await mem.working.read_records()  # type: ignore[union-attr]
     assert turn["thought"] == record["data"]["thought"] == "caf\ufffd \ufffd\ufffd"
 
 

@@ -472,7 +472,7 @@ async def test_a_hostile_turn_is_refused_cleanly_or_stored_bounded(
             assert size <= MAX_TURN_FIELD_CHARS + MARKER_ROOM, (
                 f"ledger {name} is {size} chars; MAX_TURN_FIELD_CHARS is {MAX_TURN_FIELD_CHARS}"
             )
-        records = await mem.working.read_all()
+        records = await mem.working.read_records()
         turn_records = [r for r in records if r.get("type") == "turn"]
         assert len(turn_records) == 2
         for name in ("thought", "action", "result"):

@@ -235,3 +235,52 @@ async def test_compress_redacts_before_sending(
     summarizer = RecordingSummarizer()
     await ltm.compress(turns(1, width=5), summarizer)
     assert "x" not in summarizer.calls[0][0]
+
+
+class GenerateClient:
+    """JarvisCore's LLM client shape: ``async generate(prompt=, temperature=, max_tokens=)``."""
+
+    def __init__(self, content: Any = "summary from generate") -> None:
+        self.content = content
+        self.calls: list[dict[str, Any]] = []
+
+    async def generate(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(kwargs)
+        return {"content": self.content, "tokens": {"input": 10, "output": 5, "total": 15}}
+
+
+async def test_compress_takes_jarviscores_generate_client(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    # A JarvisCore caller passes its LLM client; before, compress called
+    # llm.summarize(...) on it: AttributeError.
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    client = GenerateClient()
+    summary = await ltm.compress(turns(3), client, previous="earlier")
+    assert summary == "summary from generate"
+    [call] = client.calls
+    assert set(call) == {"prompt", "temperature", "max_tokens"}
+    assert "earlier" in call["prompt"] and "[turn 3]" in call["prompt"]
+    assert call["temperature"] == 0.3  # what JarvisCore's compress asks for
+
+
+async def test_compress_with_jarviscores_max_tokens_bounds_calls_and_summary(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    client = GenerateClient("y" * 5000)
+    summary = await ltm.compress(turns(3), client, 100)  # positional, as JarvisCore's
+    assert len(summary) <= 400
+    assert client.calls[0]["max_tokens"] <= 100
+    with pytest.raises(InvalidPayloadError, match="max_tokens"):
+        await ltm.compress(turns(1), client, max_tokens=0)
+
+
+@pytest.mark.parametrize("llm", [object(), "gpt-4", None], ids=["object", "str", "none"])
+async def test_compress_refuses_an_llm_of_neither_shape_naming_both(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str, llm: Any
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    with pytest.raises(InvalidPayloadError, match=r"summarize\(.*generate\(") as caught:
+        await ltm.compress(turns(1), llm)
+    assert type(llm).__name__ in str(caught.value)

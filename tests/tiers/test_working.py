@@ -1,5 +1,7 @@
-"""WorkingScratchpad: appends and reads on blob storage, goal findings carried across
-steps, bounded rendering, and blob failures surfacing as jarvismem errors."""
+"""WorkingScratchpad: appends and reads on blob storage (JarvisCore's flat entries and
+the stored records), goal findings carried across steps and agents, JarvisCore's
+notes and the bundle's bounded rendering, and blob failures surfacing as jarvismem
+errors."""
 
 from __future__ import annotations
 
@@ -30,21 +32,61 @@ def pad(blob_storage: Any, keyspace: KeySpace, workflow_id: str) -> WorkingScrat
     return pad_of(blob_storage, keyspace, workflow_id, max_chars=1000, max_depth=5)
 
 
-async def test_entries_read_back_in_order_with_their_data(pad: WorkingScratchpad) -> None:
-    assert await pad.read_all() == []
+async def test_records_read_back_in_order_with_their_data(pad: WorkingScratchpad) -> None:
+    assert await pad.read_records() == []
     await pad.write("note", {"k": [1, 2]})
     await pad.append_turn("t1", {"thought": "hm", "action": "look", "result": "ok"}, ts=5.0)
-    first, second = await pad.read_all()
+    first, second = await pad.read_records()
     assert (first["type"], first["scope"], first["data"]) == ("note", "step", {"k": [1, 2]})
     assert (second["type"], second["turn_id"], second["ts"]) == ("turn", "t1", 5.0)
     assert await pad.read_recent() == [first, second]
+
+
+async def test_read_all_returns_jarviscores_flat_entries(pad: WorkingScratchpad) -> None:
+    # JarvisCore's scratchpad stores {"type", "scope", **data}; its users read the
+    # caller's keys at the top level (before: KeyError, they were under "data").
+    assert await pad.read_all() == []
+    await pad.write("observation", {"value": 42, "unit": "ms"})
+    await pad.write("finding", {"thought": "cache is cold"}, scope="goal")
+    await pad.append_turn(
+        "t1", {"thought": "hm", "action": "look", "result": "ok", "tokens": 3}, ts=5.0
+    )
+    note, finding, turn = await pad.read_all()
+    assert note == {"type": "observation", "scope": "step", "value": 42, "unit": "ms"}
+    assert finding["thought"] == "cache is cold" and finding["scope"] == "goal"
+    # A turn: the keys of JarvisCore's log_turn entry, in its order.
+    assert list(turn.items()) == [
+        ("type", "turn"),
+        ("scope", "step"),
+        ("turn_id", "t1"),
+        ("ts", 5.0),
+        ("thought", "hm"),
+        ("action", "look"),
+        ("result", "ok"),
+        ("tokens", 3),
+    ]
+
+
+async def test_flat_entries_keep_data_that_is_not_a_dict_and_let_data_keys_win(
+    pad: WorkingScratchpad,
+) -> None:
+    await pad.write("note", "plain text")
+    await pad.write("note", {"type": "custom", "x": 1})  # JarvisCore: data keys win
+    text, custom = await pad.read_all()
+    assert text == {"type": "note", "scope": "step", "data": "plain text"}
+    assert custom == {"type": "custom", "scope": "step", "x": 1}
+    # The stored record keeps both apart.
+    assert [r["type"] for r in await pad.read_records()] == ["note", "note"]
 
 
 async def test_goal_findings_are_kept_in_their_own_blob_too(pad: WorkingScratchpad) -> None:
     await pad.write("note", "step only")
     await pad.write("finding", "the key is under the mat", scope="goal")
     assert [r["data"] for r in await pad.goal_findings()] == ["the key is under the mat"]
-    assert [r["data"] for r in await pad.read_all()] == ["step only", "the key is under the mat"]
+    assert [r["data"] for r in await pad.read_records()] == [
+        "step only",
+        "the key is under the mat",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -63,7 +105,7 @@ async def test_bad_entries_are_refused_before_anything_is_written(
 ) -> None:
     with pytest.raises(InvalidPayloadError):
         await pad.write(entry_type, data, scope=scope)
-    assert await pad.read_all() == []
+    assert await pad.read_records() == []
 
 
 async def test_a_torn_line_is_skipped_with_a_warning(
@@ -73,28 +115,44 @@ async def test_a_torn_line_is_skipped_with_a_warning(
     await pad.blob.append(pad.path, b'\n{"ts": 1, "type": "no')  # a crash mid-record
     await pad.write("note", "after")
     with caplog.at_level(logging.WARNING):
-        records = await pad.read_all()
+        records = await pad.read_records()
     assert [r["data"] for r in records] == ["before", "after"]
     assert "skipped 1 torn or unreadable line" in caplog.text
 
 
-async def test_notes_put_goals_first_keep_the_newest_and_stay_in_budget(
+async def test_the_rendering_puts_goals_first_keeps_the_newest_and_stays_in_budget(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
     pad = pad_of(local_blob, keyspace, workflow_id, budget_chars=600)
     await pad.write("finding", "goal one", scope="goal")
     for i in range(200):
         await pad.append_turn(str(i), {"thought": f"thought {i}", "result": "r"}, ts=float(i))
-    notes = await pad.get_notes()
+    notes = await pad.render()
     assert len(notes) <= 600
-    assert notes.startswith("## Goal findings\n- **finding:** goal one")
+    assert notes.startswith("## Goal findings\n- **finding:** goal one\n")
     assert "### Turn 199" in notes and "### Turn 0\n" not in notes
+
+
+async def test_get_notes_is_jarviscores_goal_findings_only(pad: WorkingScratchpad) -> None:
+    # JarvisCore: goal-scoped findings only ("tactical noise excluded"), under its
+    # header, the rest of each entry as JSON. Before: every turn and note, rendered.
+    assert await pad.get_notes() == ""
+    await pad.write("attempt", {"content": "GET /v1/data: 404"})
+    await pad.append_turn("t1", {"thought": "try oauth", "action": "a", "result": "r"}, ts=1.0)
+    assert await pad.get_notes() == ""
+    await pad.write("finding", {"content": "API uses OAuth2", "où": "/oauth/token"}, scope="goal")
+    await pad.write("finding", "plain", scope="goal")
+    assert await pad.get_notes() == (
+        "## Findings from prior step (s1)\n"
+        '- **finding**: {"content": "API uses OAuth2", "où": "/oauth/token"}\n'
+        '- **finding**: {"data": "plain"}'
+    )
 
 
 async def test_a_re_run_turn_is_rendered_once_with_its_last_copy(pad: WorkingScratchpad) -> None:
     await pad.append_turn("7", {"thought": "first try"}, ts=1.0)
     await pad.append_turn("7", {"thought": "second try"}, ts=2.0)
-    notes = await pad.get_notes()
+    notes = await pad.render()
     assert notes.count("### Turn 7") == 1
     assert "second try" in notes and "first try" not in notes
 
@@ -112,6 +170,60 @@ async def test_later_steps_see_every_steps_goal_findings(
     ]
 
 
+async def test_the_rendering_carries_every_steps_and_agents_goal_findings(
+    blob_storage: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    # Before: a step rendered its own findings only, so step 2 never saw step 1's.
+    await pad_of(blob_storage, keyspace, workflow_id, "s1").write("f", "from s1", scope="goal")
+    other = WorkingScratchpad(blob_storage, keyspace, workflow_id, "s1", "a2")
+    await other.write("f", "from a2", scope="goal")
+    await other.write("noise", "step-scoped, not carried")
+    here = pad_of(blob_storage, keyspace, workflow_id, "s2")
+    await here.write("f", "mine", scope="goal")
+    assert await here.render() == (
+        "## Goal findings\n"
+        "- **f:** from s1 _(from step s1, agent a1)_\n"
+        "- **f:** from a2 _(from step s1, agent a2)_\n"
+        "- **f:** mine"
+    )
+    # JarvisCore's get_notes stays this step's own.
+    assert "from s1" not in await here.get_notes()
+
+
+async def test_carried_findings_that_overflow_leave_out_the_oldest_before_our_own(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    for i in range(30):
+        await pad_of(local_blob, keyspace, workflow_id, f"s{i}").write(
+            "f", f"old finding {i:02d} " + "x" * 40, scope="goal"
+        )
+    here = pad_of(local_blob, keyspace, workflow_id, "now", budget_chars=600)
+    await here.write("f", "our own finding", scope="goal")
+    notes = await here.render()
+    assert len(notes) <= 600
+    assert "our own finding" in notes and "old finding 29" in notes
+    assert "old finding 00" not in notes
+    assert "earlier finding(s) of other steps left out" in notes
+
+
+async def test_a_failing_listing_still_renders_this_steps_own_findings(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pad = pad_of(local_blob, keyspace, workflow_id)
+    await pad.write("f", "mine", scope="goal")
+
+    async def broken_list(prefix: str = "") -> list[str]:
+        raise BlobRejectedError("listing refused")
+
+    pad.blob.list = broken_list  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING):
+        assert await pad.render() == "## Goal findings\n- **f:** mine"
+    assert "listing refused" in caplog.text
+
+
 async def test_the_redactor_runs_before_anything_is_stored(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
@@ -120,7 +232,7 @@ async def test_the_redactor_runs_before_anything_is_stored(
     )
     await pad.write("note", {"login": ["user", "hunter2"]})
     assert b"hunter2" not in await local_blob.read(pad.path)
-    [record] = await pad.read_all()
+    [record] = await pad.read_records()
     assert record["data"] == {"login": ["user", "[secret]"]}
 
 
@@ -137,7 +249,7 @@ async def test_a_blob_store_that_refuses_writes_raises_a_jarvismem_error(
 async def test_a_note_obeys_the_size_policy_of_turn_fields(pad: WorkingScratchpad) -> None:
     await pad.write("note", "x" * 1500)
     await pad.write("table", [["cell"] * 10] * 1000)
-    text, table = (r["data"] for r in await pad.read_all())
+    text, table = (r["data"] for r in await pad.read_records())
     assert text == "x" * 1000 + "…[truncated 500 chars]"
     assert (table["kind"], table["items"]) == ("list", 1000)
     assert table["truncated"].startswith('[["cell","cell"')
@@ -151,7 +263,7 @@ async def test_values_under_secret_named_keys_are_hidden_in_notes(
     await pad.write("login", {"user": "alice", "password": "hunter2", "api_key": {"v": 1}})
     raw = await local_blob.read(pad.path)
     assert b"hunter2" not in raw
-    [record] = await pad.read_all()
+    [record] = await pad.read_records()
     assert record["data"] == {"user": "alice", "password": REDACTED, "api_key": REDACTED}
 
 

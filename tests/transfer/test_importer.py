@@ -412,7 +412,7 @@ async def test_an_imported_scratchpad_stays_appendable_on_every_blob_backend(
         mem = rt.memory(wf, "s1", "a1")
         assert mem.working is not None
         await mem.working.write("note", f"after the import of {wf}")
-        notes = await mem.working.read_all()
+        notes = await mem.working.read_records()
         assert notes[-1]["data"] == f"after the import of {wf}"
     assert not await blob_storage.list("staging/")
 

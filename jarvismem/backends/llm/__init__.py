@@ -6,7 +6,9 @@ The package is split by job:
   every summary obeys;
 * :mod:`.protocol`: :class:`Summarizer`, what the long-term tier talks to;
 * :mod:`.client`: :class:`ChatCompletionsClient`, the OpenAI-compatible HTTP client;
-* :mod:`.summarizers`: :class:`LLMSummarizer` and :class:`ExtractiveSummarizer`;
+* :mod:`.summarizers`: :class:`LLMSummarizer`, :class:`ExtractiveSummarizer`, and
+  :class:`GenerateSummarizer` with :func:`as_summarizer` (JarvisCore's
+  ``generate()`` client shape);
 * :mod:`.factory`: :func:`create_summarizer`, which picks one from the settings.
 
 This module only re-exports; the parts import each other directly.
@@ -17,15 +19,22 @@ from __future__ import annotations
 from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.backends.llm.factory import create_summarizer
 from jarvismem.backends.llm.protocol import Summarizer
-from jarvismem.backends.llm.summarizers import ExtractiveSummarizer, LLMSummarizer
+from jarvismem.backends.llm.summarizers import (
+    ExtractiveSummarizer,
+    GenerateSummarizer,
+    LLMSummarizer,
+    as_summarizer,
+)
 from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
 
 __all__ = [
     "TRUNCATION_MARKER",
     "ChatCompletionsClient",
     "ExtractiveSummarizer",
+    "GenerateSummarizer",
     "LLMSummarizer",
     "Summarizer",
+    "as_summarizer",
     "create_summarizer",
     "truncate",
 ]

@@ -10,6 +10,8 @@ def test_reexports_are_the_parts_objects() -> None:
     assert llm.ChatCompletionsClient is client.ChatCompletionsClient
     assert llm.LLMSummarizer is summarizers.LLMSummarizer
     assert llm.ExtractiveSummarizer is summarizers.ExtractiveSummarizer
+    assert llm.GenerateSummarizer is summarizers.GenerateSummarizer
+    assert llm.as_summarizer is summarizers.as_summarizer
     assert llm.Summarizer is protocol.Summarizer
     assert llm.create_summarizer is factory.create_summarizer
     assert llm.truncate is truncation.truncate
@@ -19,8 +21,10 @@ def test_reexports_are_the_parts_objects() -> None:
             "TRUNCATION_MARKER",
             "ChatCompletionsClient",
             "ExtractiveSummarizer",
+            "GenerateSummarizer",
             "LLMSummarizer",
             "Summarizer",
+            "as_summarizer",
             "create_summarizer",
             "truncate",
         ]

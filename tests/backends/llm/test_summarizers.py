@@ -8,9 +8,14 @@ import re
 import pytest
 
 from jarvismem.backends.llm.client import ChatCompletionsClient
-from jarvismem.backends.llm.summarizers import ExtractiveSummarizer, LLMSummarizer
+from jarvismem.backends.llm.summarizers import (
+    ExtractiveSummarizer,
+    GenerateSummarizer,
+    LLMSummarizer,
+    as_summarizer,
+)
 from jarvismem.backends.llm.truncation import TRUNCATION_MARKER
-from jarvismem.errors import InvalidPayloadError
+from jarvismem.errors import InvalidPayloadError, LLMError
 from jarvismem.testing.fake_llm import FakeLLMServer
 from tests.backends.llm.conftest import MESSAGES, MakeClient
 
@@ -169,3 +174,78 @@ async def test_extractive_cuts_a_single_line_longer_than_the_budget() -> None:
 async def test_extractive_refuses_an_empty_budget() -> None:
     with pytest.raises(InvalidPayloadError):
         await ExtractiveSummarizer().summarize(TEXT, max_chars=0)
+
+
+# --- JarvisCore's generate() client shape -----------------------------------------------
+
+
+class Generate:
+    """A client of JarvisCore's shape; ``answer`` is what generate() returns or raises."""
+
+    def __init__(self, answer: object = None, model: str | None = None) -> None:
+        self.answer = answer if answer is not None else {"content": " the summary \n"}
+        self.calls: list[dict[str, object]] = []
+        if model is not None:
+            self.model = model
+
+    async def generate(self, *, prompt: str, temperature: float, max_tokens: int) -> object:
+        self.calls.append({"prompt": prompt, "temperature": temperature, "max_tokens": max_tokens})
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+async def test_generate_summarizer_sends_one_prompt_with_the_summary_and_the_entries() -> None:
+    client = Generate({"content": " the summary \n", "tokens": {"total": 42}})
+    summarizer = GenerateSummarizer(client)
+    out = await summarizer.summarize("[turn 1] new", previous_summary="old", max_chars=900)
+    assert out == "the summary"
+    [call] = client.calls
+    assert "At most 900 characters" in str(call["prompt"])
+    assert "Current summary:\nold" in str(call["prompt"]) and "[turn 1] new" in str(call["prompt"])
+    assert call["temperature"] == 0.3 and call["max_tokens"] == 300
+    assert summarizer.tokens_used == 42
+    assert summarizer.name == "generate:Generate"
+    assert GenerateSummarizer(Generate(model="gpt-x")).name == "generate:gpt-x"
+
+
+async def test_generate_summarizer_caps_max_tokens_and_the_answer() -> None:
+    client = Generate({"content": "z" * 500})
+    summarizer = GenerateSummarizer(client, max_tokens=50)
+    out = await summarizer.summarize("text", max_chars=100)
+    assert len(out) <= 100 and out.endswith(TRUNCATION_MARKER)
+    assert client.calls[0]["max_tokens"] == 50
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        (RuntimeError("rate limited"), "generate\\(\\) failed: RuntimeError: rate limited"),
+        ({"text": "no content key"}, "'content' string, got dict with keys \\['text'\\]"),
+        ("just a string", "got str"),
+        ({"content": None}, "'content' string"),
+    ],
+    ids=["raises", "no-content", "not-a-dict", "content-none"],
+)
+async def test_a_failing_or_malformed_generate_is_an_llm_error(answer: object, match: str) -> None:
+    with pytest.raises(LLMError, match=match):
+        await GenerateSummarizer(Generate(answer)).summarize("text")
+
+
+async def test_a_synchronous_generate_is_accepted_too() -> None:
+    class Sync:
+        def generate(self, **kwargs: object) -> dict[str, str]:
+            return {"content": "sync"}
+
+    assert await GenerateSummarizer(Sync()).summarize("text") == "sync"
+
+
+def test_as_summarizer_tells_the_shapes_apart() -> None:
+    extractive = ExtractiveSummarizer()
+    assert as_summarizer(extractive) is extractive
+    wrapped = as_summarizer(Generate(), max_tokens=7)
+    assert isinstance(wrapped, GenerateSummarizer) and wrapped.max_tokens == 7
+    with pytest.raises(InvalidPayloadError, match=r"summarize.*generate.*got int"):
+        as_summarizer(42)
+    with pytest.raises(InvalidPayloadError, match="max_tokens"):
+        GenerateSummarizer(Generate(), max_tokens=0)

@@ -31,7 +31,7 @@ from jarvismem.transfer.jarviscore import (
     target_digest,
 )
 from jarvismem.transfer.workflow import workflow_is_empty
-from tests.transfer._reference import run_reference
+from tests.reference_env import run_reference_text
 
 # --- the reference's own formats, written as its RedisContextStore / WorkingScratchpad do ----
 
@@ -305,7 +305,7 @@ async def real_source(redis_server: Any, tmp_path: Path) -> AsyncIterator[tuple[
 
     blob_dir = tmp_path / "jarviscore-blobs"
     env = {"REF_REDIS_URL": redis_server.url, "REF_BLOB": str(blob_dir)}
-    seen = json.loads(run_reference(DRIVER, cwd=tmp_path, env=env))
+    seen = json.loads(run_reference_text(DRIVER, cwd=tmp_path, env=env))
     client = aioredis.Redis.from_url(redis_server.url)
     blob = LocalBlobStorage(blob_dir)
     yield seen, JarvisCoreSource(client, blob, redis_label=redis_server.url)

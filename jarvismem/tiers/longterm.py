@@ -72,6 +72,13 @@ MAX_SUMMARY_CHARS = 1_000_000
 
 MAX_REDUCE_DEPTH = 8
 
+RENDER_SLICE_SECONDS = 0.0005
+"""Longest stretch of rendering and redacting ledger entries :meth:`LongTermMemory.compress`
+does on the event loop before it yields to it."""
+
+# Entries rendered and redacted together between two checks of the time slice.
+_RENDER_BATCH = 4
+
 SAVE_ATTEMPTS = 8
 """How often :meth:`LongTermMemory.save_summary` re-reads and retries when a
 concurrent save changed the blob copy under it (each retry means another save won)."""
@@ -756,18 +763,37 @@ class LongTermMemory:
         if max_tokens is not None:
             # ~4 characters per token: the summary JarvisCore's limit allows.
             max_chars = min(max_chars, 4 * max_tokens)
-        lines = [render_entry(entry) for entry in entries]
-        text = "\n".join(lines)
-        if self.redactor is not None:
-            text = self.redactor(text)
-            lines = text.split("\n")
+        lines = await self._render(entries)
         if previous is not None:
             previous = truncate(previous, chunk_chars)
-        if not text.strip():
+        if not any(line.strip() for line in lines):
             return truncate(previous or "", max_chars)
         text = await self._reduce(lines, llm, chunk_chars)
         summary = await llm.summarize(text, previous_summary=previous, max_chars=max_chars)
         return truncate(summary, max_chars)
+
+    async def _render(self, entries: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The entries as redacted lines, one per entry.
+
+        Rendered and redacted a batch of entries at a time, yielding to the
+        event loop whenever a slice of work took :data:`RENDER_SLICE_SECONDS`:
+        a page of a thousand turns never holds up the kernel's tasks. Each
+        batch is redacted as one text (the redactor's literal pre-check then
+        runs once per batch); an entry is one line, so a secret never spans
+        two batches.
+        """
+        lines: list[str] = []
+        await asyncio.sleep(0)  # a fresh turn of the loop: see the summarizer's slices
+        slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
+        for start in range(0, len(entries), _RENDER_BATCH):
+            batch = [render_entry(entry) for entry in entries[start : start + _RENDER_BATCH]]
+            if self.redactor is not None:
+                batch = self.redactor("\n".join(batch)).split("\n")
+            lines += batch
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
+        return lines
 
     async def _reduce(self, lines: list[str], llm: Summarizer, chunk_chars: int) -> str:
         """Map-reduce ``lines`` until they fit in one chunk; returns that text."""

@@ -12,7 +12,7 @@ import pytest
 
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm import LLMSummarizer
-from jarvismem.errors import BackendUnavailableError, LockNotAcquiredError
+from jarvismem.errors import BackendUnavailableError, ConfigError, LockNotAcquiredError
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_llm import FakeLLMServer
 from jarvismem.tiers.compaction import CompactionPolicy, Compactor
@@ -367,3 +367,47 @@ async def test_the_extractive_summary_accounts_for_every_turn_it_was_given(
     kept = set(re.findall(r"\[turn (\d+)\]", text))
     omitted = sum(int(n) for n in re.findall(r" omitted: (\d+) turns?[\],]", text))
     assert omitted > 0 and len(kept) + omitted == 154
+
+
+# --- cost: every entry read once, in small reads ------------------------------------------------
+
+
+class CountingLedger:
+    """The ledger, counting the XRANGE reads compaction makes and the entries they return."""
+
+    def __init__(self, ledger: EpisodicLedger) -> None:
+        self.ledger = ledger
+        self.reads: list[int] = []
+
+    async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
+        page = await self.ledger.range_after(after_id, count)
+        self.reads.append(len(page))
+        return page
+
+
+@pytest.mark.parametrize("turns", [7, 40])
+async def test_a_compaction_reads_each_entry_once_in_reads_of_read_size(
+    setup: Setup, turns: int
+) -> None:
+    # O(N): a compaction of N turns reads N entries (never a page twice), in
+    # XRANGEs of at most read_size, and folds page_size of them per summarizer pass.
+    await setup.log(1, turns)
+    counting = CountingLedger(setup.ledger)
+    compactor = setup.compactor(page_size=8, read_size=3)
+    compactor.ledger = counting
+    result = await compactor.compact()
+    assert result.entries == turns
+    assert sum(counting.reads) == turns
+    assert max(counting.reads) <= 3
+    # One summarizer call per page of 8 (the recording summarizer never map-reduces).
+    assert len(setup.summarizer.calls) == -(-turns // 8)
+    # A rolling compaction afterwards reads only what is new.
+    await setup.log(turns + 1, turns + 2)
+    counting.reads.clear()
+    assert (await compactor.compact()).entries == 2
+    assert sum(counting.reads) == 2
+
+
+def test_policy_refuses_a_read_size_below_one() -> None:
+    with pytest.raises(ConfigError):
+        CompactionPolicy(read_size=0)

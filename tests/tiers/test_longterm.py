@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -13,6 +14,7 @@ from jarvismem.backends.llm import LLMSummarizer
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.tiers import longterm
 from jarvismem.tiers.longterm import SummaryProvenance, SummaryRecord, render_entry
 from tests.tiers.conftest import TTL, RecordingSummarizer, make_ltm
 
@@ -284,3 +286,41 @@ async def test_compress_refuses_an_llm_of_neither_shape_naming_both(
     with pytest.raises(InvalidPayloadError, match=r"summarize\(.*generate\(") as caught:
         await ltm.compress(turns(1), llm)
     assert type(llm).__name__ in str(caught.value)
+
+
+async def test_compress_renders_and_redacts_in_slices_the_loop_runs_between(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slice of zero yields after every batch: the count depends on the batch
+    # size, not on the machine's speed.
+    monkeypatch.setattr(longterm, "RENDER_SLICE_SECONDS", 0.0)
+    redacted: list[str] = []
+
+    def redactor(text: str) -> str:
+        redacted.append(text)
+        return text.replace("x", "_")
+
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
+    summarizer = RecordingSummarizer()
+    ticks = 0
+    done = asyncio.Event()
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(ticking())
+    await ltm.compress(turns(40, width=5), summarizer)
+    done.set()
+    await ticker
+    batches = -(-40 // longterm._RENDER_BATCH)
+    assert ticks >= batches
+    # Every entry was redacted once, one line each, none left out.
+    assert sum(text.count("\n") + 1 for text in redacted) == 40
+    sent = summarizer.calls[-1][0]
+    assert "x" not in sent and all(f"[turn {i}]" in sent for i in range(1, 41))

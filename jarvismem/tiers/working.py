@@ -39,11 +39,12 @@ from jarvismem.defaults import (
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.payload import clean_value
-from jarvismem.records import TURN, Scope, encode_record, parse_records
+from jarvismem.records import TURN, TURN_FIELDS, Scope, encode_record, parse_records
 from jarvismem.records import compact_json as _dumps
 from jarvismem.redaction import no_redaction, secret_key_matcher
 
 log = logging.getLogger(__name__)
+_TURN_JSON = _dumps(TURN)
 
 MAX_ENTRY_TYPE_CHARS = 256
 """Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
@@ -121,6 +122,16 @@ class WorkingScratchpad:
         """Append a turn record (called by ``UnifiedMemory.log_turn``)."""
         record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": turn_id, "data": turn}
         await self._append(self.path, encode_record(record))
+
+    async def append_turn_encoded(self, turn_id: str, fields: list[str], ts: float) -> None:
+        """Append a turn record built from the ledger entry's encoded fields.
+
+        ``fields``: ``encode_fields`` of the turn's ledger entry (``turn_id``,
+        ``step_id``, ``agent_id``, ``ts``, ``thought``, ``action``, ``result``,
+        ``tokens``, in that order). The line is byte-for-byte what
+        :meth:`append_turn` writes, without encoding the values a second time.
+        """
+        await self._append(self.path, encode_turn_line(fields))
 
     def _clean(self, data: Any) -> Any:
         """Redacted, bounded, JSON-safe data (InvalidPayloadError when too deep or not JSON)."""
@@ -323,6 +334,22 @@ def render_findings(step_id: str, findings: Iterable[dict[str, Any]]) -> str:
         rest.pop("scope", None)
         lines.append(f"- **{entry_type}**: {json.dumps(rest, ensure_ascii=False)}")
     return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def encode_turn_line(fields: list[str]) -> bytes:
+    """The scratchpad line of a turn from its ledger entry's ``encode_fields`` output.
+
+    Equal to ``encode_record({"ts", "type": "turn", "scope": "step", "turn_id",
+    "data": {"thought", "action", "result", "tokens"}})``: the values are already
+    compact JSON (and checked for valid UTF-8) by ``encode_fields``.
+    """
+    if len(fields) != 16 or tuple(fields[0::2]) != TURN_FIELDS:
+        raise InvalidPayloadError("not the encoded fields of a turn entry")
+    return (
+        f'\n{{"ts":{fields[7]},"type":{_TURN_JSON},"scope":"step","turn_id":{fields[1]},'
+        f'"data":{{"thought":{fields[9]},"action":{fields[11]},"result":{fields[13]},'
+        f'"tokens":{fields[15]}}}}}'
+    ).encode()
 
 
 def _no_secret_keys(key: str) -> bool:

@@ -302,3 +302,33 @@ async def test_the_same_finding_from_two_agents_is_kept_for_each(
         await pad.write("f", "same", scope="goal")
     found = await pad_of(blob_storage, keyspace, workflow_id, "s2").workflow_goal_findings()
     assert [(r["agent_id"], r["data"]) for r in found] == [("a1", "same"), ("a2", "same")]
+
+
+@pytest.mark.parametrize(
+    "thought,action,result,tokens",
+    [
+        ("plain", "act()", "ok", 3),
+        ('ünïcode ✓ \u2028 "quoted"', {"tool": "x", "args": [1, 2.5, None]}, ["a", {"b": True}], 0),
+        (None, "", {"nested": {"deep": "x"}}, 12345),
+    ],
+)
+def test_a_turn_line_from_the_ledger_fields_is_byte_for_byte_the_record_encoding(
+    thought: Any, action: Any, result: Any, tokens: int
+) -> None:
+    from jarvismem.records import TURN, encode_fields, encode_record
+    from jarvismem.tiers.working import encode_turn_line
+
+    ts = 1712345678.123456
+    entry = {
+        "turn_id": "7",
+        "step_id": "s1",
+        "agent_id": "a1",
+        "ts": ts,
+        "thought": thought,
+        "action": action,
+        "result": result,
+        "tokens": tokens,
+    }
+    data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
+    record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": "7", "data": data}
+    assert encode_turn_line(encode_fields(entry)) == encode_record(record)

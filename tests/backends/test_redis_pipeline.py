@@ -7,7 +7,7 @@ iterations, correctness by what lands in Redis.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -153,29 +153,37 @@ async def test_a_lost_script_is_loaded_again_for_lone_and_batched_commands(
     assert await values(real_redis, key) == ["lone", *map(str, range(20))]
 
 
-@pytest.fixture(params=["project", "no-retry"])
-async def lossy(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Any, LostReplyProxy]]:
-    """A client through a reply-losing proxy: as the runtime builds it, or without retries."""
-    parts = urlsplit(REAL_REDIS_URL)
-    proxy = await LostReplyProxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
-    url = f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}"
-    if request.param == "project":
-        client = create_redis(Settings(redis_url=url, _env_file=None))  # type: ignore[call-arg]
-    else:
-        client = aioredis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
-    client.retries_enabled = request.param == "project"
-    yield client, proxy
-    await client.aclose()
-    await proxy.close()
+LossyFactory = Callable[[bool], Awaitable[tuple[Any, LostReplyProxy]]]
+
+
+@pytest.fixture
+async def make_lossy() -> AsyncIterator[LossyFactory]:
+    """``await make_lossy(project)``: a client through a reply-losing proxy, built as the
+    runtime builds it (``project=True``: with its command retries) or without retries."""
+    made: list[tuple[Any, LostReplyProxy]] = []
+
+    async def make(project: bool) -> tuple[Any, LostReplyProxy]:
+        parts = urlsplit(REAL_REDIS_URL)
+        proxy = await LostReplyProxy(parts.hostname or "127.0.0.1", parts.port or 6379).start()
+        url = f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}"
+        if project:
+            client = create_redis(Settings(redis_url=url, _env_file=None))  # type: ignore[call-arg]
+        else:
+            client = aioredis.Redis.from_url(url, retry=Retry(NoBackoff(), 0))
+        made.append((client, proxy))
+        return client, proxy
+
+    yield make
+    for client, proxy in made:
+        await client.aclose()
+        await proxy.close()
 
 
 @pytest.mark.integration
 async def test_a_lost_connection_fails_every_caller_of_the_batch_with_its_own_error(
-    real_redis: Any, lossy: tuple[Any, LostReplyProxy], keyspace: KeySpace
+    real_redis: Any, make_lossy: LossyFactory, keyspace: KeySpace
 ) -> None:
-    client, proxy = lossy
-    if client.retries_enabled:
-        pytest.skip("the project client retries a lost reply (next test)")
+    client, proxy = await make_lossy(False)  # without retries: the project client resends
     script = await loaded(client)
     key = keyspace.ledger("pipe-outage")
     pipe = AutoPipeline(client)
@@ -196,11 +204,9 @@ async def test_a_lost_connection_fails_every_caller_of_the_batch_with_its_own_er
 
 @pytest.mark.integration
 async def test_a_lost_pipeline_reply_is_retried_and_an_idempotent_script_lands_once(
-    real_redis: Any, lossy: tuple[Any, LostReplyProxy], keyspace: KeySpace
+    real_redis: Any, make_lossy: LossyFactory, keyspace: KeySpace
 ) -> None:
-    client, proxy = lossy
-    if not client.retries_enabled:
-        pytest.skip("without retries every caller fails (previous test)")
+    client, proxy = await make_lossy(True)  # as the runtime builds it, with its retries
     # Idempotent by ARGV[1]: what the ledger's exactly-once script does with its index.
     script = client.register_script(
         "if redis.call('SADD', KEYS[2], ARGV[1]) == 0 then return 0 end "

@@ -96,6 +96,11 @@ return {turns, tokens}
 """
 
 # Background tasks running in this process, per (event loop, workflow lock key).
+COUNTER_PUSH_SECONDS = 5.0
+"""Longest a process keeps turns it counted before adding them to the workflow's
+shared counters (while it keeps logging turns); it also pushes once it holds half
+the policy's turns or tokens, and at once when its own count makes compaction due."""
+
 _RUNNING: dict[tuple[int, str], asyncio.Task[None]] = {}
 
 
@@ -252,6 +257,7 @@ class Compactor:
         self._pending_tokens = 0
         # Shared totals as last seen in Redis (None: not read yet in this process).
         self._known: tuple[int, int] | None = None
+        self._pushed_at = 0.0  # loop-independent clock of the last counter push
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- the policy ---------------------------------------------------------------------
@@ -286,9 +292,16 @@ class Compactor:
             return False
         if self._known is None or self.due:
             return True
-        # Batch the shared-counter update; other processes' turns are seen at the
-        # next push, so the shared view lags by at most a tenth of the policy.
-        return self._pending_turns >= max(1, self.policy.every_turns // 10)
+        # Batch the shared-counter update (a task and a round trip each): this
+        # process's turns reach the others once they make half the policy, or
+        # COUNTER_PUSH_SECONDS after the last push, whichever comes first. It
+        # used to push every tenth of the policy: every 5 turns by default.
+        policy = self.policy
+        return (
+            self._pending_turns >= max(1, policy.every_turns // 2)
+            or self._pending_tokens >= max(1, policy.token_threshold // 2)
+            or time.monotonic() - self._pushed_at >= COUNTER_PUSH_SECONDS
+        )
 
     async def flush_counters(self) -> tuple[int, int]:
         """Add the locally counted turns/tokens to the shared counters (one round trip).
@@ -312,6 +325,7 @@ class Compactor:
             self._pending_tokens += tokens
             raise
         self._known = (_int(total_turns), _int(total_tokens))
+        self._pushed_at = time.monotonic()
         return self._known
 
     def _running_key(self) -> tuple[int, str]:

@@ -72,6 +72,14 @@ MAX_SUMMARY_CHARS = 1_000_000
 
 MAX_REDUCE_DEPTH = 8
 
+BLOB_ABSENT_SECONDS = 5.0
+"""How long a blob found without a summary is believed empty by reads that found
+none in Redis either (every rehydrate bundle of a workflow not yet compacted would
+otherwise look for the blob). A save writes the blob before Redis, so the only
+summary this can hide is one whose save died between the two writes, or one
+written by a process that reached the blob but not yet Redis: for at most this long.
+A save through the same :class:`LongTermMemory` ends the bound at once."""
+
 RENDER_SLICE_SECONDS = 0.0005
 """Longest stretch of rendering and redacting ledger entries :meth:`LongTermMemory.compress`
 does on the event loop before it yields to it."""
@@ -304,6 +312,10 @@ class LongTermMemory:
         self.redactor = redactor
         self._repopulate = redis.register_script(_REPOPULATE_LUA) if redis is not None else None
         self._save = redis.register_script(_SAVE_LUA) if redis is not None else None
+        # Loop-clock time until which the blob is known to hold no summary
+        # (see BLOB_ABSENT_SECONDS), and how many blob writes this object began.
+        self._blob_absent_until = 0.0
+        self._blob_writes = 0
 
     @property
     def active(self) -> bool:
@@ -455,6 +467,9 @@ class LongTermMemory:
         lost (the backend retried it) is recognised and not reported.
         """
         assert self.blob is not None
+        # Reads stop believing the blob empty from here on.
+        self._blob_writes += 1
+        self._blob_absent_until = 0.0
         data = record.text.encode("utf-8")
         meta = _Meta(
             **record.model_dump(exclude={"text"}),
@@ -558,16 +573,44 @@ class LongTermMemory:
         (or ``BackendRejectedError``) when a configured backend fails instead of
         reading past it, so an outage is never mistaken for "no summary yet".
         """
-        redis_failed = False
-        if self.redis is not None:
-            raw = await self._redis_raw(strict=strict)
-            if raw is None:
-                redis_failed = True
-            else:
-                record = self._from_redis(raw)
-                if record is not None:
-                    return record
+        if self.redis is None:
+            return await self._record_after_redis(None, redis_failed=False, strict=strict)
+        raw = await self._redis_raw(strict=strict)
+        return await self._record_after_redis(raw, redis_failed=raw is None, strict=strict)
+
+    def queue_summary_read(self, pipe: Any) -> None:
+        """Queue the summary's Redis read (``HGETALL``) on a pipeline.
+
+        The rehydrate bundle sends its Redis reads as one round trip, then
+        hands the reply to :meth:`summary_from_reply`. Needs Redis.
+        """
+        assert self.redis is not None
+        pipe.hgetall(self.key)
+
+    async def summary_from_reply(self, raw: Mapping[Any, Any] | None) -> str | None:
+        """:meth:`load_summary` given the reply of :meth:`queue_summary_read`.
+
+        ``raw``: the ``HGETALL`` reply, or None when that read failed (the blob
+        copy is then read, as :meth:`load_summary` does on a Redis failure).
+        """
+        record = await self._record_after_redis(raw, redis_failed=raw is None, strict=False)
+        return None if record is None else record.text
+
+    async def _record_after_redis(
+        self, raw: Mapping[Any, Any] | None, *, redis_failed: bool, strict: bool
+    ) -> SummaryRecord | None:
+        """The summary given what Redis answered: its copy, else the blob's (repopulated)."""
+        if raw is not None:
+            record = self._from_redis(raw)
+            if record is not None:
+                return record
         if self.blob is None:
+            return None
+        if not strict and time.monotonic() < self._blob_absent_until:
+            # The blob had no summary a moment ago, and a save writes the blob
+            # before Redis: while Redis has none either, nothing new can be
+            # there unless a save died between its two writes, seen by the
+            # end of the bound. Saves made through this object clear it.
             return None
         found = await self._read_blob(strict=strict)
         if found is None:
@@ -655,12 +698,21 @@ class LongTermMemory:
             log.warning("long-term summary of %s: Redis provenance unreadable", self.workflow_id)
             return SummaryRecord(text=fields["text"])
 
-    async def _blob_bytes(self, path: str, *, strict: bool) -> bytes | None:
-        """A blob's bytes; None when absent or, unless ``strict``, unreadable."""
+    async def _blob_bytes(
+        self, path: str, *, strict: bool, absent_mark: bool = False
+    ) -> bytes | None:
+        """A blob's bytes; None when absent or, unless ``strict``, unreadable.
+
+        ``absent_mark``: remember an absent blob for :data:`BLOB_ABSENT_SECONDS`.
+        """
         assert self.blob is not None
+        saves, started = self._blob_writes, time.monotonic()
         try:
             return await self.blob.read(path)
         except BlobNotFoundError:
+            # Not when a save of this object began meanwhile: it may have landed.
+            if absent_mark and saves == self._blob_writes:
+                self._blob_absent_until = started + BLOB_ABSENT_SECONDS
             return None
         except BlobError as exc:
             if strict:
@@ -678,7 +730,7 @@ class LongTermMemory:
 
     async def _read_blob(self, *, strict: bool) -> tuple[SummaryRecord, _Meta | None] | None:
         """The blob copy and its meta (None when the meta is absent or damaged)."""
-        data = await self._blob_bytes(self.blob_path, strict=strict)
+        data = await self._blob_bytes(self.blob_path, strict=strict, absent_mark=True)
         if data is None:
             return None
         raw = await self._blob_bytes(self.meta_path, strict=strict)

@@ -411,3 +411,37 @@ async def test_a_compaction_reads_each_entry_once_in_reads_of_read_size(
 def test_policy_refuses_a_read_size_below_one() -> None:
     with pytest.raises(ConfigError):
         CompactionPolicy(read_size=0)
+
+
+async def test_counters_are_pushed_every_half_policy_and_still_trigger_across_processes(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each push is a task and a round trip: at the default policy it used to come
+    every 5 turns. Two compactors (two processes of one workflow) that each count
+    fewer turns than the policy still compact once their pushed sum makes it due."""
+    await setup.log(1, 12)
+    one, two = setup.compactor(every_turns=10), setup.compactor(every_turns=10)
+    pushes: list[int] = []
+    for compactor in (one, two):
+        flush = compactor.flush_counters
+
+        async def counting(flush: Any = flush, compactor: Any = compactor) -> Any:
+            pushes.append(compactor._pending_turns)
+            return await flush()
+
+        monkeypatch.setattr(compactor, "flush_counters", counting)
+    for compactor in (one, two):
+        compactor.note_turn(1)
+        task = compactor.maybe_schedule()  # the first turn learns the shared totals
+        assert task is not None
+        await task
+    for _ in range(5):
+        for compactor in (one, two):
+            compactor.note_turn(1)
+            task = compactor.maybe_schedule()
+            if task is not None:
+                await task
+    # 1 + 5 turns each: the first push, then one at half the policy (5 turns).
+    assert pushes == [1, 1, 5, 5]
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 12  # compacted: 12 ledger entries

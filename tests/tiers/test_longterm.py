@@ -324,3 +324,45 @@ async def test_compress_renders_and_redacts_in_slices_the_loop_runs_between(
     assert sum(text.count("\n") + 1 for text in redacted) == 40
     sent = summarizer.calls[-1][0]
     assert "x" not in sent and all(f"[turn {i}]" in sent for i in range(1, 41))
+
+
+async def test_a_blob_without_summary_is_remembered_for_a_bounded_time(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    """A workflow not yet compacted has no summary: every bundle used to look for
+    the blob copy too. The absence is remembered for BLOB_ABSENT_SECONDS; a save
+    through the same object ends it, another process's save shows by the bound."""
+    ltm = make_ltm(redis_client, local_blob, keyspace, workflow_id)
+    reads: list[str] = []
+    read = local_blob.read
+
+    async def counting_read(path: str) -> bytes:
+        reads.append(path)
+        return await read(path)
+
+    local_blob.read = counting_read  # type: ignore[method-assign]
+    assert await ltm.load_summary() is None
+    assert await ltm.load_summary() is None
+    assert await ltm.summary_from_reply({}) is None
+    assert reads == [keyspace.ltm_blob(workflow_id)]
+    # Our own save: seen at once, even from the blob when Redis lost its copy.
+    await ltm.save_summary("ours")
+    await redis_client.delete(keyspace.ltm_summary(workflow_id))
+    assert await ltm.load_summary() == "ours"
+    # Another process's save that reached the blob but not Redis (it died between
+    # the two writes): hidden at most for the bound.
+    other_wf = workflow_id + "-b"
+    ltm = make_ltm(redis_client, local_blob, keyspace, other_wf)
+    assert await ltm.load_summary() is None
+    await make_ltm(redis_client, local_blob, keyspace, other_wf).save_summary("theirs")
+    await redis_client.delete(keyspace.ltm_summary(other_wf))
+    assert await ltm.load_summary() is None
+    ltm._blob_absent_until -= longterm.BLOB_ABSENT_SECONDS + 1  # the bound has passed
+    assert await ltm.load_summary() == "theirs"
+    # strict reads (compaction's base) never trust the remembered absence.
+    other = make_ltm(redis_client, local_blob, keyspace, workflow_id + "-c")
+    assert await other.load_summary() is None
+    await make_ltm(redis_client, local_blob, keyspace, workflow_id + "-c").save_summary("x")
+    await redis_client.delete(keyspace.ltm_summary(workflow_id + "-c"))
+    record = await other.load_summary_record(strict=True)
+    assert record is not None and record.text == "x"

@@ -22,6 +22,7 @@ from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS, RECALL_CONTENT_MAX_CHARS
 from jarvismem.engine.core import MemoryEngine
+from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -107,7 +108,9 @@ class UnifiedMemory:
         self._max_depth = s.max_payload_depth
         self._is_secret_key = rt.is_secret_key
         _check_append_limit(rt.blob, self._turn_field_limit)
-        self._wf = rt.workflow(self.workflow_id)
+        # Validates the id and creates the state now; the view keeps no reference
+        # to it (see _wf), so an idle view costs what the view itself holds.
+        rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
         if rt.blob is not None:
             self.working = WorkingScratchpad(
@@ -119,13 +122,11 @@ class UnifiedMemory:
                 tail_bytes=s.scratchpad_tail_bytes,
                 budget_chars=s.scratchpad_budget_chars,
                 redactor=rt.redactor,
-                append=self._wf.durable_append,
+                append=self._durable_append,
                 max_chars=self._turn_field_limit,
                 max_depth=self._max_depth,
                 is_secret_key=self._is_secret_key,
             )
-        self.episodic: EpisodicLedger | None = self._wf.ledger
-        self.ltm: LongTermMemory | None = self._wf.ltm
         self._spaces: SpacesStore | None = None
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
         # validated above, so log_turn only appends the validated turn id.
@@ -133,6 +134,31 @@ class UnifiedMemory:
         # The step's current goal as the user last stated it (log_turn/capture):
         # the bundle ranks Athena's mid-term chains against it.
         self._goal: str | None = None
+
+    @property
+    def _wf(self) -> WorkflowState:
+        """The workflow's shared state, from the engine each time.
+
+        Not kept on the view: the engine holds the recently used workflows
+        (an LRU) and any other only while something uses it, so thousands of
+        idle views do not pin thousands of workflow states; a state the engine
+        let go is made again on next use (its outboxes are files, its counters
+        in Redis).
+        """
+        return self.runtime.workflow(self.workflow_id)
+
+    @property
+    def episodic(self) -> EpisodicLedger | None:
+        """The episodic ledger tier (None without Redis)."""
+        return self._wf.ledger
+
+    @property
+    def ltm(self) -> LongTermMemory | None:
+        """The long-term summary tier (None without Redis or blob storage)."""
+        return self._wf.ltm
+
+    async def _durable_append(self, path: str, data: bytes) -> bool:
+        return await self._wf.durable_append(path, data)
 
     # --- the hot path ------------------------------------------------------------------
 

@@ -32,6 +32,33 @@ def latency_summary(latencies_s: list[float], wall_s: float) -> dict[str, float]
     }
 
 
+def bucket_series(latencies_s: list[float], bucket: int) -> dict[str, list[float]]:
+    """Per-``bucket``-call median and p99 latency in ms (a plot of latency over a run).
+
+    ``turn`` is the index of each bucket's first call.
+    """
+    turn: list[float] = []
+    median: list[float] = []
+    p99: list[float] = []
+    size = max(1, bucket)
+    for start in range(0, len(latencies_s), size):
+        chunk = latencies_s[start : start + size]
+        turn.append(float(start))
+        median.append(statistics.median(chunk) * 1e3)
+        p99.append(percentile(chunk, 99) * 1e3)
+    return {"turn": turn, "median_ms": median, "p99_ms": p99}
+
+
+def lag_summary(lags_s: list[float]) -> dict[str, float]:
+    """Loop-lag overshoots (seconds) as p50 / p99 / max in ms and the sample count."""
+    return {
+        "samples": float(len(lags_s)),
+        "p50_ms": statistics.median(lags_s) * 1e3 if lags_s else math.nan,
+        "p99_ms": percentile(lags_s, 99) * 1e3,
+        "max_ms": max(lags_s) * 1e3 if lags_s else math.nan,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """One benchmark target: ``value`` must be ``<=`` or ``>=`` ``limit``."""

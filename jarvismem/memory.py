@@ -22,6 +22,7 @@ from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS, RECALL_CONTENT_MAX_CHARS
 from jarvismem.engine.core import MemoryEngine
+from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import (
     BackendUnavailableError,
     ConfigError,
@@ -107,7 +108,9 @@ class UnifiedMemory:
         self._max_depth = s.max_payload_depth
         self._is_secret_key = rt.is_secret_key
         _check_append_limit(rt.blob, self._turn_field_limit)
-        self._wf = rt.workflow(self.workflow_id)
+        # Validates the id and creates the state now; the view keeps no reference
+        # to it (see _wf), so an idle view costs what the view itself holds.
+        rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
         if rt.blob is not None:
             self.working = WorkingScratchpad(
@@ -119,13 +122,11 @@ class UnifiedMemory:
                 tail_bytes=s.scratchpad_tail_bytes,
                 budget_chars=s.scratchpad_budget_chars,
                 redactor=rt.redactor,
-                append=self._wf.durable_append,
+                append=self._durable_append,
                 max_chars=self._turn_field_limit,
                 max_depth=self._max_depth,
                 is_secret_key=self._is_secret_key,
             )
-        self.episodic: EpisodicLedger | None = self._wf.ledger
-        self.ltm: LongTermMemory | None = self._wf.ltm
         self._spaces: SpacesStore | None = None
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
         # validated above, so log_turn only appends the validated turn id.
@@ -133,6 +134,31 @@ class UnifiedMemory:
         # The step's current goal as the user last stated it (log_turn/capture):
         # the bundle ranks Athena's mid-term chains against it.
         self._goal: str | None = None
+
+    @property
+    def _wf(self) -> WorkflowState:
+        """The workflow's shared state, from the engine each time.
+
+        Not kept on the view: the engine holds the recently used workflows
+        (an LRU) and any other only while something uses it, so thousands of
+        idle views do not pin thousands of workflow states; a state the engine
+        let go is made again on next use (its outboxes are files, its counters
+        in Redis).
+        """
+        return self.runtime.workflow(self.workflow_id)
+
+    @property
+    def episodic(self) -> EpisodicLedger | None:
+        """The episodic ledger tier (None without Redis)."""
+        return self._wf.ledger
+
+    @property
+    def ltm(self) -> LongTermMemory | None:
+        """The long-term summary tier (None without Redis or blob storage)."""
+        return self._wf.ltm
+
+    async def _durable_append(self, path: str, data: bytes) -> bool:
+        return await self._wf.durable_append(path, data)
 
     # --- the hot path ------------------------------------------------------------------
 
@@ -167,7 +193,8 @@ class UnifiedMemory:
         result = self._clean(result, "result")
         ts = time.time()
         wf = self._wf
-        writes: list[Awaitable[object]] = []
+        ledger_write: Awaitable[object] | None = None
+        args: list[str] | None = None
         if wf.redis_writer is not None:
             entry = {
                 "turn_id": turn,
@@ -179,30 +206,42 @@ class UnifiedMemory:
                 "result": result,
                 "tokens": tokens,
             }
-            record = {
-                "op": "turn",
-                "args": encode_fields(entry),
-                "field": self._turn_prefix + turn,
-            }
-            writes.append(wf.redis_writer.submit(record))
+            args = encode_fields(entry)
+            record = {"op": "turn", "args": args, "field": self._turn_prefix + turn}
+            ledger_write = wf.redis_writer.submit(record)
+        local: list[Awaitable[object]] = []
         if self.working is not None:
-            turn_data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
-            writes.append(self.working.append_turn(turn, turn_data, ts))
+            if args is not None:
+                # The ledger's JSON of each field is reused for the scratchpad line.
+                local.append(self.working.append_turn_encoded(turn, args, ts))
+            else:
+                turn_data = {
+                    "thought": thought,
+                    "action": action,
+                    "result": result,
+                    "tokens": tokens,
+                }
+                local.append(self.working.append_turn(turn, turn_data, ts))
         if self.runtime.athena is not None:
-            writes.append(self._athena_turn(turn, thought, action, result, user_message))
-        if len(writes) == 1:
-            await writes[0]
-        elif writes:
-            # The ledger round trip runs as a task while the other writes are
-            # awaited here: they overlap when those writes really wait (Azure,
-            # a thread hop), and cost no extra task when they do not (a small
-            # local append is a ~10 us write).
-            ledger_write = asyncio.ensure_future(writes[0])
+            local.append(self._athena_turn(turn, thought, action, result, user_message))
+        if ledger_write is None:
+            for write in local:
+                await write
+        elif not local:
+            await ledger_write
+        else:
+            # The ledger append is awaited here, so it runs now, in this step,
+            # up to its socket write (or joins the pipeline in flight); the local
+            # writes go to a task that runs on the next loop iteration, while
+            # Redis works on the append: a local append's CPU (~10-40 us)
+            # overlaps the round trip instead of adding to it.
+            others = asyncio.ensure_future(
+                local[0] if len(local) == 1 else _in_order(local)  # type: ignore[arg-type]
+            )
             try:
-                for write in writes[1:]:
-                    await write
-            finally:
                 await ledger_write
+            finally:
+                await others
         if wf.compactor is not None:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()
@@ -597,6 +636,12 @@ def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:
             f"{limit}-byte largest append of the {getattr(blob, 'name', 'given')} blob store; "
             f"use at most {max_field_chars_for(limit)}"
         )
+
+
+async def _in_order(writes: list[Awaitable[object]]) -> None:
+    """Await ``writes`` one after the other (the scratchpad append, then Athena's queueing)."""
+    for write in writes:
+        await write
 
 
 def _estimate_tokens(*values: Any) -> int:

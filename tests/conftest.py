@@ -413,3 +413,32 @@ def cluster_port() -> Iterator[int]:
         subprocess.run(
             [str(CLUSTER_SCRIPT), "stop", str(CLUSTER_BASE_PORT)], capture_output=True, timeout=60
         )
+
+
+@pytest.fixture
+async def cluster(cluster_port: int) -> AsyncIterator[Any]:
+    """A ``RedisCluster`` client of the session's local cluster."""
+    from redis.asyncio.cluster import RedisCluster
+
+    client = RedisCluster(host="127.0.0.1", port=cluster_port)
+    await client.initialize()
+    yield client
+    await client.aclose()
+
+
+AUTH_PASSWORD = "s3cret-auth-probe"
+"""The password of :func:`password_redis`."""
+
+
+@pytest.fixture(scope="session")
+def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServerProcess]:
+    """A real redis-server of the session's own that requires :data:`AUTH_PASSWORD`."""
+    import redis as sync_redis
+
+    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
+    server = RedisServerProcess(tmp_path_factory.mktemp("authredis"), persistence=False)
+    server.start()
+    # Set after start: the helper's readiness check is an unauthenticated PING.
+    sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
+    yield server
+    server.kill()

@@ -122,3 +122,112 @@ async def test_writes_queued_while_redis_is_down_are_in_the_bundle(
     assert [t["thought"] for t in bundle["recent_turns"]] == ["queued thought"]
     assert bundle["checkpoint"] == '{"n": 7}'
     assert "redis_outbox" in bundle["degraded"] and "episodic" in bundle["degraded"]
+
+
+class _RoundTrips:
+    """Counts what is sent to Redis: one ``send_packed_command`` is one round trip
+    (a pipeline sends all its commands at once)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from redis.asyncio.connection import AbstractConnection
+
+        self.count = 0
+        send = AbstractConnection.send_packed_command
+
+        async def counting(conn: Any, *args: Any, **kwargs: Any) -> None:
+            self.count += 1
+            await send(conn, *args, **kwargs)
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", counting)
+
+
+async def _full_workflow(engine: Any, workflow_id: str) -> UnifiedMemory:
+    mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
+    for turn in range(4):
+        await mem.log_turn(turn, f"thought {turn}", "act", "res")
+    await mem.save_checkpoint('{"n": 3}')
+    assert mem.ltm is not None and mem.spaces is not None
+    await mem.ltm.save_summary("the story so far")
+    await mem.spaces.ensure_space("notes", {"sky": "blue"})
+    return mem
+
+
+async def test_the_bundle_reads_redis_in_one_round_trip(
+    real_redis: Any,
+    local_blob: Any,
+    workflow_id: str,
+    make_engine: Factory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(redis=real_redis, blob=local_blob)
+    mem = await _full_workflow(engine, workflow_id)
+    await mem.rehydrate_bundle()  # warm: connections made, outboxes looked at
+    trips = _RoundTrips(monkeypatch)
+    bundle = await mem.rehydrate_bundle(ledger_tail=3)
+    # Summary, ledger tail, checkpoint and spaces: one pipelined round trip
+    # (each of them used to be its own).
+    assert trips.count == 1
+    assert bundle["ltm_summary"] == "the story so far"
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "2", "3"]
+    assert bundle["checkpoint"] == '{"n": 3}'
+    assert bundle["spaces"] is not None
+    assert bundle["spaces"]["spaces"]["notes"]["data"] == {"sky": "blue"}
+    assert bundle["degraded"] == {}
+
+
+async def test_a_failing_read_of_the_batch_degrades_only_its_tier(
+    redis_client: Any, local_blob: Any, workflow_id: str, make_engine: Factory
+) -> None:
+    engine = make_engine(redis=redis_client, blob=local_blob)
+    mem = await _full_workflow(engine, workflow_id)
+    # The checkpoint key holds a string: its HMGET fails (WRONGTYPE) in the pipeline.
+    await redis_client.delete(engine.keyspace.checkpoint(workflow_id, "s1"))
+    await redis_client.set(engine.keyspace.checkpoint(workflow_id, "s1"), "not a hash")
+    bundle = await mem.rehydrate_bundle(ledger_tail=2)
+    assert set(bundle["degraded"]) == {"checkpoint"}
+    assert "WRONGTYPE" in bundle["degraded"]["checkpoint"]
+    assert bundle["checkpoint"] is None
+    assert bundle["ltm_summary"] == "the story so far"
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["2", "3"]
+    assert bundle["spaces"] is not None
+
+
+async def test_a_failed_summary_read_in_the_batch_falls_back_to_the_blob_copy(
+    redis_client: Any, local_blob: Any, workflow_id: str, make_engine: Factory
+) -> None:
+    engine = make_engine(redis=redis_client, blob=local_blob)
+    mem = await _full_workflow(engine, workflow_id)
+    key = engine.keyspace.ltm_summary(workflow_id)
+    await redis_client.delete(key)
+    await redis_client.set(key, "not a hash")
+    bundle = await mem.rehydrate_bundle()
+    assert bundle["ltm_summary"] == "the story so far"
+    assert "ltm" not in bundle["degraded"]
+
+
+async def test_a_slow_round_trip_times_out_per_tier(
+    settings: Settings,
+    redis_client: Any,
+    local_blob: Any,
+    workflow_id: str,
+    make_engine: Factory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checkpoint tier gives up at its own (short) timeout while the others,
+    with longer ones, still get the same round trip's replies."""
+    fast = settings.model_copy(update={"tier_timeout_checkpoint": 0.05})
+    engine = make_engine(settings=fast, redis=redis_client, blob=local_blob)
+    mem = await _full_workflow(engine, workflow_id)
+    pipeline_cls = type(redis_client.pipeline(transaction=False))
+    execute = pipeline_cls.execute
+
+    async def slow_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.3)
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_cls, "execute", slow_execute)
+    bundle = await mem.rehydrate_bundle(ledger_tail=1)
+    assert set(bundle["degraded"]) == {"checkpoint"}
+    assert bundle["degraded"]["checkpoint"].startswith("timed out")
+    assert bundle["ltm_summary"] == "the story so far"
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["3"]

@@ -446,3 +446,56 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     assert await writer.flush(timeout=5.0) and applied == [0, 1, 2]
     await other.close()
     await writer.close()
+
+
+@pytest.mark.integration
+async def test_log_turn_sends_the_ledger_append_before_the_scratchpad_write(
+    real_redis: Any, local_blob: Any, make_memory: Factory
+) -> None:
+    """The local write overlaps the round trip: it runs after the append is on the wire."""
+    mem = make_memory(redis=real_redis, blob=local_blob)
+    await mem.log_turn(0, "warm", "up", "x")  # the script loaded, the file created
+    events: list[str] = []
+    send, append = real_redis.execute_command, local_blob.append
+
+    async def spy_send(*args: Any, **kw: Any) -> Any:
+        events.append("ledger sent")
+        return await send(*args, **kw)
+
+    async def spy_append(*args: Any, **kw: Any) -> Any:
+        events.append("scratchpad written")
+        return await append(*args, **kw)
+
+    real_redis.execute_command, local_blob.append = spy_send, spy_append
+    try:
+        await mem.log_turn(1, "t", "a", "r")
+    finally:
+        del real_redis.execute_command, local_blob.append
+    assert events == ["ledger sent", "scratchpad written"]
+
+
+@pytest.mark.integration
+async def test_many_agents_log_concurrently_every_turn_exactly_once_in_each_agents_order(
+    real_redis: Any, local_blob: Any, make_runtime: Factory, workflow_id: str
+) -> None:
+    rt = make_runtime(redis=real_redis, blob=local_blob)
+    mems = [rt.memory(f"{workflow_id}-{a % 4}", "s1", f"agent-{a}") for a in range(32)]
+
+    async def agent(mem: UnifiedMemory, relog: bool) -> None:
+        for i in range(12):
+            await mem.log_turn(i, f"t{i}", "a", "r")
+            if relog and i % 3 == 0:
+                await mem.log_turn(i, f"t{i}", "a", "r")  # a kernel re-running its turn
+
+    await asyncio.gather(*(agent(m, a % 2 == 0) for a, m in enumerate(mems)))
+    for w in range(4):
+        ledger = mems[w].episodic
+        assert ledger is not None
+        entries = await ledger.full_history()
+        assert len(entries) == 8 * 12
+        for a in range(w, 32, 4):
+            mine = [e["turn_id"] for e in entries if e["agent_id"] == f"agent-{a}"]
+            assert mine == [str(i) for i in range(12)]
+    for mem in mems[:3]:
+        bundle = await mem.rehydrate_bundle()
+        assert bundle["scratchpad"].count("### Turn 11") == 1

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import Factory, MakeSettings, wait_for
@@ -16,6 +17,19 @@ from tests.conftest import Factory, MakeSettings, wait_for
 def settings(make_settings: MakeSettings) -> Settings:
     """A short Athena tier timeout (the hang tests measure it) and a tenant for chains."""
     return make_settings(tier_timeout_athena=0.5, athena_tenant_id="acme")
+
+
+@pytest.fixture
+def athena_runtime(
+    redis_client: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_runtime: Factory,
+) -> MemoryRuntime:
+    """A runtime on Redis and the fake Athena server (a client with a 2 s timeout)."""
+    client = make_athena_client(athena_server.url, timeout=2.0)
+    runtime: MemoryRuntime = make_runtime(redis=redis_client, athena=client)
+    return runtime
 
 
 async def test_all_four_tiers_are_active_and_turns_reach_athena_as_events(
@@ -40,14 +54,9 @@ async def test_all_four_tiers_are_active_and_turns_reach_athena_as_events(
 
 
 async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
-    workflow_id: str,
-    redis_client: Any,
-    athena_server: FakeAthenaServer,
-    make_athena_client: Factory,
-    make_runtime: Factory,
+    workflow_id: str, athena_server: FakeAthenaServer, athena_runtime: MemoryRuntime
 ) -> None:
-    client = make_athena_client(athena_server.url, timeout=2.0)
-    rt = make_runtime(redis=redis_client, athena=client)
+    rt = athena_runtime
     user = rt.athena_agents.factory.user_id("a1")  # ATHENA_USER_ID.<namespace>
     athena_server.add_chain("acme", user, "billing", "Invoices are paid on the 5th.")
     mem = rt.memory(workflow_id, "s1", "a1")
@@ -63,14 +72,9 @@ async def test_bundle_carries_athena_short_term_events_and_mid_term_chains(
 
 
 async def test_turns_logged_before_the_session_exists_reach_athena_in_order(
-    workflow_id: str,
-    redis_client: Any,
-    athena_server: FakeAthenaServer,
-    make_athena_client: Factory,
-    make_runtime: Factory,
+    workflow_id: str, athena_server: FakeAthenaServer, athena_runtime: MemoryRuntime
 ) -> None:
-    client = make_athena_client(athena_server.url, timeout=2.0)
-    rt = make_runtime(redis=redis_client, athena=client)
+    rt = athena_runtime
     mem = rt.memory(workflow_id, "s1", "a1")
     for i in range(3):  # no await of rt.athena_memory(): the session is still being made
         await mem.log_turn(i, f"thought {i}", "", "")
@@ -128,15 +132,10 @@ def _posted_events(server: FakeAthenaServer) -> list[dict[str, Any]]:
 
 
 async def test_a_turns_user_message_reaches_athena_as_a_user_message_before_the_agents_events(
-    workflow_id: str,
-    redis_client: Any,
-    athena_server: FakeAthenaServer,
-    make_athena_client: Factory,
-    make_runtime: Factory,
+    workflow_id: str, athena_server: FakeAthenaServer, athena_runtime: MemoryRuntime
 ) -> None:
     # Mid-term memory forms on the server only from role:user messages.
-    client = make_athena_client(athena_server.url, timeout=2.0)
-    rt = make_runtime(redis=redis_client, athena=client)
+    rt = athena_runtime
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "plan", "book(flight)", "booked", user_message="book me a flight")
     await wait_for(lambda: len(_posted_events(athena_server)) >= 4)
@@ -154,14 +153,9 @@ async def test_a_turns_user_message_reaches_athena_as_a_user_message_before_the_
 
 
 async def test_capture_reaches_athena_and_a_turns_user_message_is_sent_once(
-    workflow_id: str,
-    redis_client: Any,
-    athena_server: FakeAthenaServer,
-    make_athena_client: Factory,
-    make_runtime: Factory,
+    workflow_id: str, athena_server: FakeAthenaServer, athena_runtime: MemoryRuntime
 ) -> None:
-    client = make_athena_client(athena_server.url, timeout=2.0)
-    rt = make_runtime(redis=redis_client, athena=client)
+    rt = athena_runtime
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(2, "think", "", "", user_message="what is the tide?")
     await mem.capture("what is the tide?", "High tide at noon.", turn_id=2)
@@ -181,14 +175,9 @@ async def test_capture_reaches_athena_and_a_turns_user_message_is_sent_once(
 
 
 async def test_the_bundle_asks_athena_for_chains_relevant_to_the_current_goal(
-    workflow_id: str,
-    redis_client: Any,
-    athena_server: FakeAthenaServer,
-    make_athena_client: Factory,
-    make_runtime: Factory,
+    workflow_id: str, athena_server: FakeAthenaServer, athena_runtime: MemoryRuntime
 ) -> None:
-    client = make_athena_client(athena_server.url, timeout=2.0)
-    rt = make_runtime(redis=redis_client, athena=client)
+    rt = athena_runtime
     mem = rt.memory(workflow_id, "s1", "a1")
     am = await rt.athena_memory("a1")
     assert am is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -214,14 +214,6 @@ async def test_delete_refuses_an_unsafe_id_before_touching_anything(
 
 
 # --- Redis Cluster ------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def cluster(cluster_port: int) -> AsyncIterator[RedisCluster]:
-    client = RedisCluster(host="127.0.0.1", port=cluster_port)
-    await client.initialize()
-    yield client
-    await client.aclose()
 
 
 @pytest.mark.integration

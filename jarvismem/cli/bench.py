@@ -20,7 +20,7 @@ from typing import Any
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
 
-SUITE_OPTIONS = ("--quick", "--json", "--only", "--redis-url")
+SUITE_OPTIONS = ("--quick", "--json", "--only", "--redis-url", "--with-reference", "--plots")
 """The options of ``python -m benchmarks``; a test checks they match the suite's parser."""
 
 
@@ -41,6 +41,12 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         default=None,
         help="comma-separated scenarios to run (default all)",
     )
+    p.add_argument(
+        "--with-reference",
+        action="store_true",
+        help="also run the workloads through the reference (jarviscore-framework, in its own venv)",
+    )
+    p.add_argument("--plots", metavar="DIR", default=None, help="write PNG plots into DIR")
     p.set_defaults(handler=bench)
 
 
@@ -72,6 +78,10 @@ def suite_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--json")
     if args.only:
         argv += ["--only", args.only]
+    if getattr(args, "with_reference", False):
+        argv.append("--with-reference")
+    if getattr(args, "plots", None):
+        argv += ["--plots", args.plots]
     return argv
 
 

@@ -114,6 +114,7 @@ class WorkflowState:
         blob_outbox: Outbox | None = None,
     ) -> None:
         self.workflow_id = workflow_id
+        self.redis = redis
         self.ledger: EpisodicLedger | None = None
         self.redis_writer: DurableWriter | None = None
         self.blob_writer: DurableWriter | None = None

@@ -320,6 +320,11 @@ class SpacesStore:
         """The Redis hash holding this agent's spaces."""
         return self._key
 
+    @property
+    def redis(self) -> RedisClient:
+        """The Redis client this store reads and writes through."""
+        return self._redis
+
     @asynccontextmanager
     async def _guard(self, op: str) -> AsyncIterator[float]:
         """Run one public operation under the timeout, Redis errors translated.
@@ -343,7 +348,21 @@ class SpacesStore:
             return await self._load("spaces load")
 
     async def _load(self, what: str) -> MemoryContainer:
-        raw = await self._redis.hgetall(self._key)
+        return self.decode_container(await self._redis.hgetall(self._key), what)
+
+    def queue_load(self, pipe: Any) -> None:
+        """Queue :meth:`load`'s one command (``HGETALL``) on a pipeline: the
+        rehydrate bundle sends its Redis reads as one round trip, then decodes
+        the reply with :meth:`decode_container`."""
+        pipe.hgetall(self._key)
+
+    def decode_container(
+        self, raw: Mapping[Any, Any], what: str = "spaces load"
+    ) -> MemoryContainer:
+        """The container in an ``HGETALL`` reply of :attr:`key` (rev 0: never written).
+
+        Raises :class:`~jarvismem.errors.BackendRejectedError` for a corrupt field.
+        """
         fields = {_text(k): _text(v) for k, v in raw.items()}
         head = fields.pop(CONTAINER_FIELD, None)
         spaces = {}

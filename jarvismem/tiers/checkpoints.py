@@ -144,6 +144,10 @@ def validate_checkpoint_rev(rev: object) -> int:
         raise InvalidPayloadError(str(exc)) from None
 
 
+LOAD_FIELDS = ("state", "rev", "ts", "stamp")
+"""The hash fields :meth:`CheckpointStore.load` reads, in its reply's order."""
+
+
 class CheckpointStore:
     """Save and load one step's checkpoint."""
 
@@ -228,7 +232,17 @@ class CheckpointStore:
     async def load(self) -> Checkpoint | None:
         """The stored checkpoint, or None."""
         async with redis_errors("checkpoint load"):
-            raw = await self.redis.hmget(self.key, ["state", "rev", "ts", "stamp"])
+            raw = await self.redis.hmget(self.key, list(LOAD_FIELDS))
+        return self.decode_load(raw)
+
+    def queue_load(self, pipe: Any) -> None:
+        """Queue :meth:`load`'s one command on a pipeline (the rehydrate bundle
+        sends its Redis reads as one round trip); :meth:`decode_load` reads its reply."""
+        pipe.hmget(self.key, list(LOAD_FIELDS))
+
+    @staticmethod
+    def decode_load(raw: Any) -> Checkpoint | None:
+        """The checkpoint in an ``HMGET`` reply of :data:`LOAD_FIELDS` (None: none stored)."""
         state, rev, ts, stamp = raw
         if state is None:
             return None

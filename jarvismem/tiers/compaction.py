@@ -96,6 +96,11 @@ return {turns, tokens}
 """
 
 # Background tasks running in this process, per (event loop, workflow lock key).
+COUNTER_PUSH_SECONDS = 5.0
+"""Longest a process keeps turns it counted before adding them to the workflow's
+shared counters (while it keeps logging turns); it also pushes once it holds half
+the policy's turns or tokens, and at once when its own count makes compaction due."""
+
 _RUNNING: dict[tuple[int, str], asyncio.Task[None]] = {}
 
 
@@ -136,8 +141,10 @@ class CompactionPolicy:
     new text per summarizer call; ``lock_ttl``: compactor lock expiry in seconds
     (renewed every third of it while working); ``enabled``: background
     compaction on/off (explicit :meth:`Compactor.compact` always works);
-    ``page_size``: ledger entries read and folded per step; ``summary_chars``:
-    length bound of the summary.
+    ``page_size``: ledger entries folded per step (per summarizer pass);
+    ``read_size``: ledger entries per XRANGE (a page is read in several, so
+    decoding one reply never holds the event loop for long and the kernel's
+    own commands get in between); ``summary_chars``: length bound of the summary.
     """
 
     every_turns: int = defaults.COMPACTION_EVERY_TURNS
@@ -147,6 +154,7 @@ class CompactionPolicy:
     enabled: bool = True
     page_size: int = 200
     summary_chars: int = defaults.SUMMARY_MAX_CHARS
+    read_size: int = 32
 
     def __post_init__(self) -> None:
         if self.every_turns < 1:
@@ -157,8 +165,8 @@ class CompactionPolicy:
             raise ConfigError("COMPACTION_CHUNK_CHARS must be >= 100")
         if self.lock_ttl <= 0:
             raise ConfigError("COMPACTION_LOCK_TTL must be > 0")
-        if self.page_size < 1 or self.summary_chars < 1:
-            raise ConfigError("compaction page_size and summary_chars must be >= 1")
+        if self.page_size < 1 or self.summary_chars < 1 or self.read_size < 1:
+            raise ConfigError("compaction page_size, read_size and summary_chars must be >= 1")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CompactionPolicy:
@@ -249,6 +257,7 @@ class Compactor:
         self._pending_tokens = 0
         # Shared totals as last seen in Redis (None: not read yet in this process).
         self._known: tuple[int, int] | None = None
+        self._pushed_at = 0.0  # loop-independent clock of the last counter push
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- the policy ---------------------------------------------------------------------
@@ -283,9 +292,16 @@ class Compactor:
             return False
         if self._known is None or self.due:
             return True
-        # Batch the shared-counter update; other processes' turns are seen at the
-        # next push, so the shared view lags by at most a tenth of the policy.
-        return self._pending_turns >= max(1, self.policy.every_turns // 10)
+        # Batch the shared-counter update (a task and a round trip each): this
+        # process's turns reach the others once they make half the policy, or
+        # COUNTER_PUSH_SECONDS after the last push, whichever comes first. It
+        # used to push every tenth of the policy: every 5 turns by default.
+        policy = self.policy
+        return (
+            self._pending_turns >= max(1, policy.every_turns // 2)
+            or self._pending_tokens >= max(1, policy.token_threshold // 2)
+            or time.monotonic() - self._pushed_at >= COUNTER_PUSH_SECONDS
+        )
 
     async def flush_counters(self) -> tuple[int, int]:
         """Add the locally counted turns/tokens to the shared counters (one round trip).
@@ -309,6 +325,7 @@ class Compactor:
             self._pending_tokens += tokens
             raise
         self._known = (_int(total_turns), _int(total_tokens))
+        self._pushed_at = time.monotonic()
         return self._known
 
     def _running_key(self) -> tuple[int, str]:
@@ -461,9 +478,10 @@ class Compactor:
         first_id: str | None = None
         count = 0
         covered_tokens = 0
+        exhausted = False
         try:
-            while True:
-                page = await self.ledger.range_after(after, policy.page_size)
+            while not exhausted:
+                page, exhausted = await self._read_page(after)
                 if not page:
                     break
                 summary = await self.ltm.compress(
@@ -481,8 +499,6 @@ class Compactor:
                     progress(count, max(expected, count))
                 if lost.is_set():
                     raise _LockLost
-                if len(page) < policy.page_size:
-                    break
         except LLMError as exc:
             reason = f"summarizer failed, old summary kept: {exc}"
             await self._record_error(reason)
@@ -517,6 +533,23 @@ class Compactor:
             chars=len(summary),
             reason=f"folded {count} new entries into the summary",
         )
+
+    async def _read_page(self, after: str | None) -> tuple[list[dict[str, Any]], bool]:
+        """Up to ``page_size`` entries after ``after``, read ``read_size`` at a time.
+
+        Returns them and whether the ledger's end was reached. Every entry is
+        read once per compaction: the next page starts after this one's last id.
+        """
+        policy = self.policy
+        page: list[dict[str, Any]] = []
+        while len(page) < policy.page_size:
+            want = min(policy.read_size, policy.page_size - len(page))
+            batch = await self.ledger.range_after(after, want)
+            page += batch
+            if len(batch) < want:
+                return page, True
+            after = str(batch[-1]["id"])
+        return page, False
 
     async def _settle_counters(self, turns: int, tokens: int, *, reset: bool = False) -> None:
         if reset:

@@ -32,12 +32,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis_pipeline import auto_pipeline
 from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidIdError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
@@ -160,19 +160,20 @@ class EpisodicLedger:
         (the append may or may not have landed; appending again is safe for a
         deduplicated turn) or :class:`~jarvismem.errors.BackendRejectedError`.
         """
-        call = _batcher_for(self.redis, self._script).call(
-            [self.key, self.index_key], [dedupe_field, self.ttl_seconds, self.max_len, *args]
+        # Coalesced with the appends other tasks issue meanwhile (one pipelined
+        # round trip for many agents); errors come back translated.
+        call = auto_pipeline(self.redis).evalsha(
+            self._script,
+            [self.key, self.index_key],
+            [dedupe_field, self.ttl_seconds, self.max_len, *args],
+            self._append_what,
         )
         if self._indexed and time.monotonic() >= self._index_due:
             # Rare (once a minute per workflow): the index update rides alongside.
-            reply = (await asyncio.gather(self._append_checked(call), self._touch_index()))[0]
+            reply = (await asyncio.gather(call, self._touch_index()))[0]
         else:
-            reply = await self._append_checked(call)
+            reply = await call
         return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
-
-    async def _append_checked(self, call: Any) -> Any:
-        async with redis_errors(self._append_what):
-            return await call
 
     async def _touch_index(self) -> None:
         """``ZADD GT`` this workflow's last-write time into the namespace index; never raises."""
@@ -321,129 +322,3 @@ class WorkflowIndex:
                     await self.redis.zadd(self.key, {workflow: stats.last_ms}, gt=True)
                     found += 1
         return found
-
-
-# keys, args, and the future the caller awaits.
-_Pending = tuple[list[Any], list[Any], "asyncio.Future[Any]"]
-
-
-class _AppendBatcher:
-    """Coalesces ledger appends made while a round trip is in flight into one pipeline.
-
-    One per Redis client (so appends to every workflow's ledger share it). With
-    nothing in flight, an append is sent at once as a plain EVALSHA: a single
-    agent pays exactly one round trip. Appends that arrive while that round
-    trip is out wait in a queue and go together, as one pipeline of EVALSHAs,
-    as soon as it returns. Sixty-four concurrent agents then cost a handful of
-    round trips instead of sixty-four.
-    """
-
-    def __init__(self, redis: Any, script: Any) -> None:
-        self._redis = redis
-        self._script = script
-        self._loop = asyncio.get_running_loop()
-        self._queue: list[_Pending] = []
-        self._busy = False
-
-    async def call(self, keys: list[Any], args: list[Any]) -> Any:
-        """Run the append script with ``keys``/``args``; returns its reply or raises its error."""
-        if self._busy:
-            future: asyncio.Future[Any] = self._loop.create_future()
-            self._queue.append((keys, args, future))
-            return await future
-        self._busy = True
-        try:
-            return await self._script(keys=keys, args=args)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        if self._queue:
-            # Still busy: the queued appends go out as one pipeline, in order.
-            self._loop.create_task(self._drain(), name="jarvismem-ledger-batch")
-        else:
-            self._busy = False
-
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch, self._queue = self._queue, []
-                live = [item for item in batch if not item[2].done()]
-                if not live:
-                    continue
-                try:
-                    replies = await self._send(live)
-                except BaseException as exc:
-                    for _, _, future in live:
-                        if not future.done():
-                            future.set_exception(_copy_error(exc))
-                    if isinstance(exc, asyncio.CancelledError):
-                        raise
-                    continue
-                for (_, _, future), reply in zip(live, replies, strict=True):
-                    if future.done():
-                        continue  # its caller gave up (timeout); the append may have landed
-                    if isinstance(reply, BaseException):
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
-        finally:
-            self._busy = False
-            if self._queue:  # arrived during a cancellation: do not strand them
-                self._busy = True
-                self._loop.create_task(self._drain(), name="jarvismem-ledger-batch")
-
-    async def _send(self, items: list[_Pending]) -> list[Any]:
-        """One pipeline of EVALSHAs; reloads the script once if the server lost it."""
-        replies = await self._pipeline(items)
-        if any(_is_noscript(r) for r in replies):
-            await self._redis.script_load(self._script.script)
-            again = [i for i, r in enumerate(replies) if _is_noscript(r)]
-            for i, reply in zip(
-                again, await self._pipeline([items[i] for i in again]), strict=True
-            ):
-                replies[i] = reply
-        return replies
-
-    async def _pipeline(self, items: list[_Pending]) -> list[Any]:
-        sha = self._script.sha
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for keys, args, _ in items:
-                pipe.evalsha(sha, len(keys), *keys, *args)
-            return list(await pipe.execute(raise_on_error=False))
-
-
-def _is_noscript(reply: object) -> bool:
-    return isinstance(reply, Exception) and "NOSCRIPT" in str(reply)
-
-
-def _copy_error(exc: BaseException) -> BaseException:
-    """Each waiter gets its own exception object (tracebacks are per raise)."""
-    if isinstance(exc, asyncio.CancelledError):
-        return ConnectionError("ledger batch cancelled before its reply arrived")
-    try:
-        return type(exc)(*exc.args)
-    except Exception:
-        return exc
-
-
-_batchers: weakref.WeakKeyDictionary[Any, _AppendBatcher] = weakref.WeakKeyDictionary()
-
-
-def _batcher_for(redis: Any, script: Any) -> _AppendBatcher:
-    """The client's batcher in the running loop (a new loop gets a new one).
-
-    Redis Cluster clients are not batched (a pipeline there may span nodes):
-    they get a fresh pass-through batcher, which behaves like a direct call.
-    """
-    batcher = _batchers.get(redis)
-    if (
-        batcher is None
-        or batcher._loop is not asyncio.get_running_loop()
-        or batcher._script.sha != script.sha
-    ):
-        batcher = _AppendBatcher(redis, script)
-        if hasattr(redis, "nodes_manager"):
-            return batcher
-        _batchers[redis] = batcher
-    return batcher

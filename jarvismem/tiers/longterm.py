@@ -72,6 +72,21 @@ MAX_SUMMARY_CHARS = 1_000_000
 
 MAX_REDUCE_DEPTH = 8
 
+BLOB_ABSENT_SECONDS = 5.0
+"""How long a blob found without a summary is believed empty by reads that found
+none in Redis either (every rehydrate bundle of a workflow not yet compacted would
+otherwise look for the blob). A save writes the blob before Redis, so the only
+summary this can hide is one whose save died between the two writes, or one
+written by a process that reached the blob but not yet Redis: for at most this long.
+A save through the same :class:`LongTermMemory` ends the bound at once."""
+
+RENDER_SLICE_SECONDS = 0.0005
+"""Longest stretch of rendering and redacting ledger entries :meth:`LongTermMemory.compress`
+does on the event loop before it yields to it."""
+
+# Entries rendered and redacted together between two checks of the time slice.
+_RENDER_BATCH = 4
+
 SAVE_ATTEMPTS = 8
 """How often :meth:`LongTermMemory.save_summary` re-reads and retries when a
 concurrent save changed the blob copy under it (each retry means another save won)."""
@@ -297,6 +312,10 @@ class LongTermMemory:
         self.redactor = redactor
         self._repopulate = redis.register_script(_REPOPULATE_LUA) if redis is not None else None
         self._save = redis.register_script(_SAVE_LUA) if redis is not None else None
+        # Loop-clock time until which the blob is known to hold no summary
+        # (see BLOB_ABSENT_SECONDS), and how many blob writes this object began.
+        self._blob_absent_until = 0.0
+        self._blob_writes = 0
 
     @property
     def active(self) -> bool:
@@ -448,6 +467,9 @@ class LongTermMemory:
         lost (the backend retried it) is recognised and not reported.
         """
         assert self.blob is not None
+        # Reads stop believing the blob empty from here on.
+        self._blob_writes += 1
+        self._blob_absent_until = 0.0
         data = record.text.encode("utf-8")
         meta = _Meta(
             **record.model_dump(exclude={"text"}),
@@ -551,16 +573,44 @@ class LongTermMemory:
         (or ``BackendRejectedError``) when a configured backend fails instead of
         reading past it, so an outage is never mistaken for "no summary yet".
         """
-        redis_failed = False
-        if self.redis is not None:
-            raw = await self._redis_raw(strict=strict)
-            if raw is None:
-                redis_failed = True
-            else:
-                record = self._from_redis(raw)
-                if record is not None:
-                    return record
+        if self.redis is None:
+            return await self._record_after_redis(None, redis_failed=False, strict=strict)
+        raw = await self._redis_raw(strict=strict)
+        return await self._record_after_redis(raw, redis_failed=raw is None, strict=strict)
+
+    def queue_summary_read(self, pipe: Any) -> None:
+        """Queue the summary's Redis read (``HGETALL``) on a pipeline.
+
+        The rehydrate bundle sends its Redis reads as one round trip, then
+        hands the reply to :meth:`summary_from_reply`. Needs Redis.
+        """
+        assert self.redis is not None
+        pipe.hgetall(self.key)
+
+    async def summary_from_reply(self, raw: Mapping[Any, Any] | None) -> str | None:
+        """:meth:`load_summary` given the reply of :meth:`queue_summary_read`.
+
+        ``raw``: the ``HGETALL`` reply, or None when that read failed (the blob
+        copy is then read, as :meth:`load_summary` does on a Redis failure).
+        """
+        record = await self._record_after_redis(raw, redis_failed=raw is None, strict=False)
+        return None if record is None else record.text
+
+    async def _record_after_redis(
+        self, raw: Mapping[Any, Any] | None, *, redis_failed: bool, strict: bool
+    ) -> SummaryRecord | None:
+        """The summary given what Redis answered: its copy, else the blob's (repopulated)."""
+        if raw is not None:
+            record = self._from_redis(raw)
+            if record is not None:
+                return record
         if self.blob is None:
+            return None
+        if not strict and time.monotonic() < self._blob_absent_until:
+            # The blob had no summary a moment ago, and a save writes the blob
+            # before Redis: while Redis has none either, nothing new can be
+            # there unless a save died between its two writes, seen by the
+            # end of the bound. Saves made through this object clear it.
             return None
         found = await self._read_blob(strict=strict)
         if found is None:
@@ -648,12 +698,21 @@ class LongTermMemory:
             log.warning("long-term summary of %s: Redis provenance unreadable", self.workflow_id)
             return SummaryRecord(text=fields["text"])
 
-    async def _blob_bytes(self, path: str, *, strict: bool) -> bytes | None:
-        """A blob's bytes; None when absent or, unless ``strict``, unreadable."""
+    async def _blob_bytes(
+        self, path: str, *, strict: bool, absent_mark: bool = False
+    ) -> bytes | None:
+        """A blob's bytes; None when absent or, unless ``strict``, unreadable.
+
+        ``absent_mark``: remember an absent blob for :data:`BLOB_ABSENT_SECONDS`.
+        """
         assert self.blob is not None
+        saves, started = self._blob_writes, time.monotonic()
         try:
             return await self.blob.read(path)
         except BlobNotFoundError:
+            # Not when a save of this object began meanwhile: it may have landed.
+            if absent_mark and saves == self._blob_writes:
+                self._blob_absent_until = started + BLOB_ABSENT_SECONDS
             return None
         except BlobError as exc:
             if strict:
@@ -671,7 +730,7 @@ class LongTermMemory:
 
     async def _read_blob(self, *, strict: bool) -> tuple[SummaryRecord, _Meta | None] | None:
         """The blob copy and its meta (None when the meta is absent or damaged)."""
-        data = await self._blob_bytes(self.blob_path, strict=strict)
+        data = await self._blob_bytes(self.blob_path, strict=strict, absent_mark=True)
         if data is None:
             return None
         raw = await self._blob_bytes(self.meta_path, strict=strict)
@@ -756,18 +815,37 @@ class LongTermMemory:
         if max_tokens is not None:
             # ~4 characters per token: the summary JarvisCore's limit allows.
             max_chars = min(max_chars, 4 * max_tokens)
-        lines = [render_entry(entry) for entry in entries]
-        text = "\n".join(lines)
-        if self.redactor is not None:
-            text = self.redactor(text)
-            lines = text.split("\n")
+        lines = await self._render(entries)
         if previous is not None:
             previous = truncate(previous, chunk_chars)
-        if not text.strip():
+        if not any(line.strip() for line in lines):
             return truncate(previous or "", max_chars)
         text = await self._reduce(lines, llm, chunk_chars)
         summary = await llm.summarize(text, previous_summary=previous, max_chars=max_chars)
         return truncate(summary, max_chars)
+
+    async def _render(self, entries: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The entries as redacted lines, one per entry.
+
+        Rendered and redacted a batch of entries at a time, yielding to the
+        event loop whenever a slice of work took :data:`RENDER_SLICE_SECONDS`:
+        a page of a thousand turns never holds up the kernel's tasks. Each
+        batch is redacted as one text (the redactor's literal pre-check then
+        runs once per batch); an entry is one line, so a secret never spans
+        two batches.
+        """
+        lines: list[str] = []
+        await asyncio.sleep(0)  # a fresh turn of the loop: see the summarizer's slices
+        slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
+        for start in range(0, len(entries), _RENDER_BATCH):
+            batch = [render_entry(entry) for entry in entries[start : start + _RENDER_BATCH]]
+            if self.redactor is not None:
+                batch = self.redactor("\n".join(batch)).split("\n")
+            lines += batch
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
+        return lines
 
     async def _reduce(self, lines: list[str], llm: Summarizer, chunk_chars: int) -> str:
         """Map-reduce ``lines`` until they fit in one chunk; returns that text."""

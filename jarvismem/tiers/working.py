@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -39,11 +40,12 @@ from jarvismem.defaults import (
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.payload import clean_value
-from jarvismem.records import TURN, Scope, encode_record, parse_records
+from jarvismem.records import TURN, TURN_FIELDS, Scope, encode_record, parse_records
 from jarvismem.records import compact_json as _dumps
 from jarvismem.redaction import no_redaction, secret_key_matcher
 
 log = logging.getLogger(__name__)
+_TURN_JSON = _dumps(TURN)
 
 MAX_ENTRY_TYPE_CHARS = 256
 """Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
@@ -56,6 +58,79 @@ _DEFAULT_SECRET_KEYS = secret_key_matcher()
 # bundle reads at once: enough to overlap Azure round trips, few enough not to
 # flood the store or the event loop for a workflow of hundreds of steps.
 _CARRY_CONCURRENCY = 16
+
+
+GOALS_LISTING_MAX_AGE = 5.0
+"""Seconds a listing of a workflow's goal-findings blobs is reused by the bundle.
+
+Every bundle reads the goal findings of every (step, agent) of its workflow; the
+*listing* of which (step, agent)s wrote any is cached per workflow and process
+(each listed blob is still read every time, so new findings of a known (step,
+agent) show at once). A goal finding written through this process adds its blob
+to the listing at once; one written by another process for a (step, agent) that
+had none is seen within this bound."""
+
+
+class GoalIndex:
+    """The goal-findings blobs of one workflow, as last listed (shared in a process).
+
+    Get it with :func:`goal_index`; every scratchpad of the workflow over the same
+    blob storage object shares one while any of them lives.
+    """
+
+    __slots__ = ("__weakref__", "_added", "_listed_at", "_paths", "blob", "max_age", "prefix")
+
+    def __init__(self, blob: BlobStorage, prefix: str, max_age: float) -> None:
+        self.blob = blob
+        self.prefix = prefix
+        self.max_age = max_age
+        self._paths: list[str] | None = None
+        self._listed_at = 0.0
+        # Blobs this process wrote to, with when (a listing begun before that
+        # may have missed them).
+        self._added: dict[str, float] = {}
+
+    @property
+    def fresh(self) -> bool:
+        """Whether the listing is younger than ``max_age``."""
+        return self._paths is not None and time.monotonic() - self._listed_at <= self.max_age
+
+    async def paths(self) -> list[str]:
+        """The goal blobs' paths, listed again when older than ``max_age``."""
+        if self._paths is not None and self.fresh:
+            return self._paths
+        started = time.monotonic()
+        listed = await self.blob.list(self.prefix)
+        added = {p for p, at in self._added.items() if at >= started}
+        self._added = {p: at for p, at in self._added.items() if at >= started}
+        paths = sorted(added.union(listed)) if added else listed
+        self._paths, self._listed_at = paths, started
+        return paths
+
+    def add(self, path: str) -> None:
+        """A goal blob this process just wrote (visible to the next bundle at once)."""
+        self._added[path] = time.monotonic()
+        if self._paths is not None and path not in self._paths:
+            self._paths = sorted([*self._paths, path])
+
+    def forget(self) -> None:
+        """Drop the listing (the next read lists again)."""
+        self._paths = None
+
+
+_GOAL_INDEXES: weakref.WeakValueDictionary[tuple[int, str], GoalIndex] = (
+    weakref.WeakValueDictionary()
+)
+
+
+def goal_index(blob: BlobStorage, prefix: str, max_age: float = GOALS_LISTING_MAX_AGE) -> GoalIndex:
+    """The process's :class:`GoalIndex` of the goal blobs under ``prefix`` in ``blob``."""
+    key = (id(blob), prefix)
+    index = _GOAL_INDEXES.get(key)
+    if index is None or index.blob is not blob:
+        index = GoalIndex(blob, prefix, max_age)
+        _GOAL_INDEXES[key] = index
+    return index
 
 
 class WorkingScratchpad:
@@ -97,6 +172,7 @@ class WorkingScratchpad:
         # The facade passes its durable writer here, so a blob outage queues
         # appends in the local outbox instead of raising into the kernel.
         self._append = append or blob.append
+        self._goals = goal_index(blob, keyspace.goals_prefix(self.workflow_id))
 
     # --- writes ------------------------------------------------------------------------
 
@@ -115,12 +191,23 @@ class WorkingScratchpad:
         if scope == "goal":
             # Goals blob first: a finding must never be in the scratchpad only.
             await self._append(self.goals_path, payload)
+            self._goals.add(self.goals_path)
         await self._append(self.path, payload)
 
     async def append_turn(self, turn_id: str, turn: dict[str, Any], ts: float) -> None:
         """Append a turn record (called by ``UnifiedMemory.log_turn``)."""
         record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": turn_id, "data": turn}
         await self._append(self.path, encode_record(record))
+
+    async def append_turn_encoded(self, turn_id: str, fields: list[str], ts: float) -> None:
+        """Append a turn record built from the ledger entry's encoded fields.
+
+        ``fields``: ``encode_fields`` of the turn's ledger entry (``turn_id``,
+        ``step_id``, ``agent_id``, ``ts``, ``thought``, ``action``, ``result``,
+        ``tokens``, in that order). The line is byte-for-byte what
+        :meth:`append_turn` writes, without encoding the values a second time.
+        """
+        await self._append(self.path, encode_turn_line(fields))
 
     def _clean(self, data: Any) -> Any:
         """Redacted, bounded, JSON-safe data (InvalidPayloadError when too deep or not JSON)."""
@@ -229,14 +316,15 @@ class WorkingScratchpad:
                 for record in dedupe_findings(records)
             ]
 
-        paths = await self.blob.list(prefix)
+        paths = await self._goals.paths()
         found = [r for part in await asyncio.gather(*(read(p) for p in paths)) for r in part]
         found.sort(key=_ts_of)  # stable: one blob's findings keep their order
         return found
 
     async def _carried(self, max_bytes: int) -> list[dict[str, Any]]:
-        """Every step's and agent's findings, or [] (logged) when they cannot be read:
-        a listing failure must not hide this step's own notes."""
+        """Every step's and agent's findings (this one's included), or this
+        (step, agent)'s own when the others cannot be read (logged): a listing
+        failure must not hide this step's own notes."""
         try:
             return await self.workflow_goal_findings(max_bytes)
         except Exception as exc:
@@ -245,7 +333,9 @@ class WorkingScratchpad:
                 type(exc).__name__,
                 exc,
             )
-            return []
+        self._goals.forget()
+        own = await self.goal_findings(max_bytes)
+        return [{**r, "step_id": self.step_id, "agent_id": self.agent_id} for r in own]
 
     async def get_notes(self) -> str:
         """This step's goal findings as markdown, JarvisCore's format ("" when none).
@@ -271,16 +361,10 @@ class WorkingScratchpad:
         """
         # The markdown holds at most budget_chars, so twice that of goals is plenty.
         first = self._first_read()
-        own, recent, carried = await asyncio.gather(
-            self.goal_findings(first), self._recent_for_budget(), self._carried(first)
-        )
-        # This step's own findings come from the direct read of its blob (it may
-        # have been written after the listing); the listing adds everyone else's.
-        here = (self.step_id, self.agent_id)
-        goals = [r for r in carried if (r.get("step_id"), r.get("agent_id")) != here]
-        goals += [{**r, "step_id": self.step_id, "agent_id": self.agent_id} for r in own]
-        goals.sort(key=_ts_of)
-        return render_notes(goals, recent, self.budget_chars, here=here)
+        # The listing of goal blobs is cached (GoalIndex); this (step, agent)'s
+        # own blob joins it as soon as this process writes a finding.
+        recent, goals = await asyncio.gather(self._recent_for_budget(), self._carried(first))
+        return render_notes(goals, recent, self.budget_chars, here=(self.step_id, self.agent_id))
 
 
 def _ts_of(record: dict[str, Any]) -> float:
@@ -323,6 +407,22 @@ def render_findings(step_id: str, findings: Iterable[dict[str, Any]]) -> str:
         rest.pop("scope", None)
         lines.append(f"- **{entry_type}**: {json.dumps(rest, ensure_ascii=False)}")
     return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def encode_turn_line(fields: list[str]) -> bytes:
+    """The scratchpad line of a turn from its ledger entry's ``encode_fields`` output.
+
+    Equal to ``encode_record({"ts", "type": "turn", "scope": "step", "turn_id",
+    "data": {"thought", "action", "result", "tokens"}})``: the values are already
+    compact JSON (and checked for valid UTF-8) by ``encode_fields``.
+    """
+    if len(fields) != 16 or tuple(fields[0::2]) != TURN_FIELDS:
+        raise InvalidPayloadError("not the encoded fields of a turn entry")
+    return (
+        f'\n{{"ts":{fields[7]},"type":{_TURN_JSON},"scope":"step","turn_id":{fields[1]},'
+        f'"data":{{"thought":{fields[9]},"action":{fields[11]},"result":{fields[13]},'
+        f'"tokens":{fields[15]}}}}}'
+    ).encode()
 
 
 def _no_secret_keys(key: str) -> bool:

@@ -39,7 +39,13 @@ from jarvismem.errors import (
 )
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings, load_settings
-from tests.conftest import REAL_REDIS_URL, closed_port, real_redis_available, require_backend
+from tests.conftest import (
+    AUTH_PASSWORD,
+    REAL_REDIS_URL,
+    closed_port,
+    real_redis_available,
+    require_backend,
+)
 
 PASSWORD = "hunter2-do-not-log"
 
@@ -375,24 +381,6 @@ async def test_connect_refused_by_the_server_is_a_rejection_not_a_raw_error() ->
 
 
 # --- credentials and connection hints (issue 17) --------------------------------------------
-
-AUTH_PASSWORD = "s3cret-auth-probe"
-
-
-@pytest.fixture(scope="module")
-def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real redis-server of this module's own that requires a password."""
-    from jarvismem.testing.redis_server import RedisServerProcess
-
-    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
-    server = RedisServerProcess(tmp_path_factory.mktemp("authredis"), persistence=False)
-    server.start()
-    # Set after start: the helper's readiness check is an unauthenticated PING.
-    import redis as sync_redis
-
-    sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
-    yield server
-    server.kill()
 
 
 @pytest.mark.integration

@@ -106,3 +106,12 @@ def test_bench_options_mirror_the_suite_options() -> None:
     bench = command_parsers(build_parser())["bench"]
     ours = {o for a in bench._actions for o in a.option_strings}
     assert set(SUITE_OPTIONS) <= ours
+
+
+def test_bench_passes_the_reference_and_plot_options(cli: Cli, tmp_path: Path) -> None:
+    env = _only_jarvismem_on_the_path(cli, tmp_path)
+    env.pop("REDIS_URL", None)
+    checkout = _fake_checkout(tmp_path)
+    ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--with-reference",
+               "--plots", "docs/img")  # fmt: skip
+    assert ran["argv"] == ["--with-reference", "--plots", "docs/img"]

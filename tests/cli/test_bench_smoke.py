@@ -21,30 +21,72 @@ ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_MEASUREMENTS = (
     "raw sequential XADD",
+    "raw 1-task concurrent XADD",
+    "raw 8-task concurrent XADD",
+    "raw 32-task concurrent XADD",
     "raw 64-task concurrent XADD",
     "raw XREVRANGE COUNT 10",
     "S1 sequential log_turn",
-    "S2 64 agents x 20 turns",
+    "S1/compaction off sequential log_turn",
+    "S2/1 1 agents x 20 turns",
+    "S2/8 8 agents x 20 turns",
+    "S2/32 32 agents x 20 turns",
+    "S2/64 64 agents x 20 turns",
+    "S2/compaction off 64 agents x 20 turns",
     "S3 rehydrate_bundle @ 100",
     "S3 rehydrate_bundle @ 5,000",
     "S4 sequential log_turn, Athena on",
+    "S7 sequential log_turn with lag monitor, compaction on",
+    "S7 sequential log_turn with lag monitor, compaction off",
 )
 EXPECTED_RATIOS = (
     "S1 / raw sequential XADD throughput",
     "S1 last/first 100 median",
-    "S2 / raw concurrent XADD throughput",
-    "S2 / S1 throughput",
+    "S1 compaction off / raw sequential XADD throughput",
+    "S2 32 agents / raw 32-task concurrent XADD throughput",
+    "S2 64 agents / raw 64-task concurrent XADD throughput",
+    "S2 64 agents, compaction off / raw concurrent XADD throughput",
     "S3 p50 @ 100 / raw XREVRANGE p50",
     "S3 p50 @ 5,000 / p50 @ 100",
     "S4 p50 / S1 p50",
+    "S7 extractive µs per turn @ 1,000 / @ 200",
+    "S7 fake LLM µs per turn @ 1,000 / @ 200",
+)
+EXPECTED_FIGURES = (
+    "S7 loop lag p99 during S1 x 500, compaction on, ms",
+    "S7 loop lag p99 during extractive compaction of 1,000, ms",
+    "S7 loop lag p99 during fake LLM compaction of 1,000, ms",
+    "S7 compaction, extractive: µs per turn @ 200",
+    "S7 compaction, extractive: µs per turn @ 1,000",
+    "S7 compaction, fake LLM: µs per turn @ 200",
+    "S7 compaction, fake LLM: µs per turn @ 1,000",
+    "S8 RSS per idle workflow (1 agent) @ 1,000 workflows, KB",
+    "S8 RSS per further idle agent @ 1,000 workflows, KB",
+)
+EXPECTED_SERIES = (
+    "throughput vs agents",
+    "rehydrate p50 vs ledger size",
+    "S1 per-turn latency",
+    "S1/compaction off per-turn latency",
 )
 
 
 @pytest.fixture(scope="module")
-def quick_report() -> dict[str, Any]:
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+    plots = tmp_path_factory.mktemp("plots")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--json", "--redis-url", REAL_REDIS_URL],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--json",
+            "--redis-url",
+            REAL_REDIS_URL,
+            "--plots",
+            str(plots),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -81,11 +123,50 @@ def test_every_ratio_is_present_and_numeric(quick_report: dict[str, Any], name: 
 def test_every_target_reports_a_numeric_value_and_a_verdict(quick_report: dict[str, Any]) -> None:
     targets = quick_report["targets"]
     names = " ".join(t["name"] for t in targets)
-    for scenario in ("S1", "S2", "S3", "S4", "S5"):
+    for scenario in ("S1", "S2", "S3", "S4", "S5", "S7", "S8"):
         assert scenario in names
     for target in targets:
         assert _numeric(target["value"]) and _numeric(target["limit"]), target
         assert isinstance(target["passed"], bool)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", EXPECTED_FIGURES)
+def test_every_new_scenario_figure_is_present_and_numeric(
+    quick_report: dict[str, Any], name: str
+) -> None:
+    assert _numeric(quick_report["figures"][name]), quick_report["figures"].get(name)
+
+
+@pytest.mark.integration
+def test_every_figure_ratio_and_series_point_is_numeric(quick_report: dict[str, Any]) -> None:
+    for group in ("figures", "ratios"):
+        for name, value in quick_report[group].items():
+            assert _numeric(value), (group, name, value)
+    for name in EXPECTED_SERIES:
+        assert name in quick_report["series"], name
+    for name, columns in quick_report["series"].items():
+        lengths = {len(values) for values in columns.values()}
+        assert len(lengths) == 1 and lengths != {0}, (name, lengths)
+        for column, values in columns.items():
+            assert all(_numeric(v) for v in values), (name, column)
+
+
+@pytest.mark.integration
+def test_throughput_plot_data_covers_1_to_64_agents(quick_report: dict[str, Any]) -> None:
+    data = quick_report["series"]["throughput vs agents"]
+    assert data["agents"] == [1.0, 8.0, 32.0, 64.0]
+    assert set(data) >= {"raw redis.asyncio", "jarvismem"}
+
+
+@pytest.mark.integration
+def test_plots_are_written_or_the_report_says_why(quick_report: dict[str, Any]) -> None:
+    if quick_report["plots"]:
+        assert len(quick_report["plots"]) == 3
+        for path in quick_report["plots"]:
+            assert Path(path).read_bytes().startswith(b"\x89PNG")
+    else:
+        assert any("matplotlib is not installed" in n for n in quick_report["notes"])
 
 
 @pytest.mark.integration

@@ -23,6 +23,7 @@ from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli, seed_turns
+from tests.conftest import AUTH_PASSWORD
 
 # --- status -----------------------------------------------------------------------------------
 
@@ -362,27 +363,6 @@ def test_read_commands_create_no_outbox_files(cli: Cli) -> None:
     # Before: each read left <outbox>/<ns>/redis-…/never-written.jsonl.lock behind.
     leftovers = [str(p.relative_to(outbox)) for p in outbox.rglob("*")] if outbox.exists() else []
     assert [p for p in leftovers if "never-written" in p] == []
-
-
-AUTH_PASSWORD = "s3cret-cli-auth"
-
-
-@pytest.fixture(scope="module")
-def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A real redis-server that requires a password (set after it started)."""
-    import shutil
-
-    import redis as sync_redis
-
-    from jarvismem.testing.redis_server import RedisServerProcess
-    from tests.conftest import require_backend
-
-    require_backend(shutil.which("redis-server") is not None, "redis-server binary")
-    server = RedisServerProcess(tmp_path_factory.mktemp("authredis"), persistence=False)
-    server.start()
-    sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
-    yield server
-    server.kill()
 
 
 @pytest.mark.integration

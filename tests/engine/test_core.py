@@ -63,6 +63,25 @@ async def test_any_engine_serves_views_and_keeps_only_recent_workflows(
     assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
 
 
+async def test_held_idle_views_do_not_pin_their_workflow_state(
+    redis_client: Any, blob_storage: Any, make_engine: Factory
+) -> None:
+    # A kernel may hold a view per waiting workflow: thousands of them. The views
+    # must not keep every workflow's state (writers, outboxes, tiers) alive.
+    engine = make_engine(redis=redis_client, blob=blob_storage, recent_workflows=8)
+    views = [UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=engine) for i in range(40)]
+    for view in views:
+        await view.log_turn(1, "t", "a", "r")
+    gc.collect()
+    assert len(engine._workflows) <= 8 + 1  # was 40: each view held its state
+    # A held view whose state was let go works as before: its state is made again.
+    first = views[0]
+    await first.log_turn(2, "t2", "a2", "r2")
+    bundle = await first.rehydrate_bundle()
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "2"]
+    assert first.episodic is not None and await first.episodic.length() == 2
+
+
 async def test_closing_an_engine_leaves_clients_it_does_not_own_open(
     redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:

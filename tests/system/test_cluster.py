@@ -21,14 +21,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def cluster(cluster_port: int) -> AsyncIterator[RedisCluster]:
-    client = RedisCluster(host="127.0.0.1", port=cluster_port)
-    await client.initialize()
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
 async def cleanup(cluster: RedisCluster) -> AsyncIterator[list[str]]:
     """Keys a test registers here are deleted after it (one slot per workflow)."""
     keys: list[str] = []

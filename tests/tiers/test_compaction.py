@@ -12,7 +12,7 @@ import pytest
 
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm import LLMSummarizer
-from jarvismem.errors import BackendUnavailableError, LockNotAcquiredError
+from jarvismem.errors import BackendUnavailableError, ConfigError, LockNotAcquiredError
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_llm import FakeLLMServer
 from jarvismem.tiers.compaction import CompactionPolicy, Compactor
@@ -367,3 +367,81 @@ async def test_the_extractive_summary_accounts_for_every_turn_it_was_given(
     kept = set(re.findall(r"\[turn (\d+)\]", text))
     omitted = sum(int(n) for n in re.findall(r" omitted: (\d+) turns?[\],]", text))
     assert omitted > 0 and len(kept) + omitted == 154
+
+
+# --- cost: every entry read once, in small reads ------------------------------------------------
+
+
+class CountingLedger:
+    """The ledger, counting the XRANGE reads compaction makes and the entries they return."""
+
+    def __init__(self, ledger: EpisodicLedger) -> None:
+        self.ledger = ledger
+        self.reads: list[int] = []
+
+    async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
+        page = await self.ledger.range_after(after_id, count)
+        self.reads.append(len(page))
+        return page
+
+
+@pytest.mark.parametrize("turns", [7, 40])
+async def test_a_compaction_reads_each_entry_once_in_reads_of_read_size(
+    setup: Setup, turns: int
+) -> None:
+    # O(N): a compaction of N turns reads N entries (never a page twice), in
+    # XRANGEs of at most read_size, and folds page_size of them per summarizer pass.
+    await setup.log(1, turns)
+    counting = CountingLedger(setup.ledger)
+    compactor = setup.compactor(page_size=8, read_size=3)
+    compactor.ledger = counting
+    result = await compactor.compact()
+    assert result.entries == turns
+    assert sum(counting.reads) == turns
+    assert max(counting.reads) <= 3
+    # One summarizer call per page of 8 (the recording summarizer never map-reduces).
+    assert len(setup.summarizer.calls) == -(-turns // 8)
+    # A rolling compaction afterwards reads only what is new.
+    await setup.log(turns + 1, turns + 2)
+    counting.reads.clear()
+    assert (await compactor.compact()).entries == 2
+    assert sum(counting.reads) == 2
+
+
+def test_policy_refuses_a_read_size_below_one() -> None:
+    with pytest.raises(ConfigError):
+        CompactionPolicy(read_size=0)
+
+
+async def test_counters_are_pushed_every_half_policy_and_still_trigger_across_processes(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each push is a task and a round trip: at the default policy it used to come
+    every 5 turns. Two compactors (two processes of one workflow) that each count
+    fewer turns than the policy still compact once their pushed sum makes it due."""
+    await setup.log(1, 12)
+    one, two = setup.compactor(every_turns=10), setup.compactor(every_turns=10)
+    pushes: list[int] = []
+    for compactor in (one, two):
+        flush = compactor.flush_counters
+
+        async def counting(flush: Any = flush, compactor: Any = compactor) -> Any:
+            pushes.append(compactor._pending_turns)
+            return await flush()
+
+        monkeypatch.setattr(compactor, "flush_counters", counting)
+    for compactor in (one, two):
+        compactor.note_turn(1)
+        task = compactor.maybe_schedule()  # the first turn learns the shared totals
+        assert task is not None
+        await task
+    for _ in range(5):
+        for compactor in (one, two):
+            compactor.note_turn(1)
+            task = compactor.maybe_schedule()
+            if task is not None:
+                await task
+    # 1 + 5 turns each: the first push, then one at half the policy (5 turns).
+    assert pushes == [1, 1, 5, 5]
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 12  # compacted: 12 ledger entries

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -13,6 +14,7 @@ from jarvismem.backends.llm import LLMSummarizer
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.tiers import longterm
 from jarvismem.tiers.longterm import SummaryProvenance, SummaryRecord, render_entry
 from tests.tiers.conftest import TTL, RecordingSummarizer, make_ltm
 
@@ -284,3 +286,83 @@ async def test_compress_refuses_an_llm_of_neither_shape_naming_both(
     with pytest.raises(InvalidPayloadError, match=r"summarize\(.*generate\(") as caught:
         await ltm.compress(turns(1), llm)
     assert type(llm).__name__ in str(caught.value)
+
+
+async def test_compress_renders_and_redacts_in_slices_the_loop_runs_between(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slice of zero yields after every batch: the count depends on the batch
+    # size, not on the machine's speed.
+    monkeypatch.setattr(longterm, "RENDER_SLICE_SECONDS", 0.0)
+    redacted: list[str] = []
+
+    def redactor(text: str) -> str:
+        redacted.append(text)
+        return text.replace("x", "_")
+
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
+    summarizer = RecordingSummarizer()
+    ticks = 0
+    done = asyncio.Event()
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(ticking())
+    await ltm.compress(turns(40, width=5), summarizer)
+    done.set()
+    await ticker
+    batches = -(-40 // longterm._RENDER_BATCH)
+    assert ticks >= batches
+    # Every entry was redacted once, one line each, none left out.
+    assert sum(text.count("\n") + 1 for text in redacted) == 40
+    sent = summarizer.calls[-1][0]
+    assert "x" not in sent and all(f"[turn {i}]" in sent for i in range(1, 41))
+
+
+async def test_a_blob_without_summary_is_remembered_for_a_bounded_time(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    """A workflow not yet compacted has no summary: every bundle used to look for
+    the blob copy too. The absence is remembered for BLOB_ABSENT_SECONDS; a save
+    through the same object ends it, another process's save shows by the bound."""
+    ltm = make_ltm(redis_client, local_blob, keyspace, workflow_id)
+    reads: list[str] = []
+    read = local_blob.read
+
+    async def counting_read(path: str) -> bytes:
+        reads.append(path)
+        return await read(path)
+
+    local_blob.read = counting_read  # type: ignore[method-assign]
+    assert await ltm.load_summary() is None
+    assert await ltm.load_summary() is None
+    assert await ltm.summary_from_reply({}) is None
+    assert reads == [keyspace.ltm_blob(workflow_id)]
+    # Our own save: seen at once, even from the blob when Redis lost its copy.
+    await ltm.save_summary("ours")
+    await redis_client.delete(keyspace.ltm_summary(workflow_id))
+    assert await ltm.load_summary() == "ours"
+    # Another process's save that reached the blob but not Redis (it died between
+    # the two writes): hidden at most for the bound.
+    other_wf = workflow_id + "-b"
+    ltm = make_ltm(redis_client, local_blob, keyspace, other_wf)
+    assert await ltm.load_summary() is None
+    await make_ltm(redis_client, local_blob, keyspace, other_wf).save_summary("theirs")
+    await redis_client.delete(keyspace.ltm_summary(other_wf))
+    assert await ltm.load_summary() is None
+    ltm._blob_absent_until -= longterm.BLOB_ABSENT_SECONDS + 1  # the bound has passed
+    assert await ltm.load_summary() == "theirs"
+    # strict reads (compaction's base) never trust the remembered absence.
+    other = make_ltm(redis_client, local_blob, keyspace, workflow_id + "-c")
+    assert await other.load_summary() is None
+    await make_ltm(redis_client, local_blob, keyspace, workflow_id + "-c").save_summary("x")
+    await redis_client.delete(keyspace.ltm_summary(workflow_id + "-c"))
+    record = await other.load_summary_record(strict=True)
+    assert record is not None and record.text == "x"

@@ -17,7 +17,7 @@ from jarvismem.errors import BackendRejectedError, BlobRejectedError, InvalidPay
 from jarvismem.keys import KeySpace
 from jarvismem.records import compact_json
 from jarvismem.redaction import REDACTED, default_redactor
-from jarvismem.tiers.working import WorkingScratchpad
+from jarvismem.tiers.working import WorkingScratchpad, goal_index
 
 
 def pad_of(
@@ -302,3 +302,63 @@ async def test_the_same_finding_from_two_agents_is_kept_for_each(
         await pad.write("f", "same", scope="goal")
     found = await pad_of(blob_storage, keyspace, workflow_id, "s2").workflow_goal_findings()
     assert [(r["agent_id"], r["data"]) for r in found] == [("a1", "same"), ("a2", "same")]
+
+
+@pytest.mark.parametrize(
+    "thought,action,result,tokens",
+    [
+        ("plain", "act()", "ok", 3),
+        ('ünïcode ✓ \u2028 "quoted"', {"tool": "x", "args": [1, 2.5, None]}, ["a", {"b": True}], 0),
+        (None, "", {"nested": {"deep": "x"}}, 12345),
+    ],
+)
+def test_a_turn_line_from_the_ledger_fields_is_byte_for_byte_the_record_encoding(
+    thought: Any, action: Any, result: Any, tokens: int
+) -> None:
+    from jarvismem.records import TURN, encode_fields, encode_record
+    from jarvismem.tiers.working import encode_turn_line
+
+    ts = 1712345678.123456
+    entry = {
+        "turn_id": "7",
+        "step_id": "s1",
+        "agent_id": "a1",
+        "ts": ts,
+        "thought": thought,
+        "action": action,
+        "result": result,
+        "tokens": tokens,
+    }
+    data = {"thought": thought, "action": action, "result": result, "tokens": tokens}
+    record = {"ts": ts, "type": TURN, "scope": "step", "turn_id": "7", "data": data}
+    assert encode_turn_line(encode_fields(entry)) == encode_record(record)
+
+
+async def test_the_goal_listing_is_cached_and_kept_true_by_this_processs_writes(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    """Every bundle used to list the workflow's goal blobs; the listing is now
+    listed once per GOALS_LISTING_MAX_AGE, a finding written here joins it at once."""
+    lists: list[str] = []
+    listing = local_blob.list
+
+    async def counting_list(prefix: str = "") -> list[str]:
+        lists.append(prefix)
+        return await listing(prefix)
+
+    local_blob.list = counting_list  # type: ignore[method-assign]
+    here = pad_of(local_blob, keyspace, workflow_id, "s2")
+    assert await here.render() == ""
+    await pad_of(local_blob, keyspace, workflow_id, "s1").write("f", "from s1", scope="goal")
+    await here.write("f", "mine", scope="goal")
+    notes = await here.render()
+    assert "from s1 _(from step s1, agent a1)_" in notes and "- **f:** mine" in notes
+    assert len(lists) == 1
+    # Another process (its own blob storage object) starts findings of a new
+    # (step, agent): this process sees them once its listing is older than the bound.
+    other_process = LocalBlobStorage(local_blob.root)
+    await pad_of(other_process, keyspace, workflow_id, "s9").write("f", "far", scope="goal")
+    assert "far" not in await here.render()
+    goal_index(local_blob, keyspace.goals_prefix(workflow_id)).max_age = 0.0
+    assert "far _(from step s9, agent a1)_" in await here.render()
+    assert len(lists) == 2

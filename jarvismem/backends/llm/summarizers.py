@@ -16,11 +16,13 @@ and ends with :data:`~jarvismem.backends.llm.truncation.TRUNCATION_MARKER`.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import re
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
 from jarvismem.backends.llm.client import ChatCompletionsClient
@@ -31,6 +33,7 @@ from jarvismem.errors import InvalidPayloadError, LLMError
 
 __all__ = [
     "GENERATE_TEMPERATURE",
+    "SLICE_SECONDS",
     "SYSTEM_PROMPT",
     "ExtractiveSummarizer",
     "GenerateSummarizer",
@@ -211,6 +214,9 @@ def as_summarizer(llm: object, *, max_tokens: int | None = None) -> Summarizer:
 
 _WORD_RE = re.compile(r"[^\W_]{3,}", re.UNICODE)
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+")
+# Where _SENTENCE_SPLIT_RE could split at all: a cheap test that spares most
+# lines the slower look-behind scan.
+_SENTENCE_END_RE = re.compile(r"[.!?]\s")
 _STOPWORDS = frozenset(
     """the and for are but not you all any can had her was one our out has him his how
     its may new now old see two who did get let put say she too use this that with from
@@ -221,37 +227,35 @@ _STOPWORDS = frozenset(
 
 
 def _terms(text: str) -> list[str]:
-    return [w for w in (m.lower() for m in _WORD_RE.findall(text)) if w not in _STOPWORDS]
+    # map(str.lower) over the matches, not a lowered text: lowering first can
+    # change what the word pattern splits (e.g. a dotted capital I).
+    return [w for w in map(str.lower, _WORD_RE.findall(text)) if w not in _STOPWORDS]
 
 
-def _units(text: str) -> list[str]:
-    """Lines, with over-long lines split into sentences."""
+# How many units a loop handles between two checks of the time slice: one
+# where a unit is tokenized (up to ~50 us for a long ledger line), a few where
+# it is only looked up.
+_STEP_UNITS = 8
+
+SLICE_SECONDS = 0.0005
+"""Longest stretch of CPU work :meth:`ExtractiveSummarizer.summarize` does on the
+event loop before it yields to it (the kernel's tasks run in between)."""
+
+
+def _units(text: str) -> Generator[None, None, list[str]]:
+    """Lines, with over-long lines split into sentences (a step generator)."""
     out: list[str] = []
-    for raw in text.splitlines():
+    for n, raw in enumerate(text.splitlines(), 1):
         line = " ".join(raw.split())
         if not line:
             continue
-        if len(line) <= 300:
+        if len(line) <= 300 or not _SENTENCE_END_RE.search(line):
             out.append(line)
         else:
             out.extend(s for s in _SENTENCE_SPLIT_RE.split(line) if s)
+        if n % _STEP_UNITS == 0:
+            yield
     return out
-
-
-def _weights(units: Sequence[str]) -> dict[str, float]:
-    """Term weight = frequency x inverse unit frequency (tf-idf over the input's units).
-
-    A word in every unit ("turn") weighs nothing; a subject that recurs in some
-    units weighs most.
-    """
-    tf: Counter[str] = Counter()
-    df: Counter[str] = Counter()
-    for unit in units:
-        terms = _terms(unit)
-        tf.update(terms)
-        df.update(set(terms))
-    n = len(units)
-    return {t: tf[t] * math.log((n + 1) / df[t]) for t in tf}
 
 
 # A ledger line starts "[turn <id>]" (jarvismem.tiers.longterm.render_entry);
@@ -285,6 +289,39 @@ def _is_marker(unit: str) -> bool:
     return _MARKER_RE.fullmatch(unit) is not None
 
 
+# What one left-out unit adds to a gap: (first turn id, last turn id) of its
+# spans (None when it names no turn), turns, other lines.
+_GapPart = tuple[str | None, str | None, int, int]
+
+
+def _gap_part(unit: str) -> _GapPart:
+    """What leaving ``unit`` out adds to the gap around it (markers merge, tags count)."""
+    first: str | None = None
+    last: str | None = None
+    turns = lines = 0
+    found = False
+    for match in _MARKER_RE.finditer(unit):
+        found = True
+        if match.group("lines"):
+            lines += int(match.group("lines"))
+            continue
+        start = match.group("first")
+        first = first or start
+        last = match.group("last") or start
+        turns += int(match.group("turns"))
+        lines += int(match.group("also") or 0)
+    if found and _is_marker(unit):
+        return first, last, turns, lines
+    tags = _TURN_TAG_RE.findall(_MARKER_RE.sub("", unit))
+    if tags:
+        first = first or tags[0]
+        last = tags[-1]
+        turns += len(tags)
+    elif not found:
+        lines += 1
+    return first, last, turns, lines
+
+
 class _Gap:
     """What a run of left-out units held: its turn ids (first, last), turns and other lines."""
 
@@ -296,34 +333,115 @@ class _Gap:
         self.turns = 0
         self.lines = 0
 
-    def _span(self, first: str, last: str) -> None:
-        self.first = self.first or first
-        self.last = last
-
-    def add(self, unit: str) -> None:
-        found = False
-        for match in _MARKER_RE.finditer(unit):
-            found = True
-            if match.group("lines"):
-                self.lines += int(match.group("lines"))
-                continue
-            first = match.group("first")
-            self._span(first, match.group("last") or first)
-            self.turns += int(match.group("turns"))
-            self.lines += int(match.group("also") or 0)
-        if found and _is_marker(unit):
-            return
-        tags = _TURN_TAG_RE.findall(_MARKER_RE.sub("", unit))
-        if tags:
-            self._span(tags[0], tags[-1])
-            self.turns += len(tags)
-        elif not found:
-            self.lines += 1
+    def add(self, part: _GapPart) -> None:
+        first, last, turns, lines = part
+        if first is not None:
+            self.first = self.first or first
+            self.last = last
+        self.turns += turns
+        self.lines += lines
 
     def marker(self) -> str | None:
         if not (self.turns or self.lines):
             return None
         return omission_marker(self.first, self.last, self.turns, self.lines)
+
+
+class _Ranked:
+    """The candidates of one unit list, best first: (index, unit) of each distinct
+    non-marker unit at its first occurrence, ranked once per summary (the
+    scores do not depend on the budget, so the fitting rounds reuse them)."""
+
+    __slots__ = ("order",)
+
+    def __init__(self, order: list[tuple[int, str]]) -> None:
+        self.order = order
+
+    def select(self, budget: int, exclude: set[str] | None = None) -> dict[int, str]:
+        """Best-ranked units fitting in ``budget`` chars: index -> text kept.
+
+        A single unit larger than the whole budget is cut rather than lost.
+        """
+        chosen: dict[int, str] = {}
+        if budget <= 0:
+            return chosen
+        used = 0
+        for index, unit in self.order:
+            if exclude and unit in exclude:
+                continue
+            cost = len(unit) + (1 if chosen else 0)
+            if used + cost > budget:
+                if not chosen and budget > len(TRUNCATION_MARKER) + 20:
+                    chosen[index] = truncate(unit, budget)
+                    # Full: every further unit costs at least one character.
+                    break
+                continue
+            chosen[index] = unit
+            used += cost
+        return chosen
+
+
+class _Work:
+    """The per-summary caches: each distinct unit is tokenized, scored and
+    (when left out) parsed for its turn ids once, however often it occurs or
+    however many fitting rounds look at it."""
+
+    def __init__(self) -> None:
+        self.terms: dict[str, list[str]] = {}
+        self.marker: dict[str, bool] = {}
+        self.gap: dict[str, _GapPart] = {}
+
+    def is_marker(self, unit: str) -> bool:
+        known = self.marker.get(unit)
+        if known is None:
+            known = self.marker[unit] = _is_marker(unit)
+        return known
+
+    def gap_part(self, unit: str) -> _GapPart:
+        part = self.gap.get(unit)
+        if part is None:
+            part = self.gap[unit] = _gap_part(unit)
+        return part
+
+    def weights(self, units: Sequence[str]) -> Generator[None, None, dict[str, float]]:
+        """Term weight = frequency x inverse unit frequency (tf-idf over the input's units).
+
+        A word in every unit ("turn") weighs nothing; a subject that recurs in
+        some units weighs most. Markers do not count.
+        """
+        tf: Counter[str] = Counter()
+        df: Counter[str] = Counter()
+        n = 0
+        for unit in units:
+            if self.is_marker(unit):
+                continue
+            n += 1
+            terms = self.terms.get(unit)
+            if terms is None:
+                terms = self.terms[unit] = _terms(unit)
+            tf.update(terms)
+            df.update(set(terms))
+            yield
+        return {t: tf[t] * math.log((n + 1) / df[t]) for t in tf}
+
+    def rank(self, units: Sequence[str], freq: dict[str, float]) -> Generator[None, None, _Ranked]:
+        """The candidates of ``units`` ranked by score; on equal scores the later wins."""
+        seen: set[str] = set()
+        candidates: list[tuple[float, int, str]] = []
+        for index, unit in enumerate(units):
+            if unit in seen or self.is_marker(unit):
+                continue
+            seen.add(unit)
+            terms = self.terms[unit]
+            # sorted(): float sums in set order would differ between processes
+            # (string hash randomisation) and break ties differently.
+            score = sum(freq.get(t, 0.0) for t in sorted(set(terms))) / math.sqrt(len(terms) + 1)
+            # On equal scores the later line wins: the newest turns matter most
+            # to an agent resuming its work.
+            candidates.append((-score, -index, unit))
+            yield
+        candidates.sort()
+        return _Ranked([(-neg_index, unit) for _, neg_index, unit in candidates])
 
 
 class ExtractiveSummarizer:
@@ -343,6 +461,12 @@ class ExtractiveSummarizer:
     Markers of a previous summary are merged into the new gaps around them, so
     the counts stay true as the summary rolls on. The markers count against
     ``max_chars``.
+
+    The work is pure CPU, linear in the input, and runs on the event loop in
+    slices of at most :data:`SLICE_SECONDS` with a yield to the loop between
+    them: the loop's other tasks (an agent's ``log_turn``) are never held up
+    for longer than a slice. (A worker thread would not help: the loop would
+    then wait for the GIL, up to the interpreter's 5 ms switch interval.)
     """
 
     name = "extractive"
@@ -353,83 +477,90 @@ class ExtractiveSummarizer:
         """Return the selected lines and omission markers, at most ``max_chars`` long."""
         if max_chars < 1:
             raise InvalidPayloadError("max_chars must be >= 1")
-        previous = _units(previous_summary or "")
-        new = _units(text)
-        freq = _weights([u for u in previous + new if not _is_marker(u)])
+        steps = self._steps(text, previous_summary, max_chars)
+        # Start on a fresh turn of the loop: the caller may have worked since it
+        # last yielded (another summary, a page of rendering), and a slice
+        # counted from here would add to that.
+        await asyncio.sleep(0)
+        slice_end = time.perf_counter() + SLICE_SECONDS
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                summary: str = done.value
+                return summary
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + SLICE_SECONDS
+
+    def summarize_now(
+        self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS
+    ) -> str:
+        """:meth:`summarize` in one go, without yielding (for code off the event loop)."""
+        if max_chars < 1:
+            raise InvalidPayloadError("max_chars must be >= 1")
+        steps = self._steps(text, previous_summary, max_chars)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                summary: str = done.value
+                return summary
+
+    def _steps(
+        self, text: str, previous_summary: str | None, max_chars: int
+    ) -> Generator[None, None, str]:
+        """The summary, computed in steps: each ``yield`` is a point to pause at."""
+        work = _Work()
+        previous = yield from _units(previous_summary or "")
+        new = yield from _units(text)
+        freq = yield from work.weights(previous + new)
+        ranked_prev = yield from work.rank(previous, freq)
+        ranked_new = yield from work.rank(new, freq)
         budget = max_chars
         summary = ""
         for _ in range(_MAX_FIT_ROUNDS):
-            summary = self._compose(previous, new, freq, budget)
+            summary = yield from self._compose(work, previous, new, ranked_prev, ranked_new, budget)
             if len(summary) <= max_chars or budget <= 0:
                 break
             # The markers took room the selection did not know of: select less.
             budget -= len(summary) - max_chars
         return truncate(summary, max_chars)
 
+    @staticmethod
     def _compose(
-        self, previous: list[str], new: list[str], freq: dict[str, float], budget: int
-    ) -> str:
+        work: _Work,
+        previous: list[str],
+        new: list[str],
+        ranked_prev: _Ranked,
+        ranked_new: _Ranked,
+        budget: int,
+    ) -> Generator[None, None, str]:
         budget_prev = budget if not new else budget // 2 if previous else 0
-        kept_prev = self._select(previous, freq, budget_prev)
+        kept_prev = ranked_prev.select(budget_prev) if previous else {}
         used = sum(len(u) + 1 for u in kept_prev.values())
-        kept_new = self._select(new, freq, budget - used, exclude=set(kept_prev.values()))
+        kept_new = ranked_new.select(budget - used, set(kept_prev.values())) if new else {}
         out: list[str] = []
         emitted: set[str] = set()
         gap = _Gap()
-        sequence = [(kept_prev.get(i), u) for i, u in enumerate(previous)]
-        sequence += [(kept_new.get(i), u) for i, u in enumerate(new)]
-        for kept, unit in sequence:
-            if kept is None and unit in emitted:
-                continue  # a repeat of a line that is there: nothing is missing
-            if kept is None:
-                gap.add(unit)
-                continue
-            marker = gap.marker()
-            if marker:
-                out.append(marker)
-                gap = _Gap()
-            out.append(kept)
-            emitted.add(unit)
+        step = 0
+        for units, kept_of in ((previous, kept_prev), (new, kept_new)):
+            for index, unit in enumerate(units):
+                step += 1
+                if step % _STEP_UNITS == 0:
+                    yield
+                kept = kept_of.get(index)
+                if kept is None:
+                    if unit not in emitted:  # a repeat of a line that is there: nothing missing
+                        gap.add(work.gap_part(unit))
+                    continue
+                marker = gap.marker()
+                if marker:
+                    out.append(marker)
+                    gap = _Gap()
+                out.append(kept)
+                emitted.add(unit)
         marker = gap.marker()
         if marker:
             out.append(marker)
         return "\n".join(out)
-
-    @staticmethod
-    def _select(
-        units: Sequence[str], freq: dict[str, float], budget: int, exclude: set[str] | None = None
-    ) -> dict[int, str]:
-        """Best-scoring distinct units fitting in ``budget`` chars: index -> text kept.
-
-        Omission markers are never candidates (they are merged, not chosen).
-        """
-        if budget <= 0 or not units:
-            return {}
-        seen: set[str] = set(exclude or ())
-        candidates: list[tuple[float, int, str]] = []
-        for index, unit in enumerate(units):
-            if unit in seen or _is_marker(unit):
-                continue
-            seen.add(unit)
-            terms = _terms(unit)
-            # sorted(): float sums in set order would differ between processes
-            # (string hash randomisation) and break ties differently.
-            score = sum(freq.get(t, 0.0) for t in sorted(set(terms))) / math.sqrt(len(terms) + 1)
-            # On equal scores the later line wins: the newest turns matter most
-            # to an agent resuming its work.
-            candidates.append((-score, -index, unit))
-        candidates.sort()
-        chosen: dict[int, str] = {}
-        used = 0
-        for _, neg_index, unit in candidates:
-            index = -neg_index
-            cost = len(unit) + (1 if chosen else 0)
-            if used + cost > budget:
-                # A single unit larger than the whole budget is cut rather than lost.
-                if not chosen and budget > len(TRUNCATION_MARKER) + 20:
-                    chosen[index] = truncate(unit, budget)
-                    used = budget
-                continue
-            chosen[index] = unit
-            used += cost
-        return chosen

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 
 import pytest
 
+from jarvismem.backends.llm import summarizers
 from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.backends.llm.summarizers import (
     ExtractiveSummarizer,
@@ -249,3 +251,41 @@ def test_as_summarizer_tells_the_shapes_apart() -> None:
         as_summarizer(42)
     with pytest.raises(InvalidPayloadError, match="max_tokens"):
         GenerateSummarizer(Generate(), max_tokens=0)
+
+
+# --- the event loop keeps running ------------------------------------------------------------
+
+
+async def _ticking(task_done: asyncio.Event, ticks: list[int]) -> None:
+    while not task_done.is_set():
+        ticks[0] += 1
+        await asyncio.sleep(0)
+
+
+async def test_extractive_yields_to_the_event_loop_while_it_works(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A slice of zero: yield at every step, so the count below depends on the
+    # work's structure, never on the machine's speed.
+    monkeypatch.setattr(summarizers, "SLICE_SECONDS", 0.0)
+    lines = [f"[turn {i}] billing deploy {i % 7} staging database {i % 5}" for i in range(400)]
+    text = "\n".join(lines)
+    done, ticks = asyncio.Event(), [0]
+    ticker = asyncio.create_task(_ticking(done, ticks))
+    summary = await ExtractiveSummarizer().summarize(text, max_chars=2000)
+    done.set()
+    await ticker
+    # Another task ran between the steps of one summary (it runs on the loop,
+    # in slices): hundreds of times for 400 lines.
+    assert ticks[0] >= 100
+    # And slicing changed nothing in the result.
+    assert summary == ExtractiveSummarizer().summarize_now(text, max_chars=2000)
+
+
+async def test_summarize_now_is_the_same_summary() -> None:
+    summary = ExtractiveSummarizer().summarize_now(TEXT, previous_summary="goal: x", max_chars=190)
+    assert summary == await ExtractiveSummarizer().summarize(
+        TEXT, previous_summary="goal: x", max_chars=190
+    )
+    with pytest.raises(InvalidPayloadError):
+        ExtractiveSummarizer().summarize_now(TEXT, max_chars=0)

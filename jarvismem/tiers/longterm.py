@@ -848,15 +848,7 @@ class LongTermMemory:
         return lines
 
     async def _reduce(self, lines: list[str], llm: Summarizer, chunk_chars: int) -> str:
-        """Map-reduce ``lines`` until they fit in one chunk; returns that text.
-
-        A summarizer that says it takes input of any size (``unbounded_input``,
-        the extractive one: linear in its input, no context window) gets the
-        lines whole: chunking would only make it select from its own selections,
-        reading every line two or three times.
-        """
-        if getattr(llm, "unbounded_input", False):
-            return "\n".join(lines)
+        """Map-reduce ``lines`` until they fit in one chunk; returns that text."""
         # Each partial gets a quarter of a chunk, so every level shrinks the text
         # at least about fourfold and the loop ends; the depth cap is a backstop.
         partial_chars = max(50, chunk_chars // 4)

@@ -470,9 +470,6 @@ class ExtractiveSummarizer:
     """
 
     name = "extractive"
-    unbounded_input = True
-    """Takes input of any size at once (linear, no context window): the long-term
-    tier does not map-reduce for it."""
 
     async def summarize(
         self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.backends.llm import Summarizer, create_summarizer
+from jarvismem.backends.llm import Summarizer, as_summarizer, create_summarizer
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import is_embedded, redis_destination
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
@@ -71,6 +71,8 @@ class MemoryEngine:
         redis, blob, athena: the backend clients; None leaves their tiers off.
         summarizer: the long-term summarizer; by default one from ``settings``
             (a new one when the engine owns its clients, else the process's shared one).
+            JarvisCore's LLM client shape (``async generate(prompt=, temperature=,
+            max_tokens=)``) is taken too (see :func:`~jarvismem.backends.llm.as_summarizer`).
         redactor: applied before anything is stored; by default per ``settings``.
         recall_store: where remembered facts go; by default BM25 in Redis (with Redis).
         policy: the recall policy; by default :class:`MemoryPolicy`'s defaults.
@@ -86,7 +88,7 @@ class MemoryEngine:
         redis: Any = None,
         blob: BlobStorage | None = None,
         athena: AthenaClient | None = None,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer | object | None = None,
         redactor: Redactor | None = None,
         recall_store: RecallStore | None = None,
         policy: MemoryPolicy | None = None,
@@ -101,7 +103,9 @@ class MemoryEngine:
         self.redis = redis
         self.blob = blob
         self.athena = athena
-        if summarizer is None:
+        if summarizer is not None:
+            summarizer = as_summarizer(summarizer)
+        else:
             summarizer = (
                 create_summarizer(settings) if owns_clients else shared_summarizer(settings)
             )

@@ -82,6 +82,28 @@ async def test_held_idle_views_do_not_pin_their_workflow_state(
     assert first.episodic is not None and await first.episodic.length() == 2
 
 
+async def test_an_engine_compacts_with_jarviscores_generate_client(
+    redis_client: Any, blob_storage: Any, make_engine: Factory
+) -> None:
+    # A JarvisCore user hands the engine the LLM client they already have.
+    class Generate:
+        def __init__(self) -> None:
+            self.prompts: list[str] = []
+
+        async def generate(self, **kwargs: Any) -> dict[str, Any]:
+            self.prompts.append(kwargs["prompt"])
+            return {"content": "summary by generate()", "tokens": {"total": 7}}
+
+    client = Generate()
+    engine = make_engine(redis=redis_client, blob=blob_storage, summarizer=client)
+    mem = UnifiedMemory("wf-gen", "s1", "a1", runtime=engine)
+    await mem.log_turn(1, "look up the invoice", "search()", "found it")
+    result = await mem.compact_now()
+    assert result["compacted"], result
+    assert mem.ltm is not None and await mem.ltm.load_summary() == "summary by generate()"
+    assert client.prompts and "look up the invoice" in client.prompts[0]
+
+
 async def test_closing_an_engine_leaves_clients_it_does_not_own_open(
     redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:

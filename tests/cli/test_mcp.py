@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,10 +16,12 @@ from typing import Any
 
 import pytest
 
-from jarvismem.cli import main
+from jarvismem.cli import build_parser, main
+from jarvismem.cli.completion import bash_script
 from jarvismem.cli.mcp import INSTALL_HINT
 from jarvismem.runtime import MemoryRuntime
 from tests.cli.conftest import Cli, clean_env
+from tests.cli.test_completion import _bash_complete
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
 
 
@@ -200,3 +203,13 @@ def test_bad_start_up_arguments_are_one_line_usage_errors(
     code, line = _main(capsys, *args)
     assert code == 2
     assert line.startswith(expected)
+
+
+def test_completion_knows_the_command_and_its_choices() -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("bash is not installed")
+    script = bash_script(build_parser())
+    assert _bash_complete(script, "jarvismem", "mc") == ["mcp"]
+    assert _bash_complete(script, "jarvismem", "mcp", "--tr") == ["--transport"]
+    assert _bash_complete(script, "jarvismem", "mcp", "--transport", "") == ["stdio", "http"]
+    assert _bash_complete(script, "jarvismem", "mcp", "--read") == ["--read-only"]

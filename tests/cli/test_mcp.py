@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import jarvismem.integrations
 from jarvismem.cli import build_parser, main
 from jarvismem.cli.completion import bash_script
 from jarvismem.cli.mcp import INSTALL_HINT
@@ -171,8 +172,12 @@ def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_a_missing_extra_is_a_one_line_install_hint(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # As if the mcp extra were not installed: importing the server module fails.
-    monkeypatch.setitem(sys.modules, "jarvismem.integrations.mcp", None)
+    # As if the mcp extra were not installed: the SDK cannot be imported, and the
+    # server module (even if another test imported it) is imported afresh.
+    for name in [n for n in sys.modules if n == "mcp" or n.startswith("mcp.")] or ["mcp"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "jarvismem.integrations.mcp", raising=False)
+    monkeypatch.delattr(jarvismem.integrations, "mcp", raising=False)
     code, line = _main(capsys, "--workflow", "w", "--agent", "a")
     assert (code, line) == (2, f"jarvismem: error: {INSTALL_HINT}")
     assert "pip install 'jarvismem[mcp]'" in line

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("jarvismem.memory",),
     ("jarvismem.runtime",),
     ("jarvismem", "jarvismem.transfer", "jarvismem.transfer.", "jarvismem.demo",
-     "jarvismem.demo.", "jarvismem.testing", "jarvismem.testing."),
+     "jarvismem.demo.", "jarvismem.testing", "jarvismem.testing.",
+     "jarvismem.integrations", "jarvismem.integrations."),
     ("jarvismem.cli", "jarvismem.cli.", "jarvismem.__main__"),
 ]  # fmt: skip
 
@@ -45,7 +47,16 @@ MAY_IMPORT_BACKEND_LIBRARIES = ("jarvismem.backends",)
 # install hint only when Azure is configured.
 # The embedded Redis stand-in (fakeredis, ~65 modules) is needed only when no
 # REDIS_URL is configured, so it is loaded on first use too.
-OPTIONAL_EXTRAS = ("azure", "aiohttp", "jarvismem.backends.blob.azure", "fakeredis")
+# The MCP server module needs the mcp extra: `jarvismem mcp` imports it when run, so
+# the rest of the CLI works without the extra (and the command says how to install it).
+OPTIONAL_EXTRAS = (
+    "azure",
+    "aiohttp",
+    "jarvismem.backends.blob.azure",
+    "fakeredis",
+    "mcp",
+    "jarvismem.integrations.mcp",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -186,6 +197,8 @@ def test_internal_imports_are_at_module_top() -> None:
 def test_every_module_imports_alone() -> None:
     """Each module imports in a fresh interpreter, in any order (no hidden order)."""
     optional = {"jarvismem.backends.blob.azure"}  # needs the azure extra
+    if importlib.util.find_spec("mcp") is None:  # the mcp extra, when not installed
+        optional.add("jarvismem.integrations.mcp")
     names = [m for m in MODULES if m not in optional and not m.endswith("__main__")]
     script = (
         "import importlib, sys\n"

@@ -1,4 +1,4 @@
-"""The ``jarvismem`` command line: demo, inspection, export/import, setup.
+"""The ``jarvismem`` command line: demo, inspection, export/import, setup, the MCP server.
 
 ``main(argv)`` parses the arguments, runs one command on a fresh event loop
 and returns its exit code: 0 success, 1 a failure the command detected (an
@@ -28,6 +28,7 @@ from jarvismem.cli import completion as completion_cmds
 from jarvismem.cli import demo as demo_cmds
 from jarvismem.cli import inspect as inspect_cmds
 from jarvismem.cli import manage as manage_cmds
+from jarvismem.cli import mcp as mcp_cmds
 from jarvismem.cli import migrate as migrate_cmds
 from jarvismem.cli import setup as setup_cmds
 from jarvismem.cli import transfer as transfer_cmds
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common_options()
     parser = argparse.ArgumentParser(
         prog="jarvismem",
-        description="Tiered memory for AI agent kernels: inspect, export, import, demo.",
+        description="Tiered memory for AI agent kernels: inspect, export, import, demo, MCP.",
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"jarvismem {__version__}")
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         setup_cmds,
         bench_cmds,
         manage_cmds,
+        mcp_cmds,
         completion_cmds,
     ):
         module.register(sub, common)

@@ -1,0 +1,1 @@
+"""Bridges from jarvismem to agent ecosystems, each behind its own optional extra."""

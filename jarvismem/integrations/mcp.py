@@ -1,0 +1,547 @@
+"""An MCP server over memory (the ``mcp`` extra): what ``jarvismem mcp`` serves.
+
+:func:`build_server` exposes one agent's memory in one workflow as MCP tools:
+
+* ``remember`` / ``recall``: facts in the recall tier (the runtime's memory policy
+  decides their namespace and scope, as for ``UnifiedMemory.remember``/``recall``);
+* ``bundle``: the rehydrate bundle of a step of the workflow (``rehydrate_bundle``);
+* ``tail``: the workflow's last ledger entries (every agent's turns);
+* ``spaces_get`` / ``spaces_put``: the agent's cognitive spaces;
+* ``context`` / ``search``: the agent's Athena memory, listed only when Athena is
+  configured.
+
+**Scope.** Namespace (the runtime's settings), workflow and agent are fixed when
+the server is built (:class:`McpScope`); no tool takes any of them as an argument,
+so a caller cannot reach another workflow's or agent's memory (an argument of
+that name is not in any input schema and is ignored). ``read_only=True`` leaves
+the write tools (``remember``, ``spaces_put``) out of the list, and they refuse
+if reached anyway.
+
+**Output.** Every result is one JSON object, sent both as JSON text and as
+structured content, passed through the runtime's redactor first (strings, and
+any value under a secret-named key), so nothing a tier holds from before a
+redaction pattern existed leaves the server unredacted.
+
+**Errors.** Bad input and tier failures come back as tool errors (``is_error``)
+carrying jarvismem's own message (an invalid id, a payload too large, Redis
+unavailable); arguments that do not fit a tool's input schema are refused by
+the SDK before the tool runs. Anything else is a bug: the caller sees only
+"Error executing tool NAME" and the server logs the traceback.
+
+Built on the SDK's high-level ``MCPServer`` rather than the low-level ``Server``:
+the typed signatures below become the tools' input schemas (with descriptions
+and bounds), arguments are validated before a tool runs, and a ``ToolError``
+becomes an ``is_error`` result while other exceptions keep their text on the
+server. The low-level server would need each schema written and checked by
+hand, for nothing this server needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from jarvismem import __version__
+from jarvismem.backends.redis import redis_errors
+from jarvismem.defaults import LEDGER_TAIL, RECALL_CONTENT_MAX_CHARS, SEARCH_LIMIT
+from jarvismem.errors import AthenaUnavailableError, ConfigError, JarvisMemError
+from jarvismem.keys import validate_id
+from jarvismem.memory import UnifiedMemory
+from jarvismem.redaction import redact_value
+from jarvismem.render import to_json
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.spaces.models import validate_space_name
+from jarvismem.spaces.store import SpacesStore
+from jarvismem.tiers.athena import AthenaMemory
+
+__all__ = [
+    "ATHENA_TOOLS",
+    "MAX_HITS",
+    "MAX_TAIL",
+    "VIEW_STEP",
+    "WRITE_TOOLS",
+    "McpScope",
+    "build_server",
+    "http_url",
+    "listen_socket",
+    "serve_http",
+    "serve_stdio",
+]
+
+log = logging.getLogger(__name__)
+
+VIEW_STEP = "mcp"
+"""Step id of the view behind the step-independent tools (recall, spaces, Athena)
+and the default step of ``bundle``. Those tools write nothing under it."""
+
+MAX_TAIL = 1000
+"""Most ledger entries or bundle turns one call returns: a model's context is finite."""
+
+MAX_HITS = 100
+"""Most Athena search hits or context events one call asks for."""
+
+WRITE_TOOLS = ("remember", "spaces_put")
+"""The tools that change memory: left out with ``read_only``."""
+
+ATHENA_TOOLS = ("context", "search")
+"""The tools that read Athena: listed only when Athena is configured."""
+
+
+@dataclass(frozen=True)
+class McpScope:
+    """What every tool of one server acts on, fixed at start-up.
+
+    ``workflow_id``, ``agent_id``: whose memory; ``step_id``: the step ``bundle``
+    reads when the caller names none; ``read_only``: no write tools. The
+    namespace is the runtime's (``JARVISMEM_NAMESPACE`` / ``--namespace``).
+    Ids are checked on construction (:class:`~jarvismem.errors.InvalidIdError`).
+    """
+
+    workflow_id: str
+    agent_id: str
+    step_id: str = VIEW_STEP
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        validate_id(self.workflow_id, "workflow_id")
+        validate_id(self.agent_id, "agent_id")
+        validate_id(self.step_id, "step_id")
+
+
+# --- argument types: the input schemas the SDK derives and validates -----------------------
+
+_Content = Annotated[
+    str,
+    Field(
+        description="the fact to store, in plain words",
+        min_length=1,
+        max_length=RECALL_CONTENT_MAX_CHARS,
+    ),
+]
+_EntryId = Annotated[
+    str | None,
+    Field(description="an existing entry's id to replace it (an upsert); omit for a new entry"),
+]
+_Metadata = Annotated[dict[str, str] | None, Field(description="string labels kept with the entry")]
+_Query = Annotated[str, Field(description="what to look for, in plain words", min_length=1)]
+_Step = Annotated[
+    str | None, Field(description="the step of this workflow to rehydrate (default: the server's)")
+]
+_Turns = Annotated[int, Field(description="recent ledger turns to include", ge=0, le=MAX_TAIL)]
+_Goal = Annotated[
+    str | None, Field(description="the current goal; Athena's mid-term memory is ranked by it")
+]
+_TailN = Annotated[int, Field(description="how many of the newest entries", ge=1, le=MAX_TAIL)]
+_SpaceName = Annotated[
+    str | None,
+    Field(description="one space's name (e.g. 'world', 'tasks'); omit for every space"),
+]
+_SpaceToPut = Annotated[
+    str, Field(description="the space to create or replace ('world', 'tasks' or your own)")
+]
+_SpaceData = Annotated[
+    dict[str, Any] | list[Any],
+    Field(
+        description="the space's whole new content: an object (a map space, as 'world') "
+        "or an array (a list space; 'tasks' holds {id, text, status} items)"
+    ),
+]
+_SpaceMetadata = Annotated[
+    dict[str, Any] | None, Field(description="free JSON kept with the space (omit to keep it)")
+]
+_Events = Annotated[
+    int | None,
+    Field(description="short-term events to fetch (default: the tier's)", ge=1, le=MAX_HITS),
+]
+_Hits = Annotated[int, Field(description="most hits, best first", ge=1, le=MAX_HITS)]
+
+_READ = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+
+
+class _Memory:
+    """The tools' bodies: one scope's memory on one runtime, results as plain dicts."""
+
+    def __init__(self, runtime: MemoryRuntime, scope: McpScope) -> None:
+        self.rt = runtime
+        self.scope = scope
+        # Built once: a view costs no I/O and its spaces store is reused.
+        self.view = runtime.memory(scope.workflow_id, scope.step_id, scope.agent_id)
+
+    def _writable(self, tool: str) -> None:
+        if self.scope.read_only:
+            raise ToolError(f"{tool} is refused: this server is read-only")
+
+    async def remember(
+        self, content: str, entry_id: str | None, metadata: dict[str, str] | None
+    ) -> dict[str, Any]:
+        self._writable("remember")
+        if entry_id is not None:
+            validate_id(entry_id, "entry_id")
+        entry = await self.view.remember(content, entry_id=entry_id, metadata=metadata)
+        return {"entry": entry.model_dump(mode="json")}
+
+    async def recall(self, query: str) -> dict[str, Any]:
+        results = await self.view.recall(query)
+        return {"query": query, "results": [r.model_dump(mode="json") for r in results]}
+
+    async def bundle(self, step: str | None, turns: int, query: str | None) -> dict[str, Any]:
+        view = self.view
+        if step is not None and step != self.scope.step_id:
+            view = UnifiedMemory(
+                self.scope.workflow_id,
+                validate_id(step, "step_id"),
+                self.scope.agent_id,
+                runtime=self.rt,
+            )
+        data = await view.rehydrate_bundle(turns, query=query)
+        return {
+            "workflow_id": view.workflow_id,
+            "step_id": view.step_id,
+            "agent_id": view.agent_id,
+            **data,
+        }
+
+    async def tail(self, n: int) -> dict[str, Any]:
+        ledger = self.rt.workflow(self.scope.workflow_id).ledger
+        if ledger is None:
+            raise ConfigError("the ledger needs Redis; set REDIS_URL")
+        return {"workflow_id": self.scope.workflow_id, "entries": await ledger.tail(n)}
+
+    def _spaces(self) -> SpacesStore:
+        store = self.view.spaces
+        if store is None:
+            raise ConfigError("cognitive spaces need Redis; set REDIS_URL")
+        return store
+
+    async def spaces_get(self, space: str | None) -> dict[str, Any]:
+        store = self._spaces()
+        head = {"workflow_id": self.scope.workflow_id, "agent_id": self.scope.agent_id}
+        if space is not None:
+            found = await store.get_space(validate_space_name(space))
+            return {**head, "space": space, "kind": found.kind, **found.to_dict()}
+        # A container never written reads as a fresh one with a new random id on
+        # every call: say there is none instead (as `jarvismem spaces` does).
+        async with redis_errors("spaces exists"):
+            exists = bool(await store.redis.exists(store.key))
+        snapshot = await store.snapshot() if exists else {}
+        return {**head, "exists": exists, **snapshot}
+
+    async def spaces_put(
+        self, space: str, data: dict[str, Any] | list[Any], metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        self._writable("spaces_put")
+        saved = await self._spaces().put_space(space, data, metadata)
+        return {
+            "workflow_id": self.scope.workflow_id,
+            "agent_id": self.scope.agent_id,
+            "space": space,
+            "kind": saved.kind,
+            **saved.to_dict(),
+        }
+
+    async def _athena(self) -> AthenaMemory:
+        memory = await self.rt.athena_memory(self.scope.agent_id)
+        if memory is None:
+            raise ConfigError("Athena is not configured: set ATHENA_URL")
+        return memory
+
+    async def context(self, limit: int | None, query: str | None) -> dict[str, Any]:
+        memory = await self._athena()
+        if limit is None:
+            data = await memory.get_memory_context(query=query)
+        else:
+            data = await memory.get_memory_context(limit=limit, query=query)
+        if data is None:
+            reason = memory.health().get("last_error") or "not supported by the server"
+            raise AthenaUnavailableError(f"Athena context unavailable: {reason}")
+        return {"agent_id": self.scope.agent_id, **data}
+
+    async def search(self, query: str, limit: int) -> dict[str, Any]:
+        memory = await self._athena()
+        hits = await memory.search(query, limit=limit)
+        last_error = memory.health().get("last_error")
+        if not hits and last_error:
+            # An outage reads as "no hits" in the tier; a caller must tell them apart.
+            raise AthenaUnavailableError(f"Athena search failed: {last_error}")
+        return {"agent_id": self.scope.agent_id, "query": query, "results": hits}
+
+
+# --- the server -----------------------------------------------------------------------------
+
+
+def build_server(runtime: MemoryRuntime, scope: McpScope) -> MCPServer:
+    """An MCP server whose tools act on ``scope`` through ``runtime`` (which it does not close).
+
+    The runtime must stay open while the server runs; the caller closes it after.
+    """
+    memory = _Memory(runtime, scope)
+    workflow = f"workflow {scope.workflow_id!r} (namespace {runtime.keyspace.namespace!r})"
+    where = f"agent {scope.agent_id!r} in {workflow}"
+    athena = runtime.athena is not None
+    notes = [f"Memory of {where}; every tool acts on it alone."]
+    if scope.read_only:
+        notes.append("Read-only: remember and spaces_put are off.")
+    if not athena:
+        notes.append("Athena is not configured: context and search are off.")
+    server: MCPServer = MCPServer(
+        "jarvismem",
+        title="jarvismem memory",
+        instructions=" ".join(notes),
+        version=__version__,
+    )
+
+    def result(data: dict[str, Any]) -> CallToolResult:
+        return _result(runtime, data)
+
+    def errors() -> contextlib.AbstractContextManager[None]:
+        return _tool_errors(runtime)
+
+    async def remember(
+        content: _Content, entry_id: _EntryId = None, metadata: _Metadata = None
+    ) -> CallToolResult:
+        with errors():
+            return result(await memory.remember(content, entry_id, metadata))
+
+    async def recall(query: _Query) -> CallToolResult:
+        with errors():
+            return result(await memory.recall(query))
+
+    async def bundle(
+        step: _Step = None, turns: _Turns = LEDGER_TAIL, query: _Goal = None
+    ) -> CallToolResult:
+        with errors():
+            return result(await memory.bundle(step, turns, query))
+
+    async def tail(n: _TailN = LEDGER_TAIL) -> CallToolResult:
+        with errors():
+            return result(await memory.tail(n))
+
+    async def spaces_get(space: _SpaceName = None) -> CallToolResult:
+        with errors():
+            return result(await memory.spaces_get(space))
+
+    async def spaces_put(
+        space: _SpaceToPut, data: _SpaceData, metadata: _SpaceMetadata = None
+    ) -> CallToolResult:
+        with errors():
+            return result(await memory.spaces_put(space, data, metadata))
+
+    async def context(limit: _Events = None, query: _Goal = None) -> CallToolResult:
+        with errors():
+            return result(await memory.context(limit, query))
+
+    async def search(query: _Query, limit: _Hits = SEARCH_LIMIT) -> CallToolResult:
+        with errors():
+            return result(await memory.search(query, limit))
+
+    tools: list[tuple[Callable[..., Any], str, ToolAnnotations]] = [
+        (
+            remember,
+            f"Store a fact in the recall memory of {where}, for `recall` to find later. "
+            "With entry_id, replace that entry. Secrets in it are redacted before storing.",
+            ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False),
+        ),
+        (
+            recall,
+            f"The remembered facts of {where} most relevant to a query (the newest when "
+            "none matches), best first, with scores.",
+            _READ,
+        ),
+        (
+            bundle,
+            f"Everything needed to carry on a step of {where} after a crash: long-term "
+            "summary, recent turns, the step's checkpoint and scratchpad, Athena context, "
+            "cognitive spaces, and which tiers are degraded.",
+            _READ,
+        ),
+        (
+            tail,
+            f"The newest entries of the ledger of {workflow} (every agent's "
+            "turns: thought, action, result), oldest first.",
+            _READ,
+        ),
+        (
+            spaces_get,
+            f"The cognitive spaces of {where}: beliefs ('world', a map), the agenda "
+            "('tasks', a list) and custom spaces, with revisions; or one space by name.",
+            _READ,
+        ),
+        (
+            spaces_put,
+            f"Create or replace one cognitive space of {where} with new data (the whole "
+            "space). Returns it with its new revision.",
+            ToolAnnotations(
+                read_only_hint=False,
+                destructive_hint=True,
+                idempotent_hint=True,
+                open_world_hint=False,
+            ),
+        ),
+        (
+            context,
+            f"Athena memory context of {where}: short-term events and mid-term chains "
+            "(ranked against query when given).",
+            _READ,
+        ),
+        (
+            search,
+            f"Search the Athena memory of {where}; hits best first with their similarity.",
+            _READ,
+        ),
+    ]
+    for fn, description, hints in tools:
+        name = fn.__name__
+        if scope.read_only and name in WRITE_TOOLS:
+            continue
+        if not athena and name in ATHENA_TOOLS:
+            continue
+        server.add_tool(fn, name=name, description=description, annotations=hints)
+    return server
+
+
+def _result(runtime: MemoryRuntime, data: dict[str, Any]) -> CallToolResult:
+    """``data`` redacted, as JSON text and as the same structured content."""
+    clean = redact_value(data, runtime.redactor, runtime.is_secret_key)
+    text = to_json(clean)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=json.loads(text)
+    )
+
+
+@contextlib.contextmanager
+def _tool_errors(runtime: MemoryRuntime) -> Iterator[None]:
+    """jarvismem's expected failures (and bad values) as tool errors, redacted, on one line.
+
+    Anything else propagates: the SDK reports it as a crash without its text.
+    """
+    try:
+        yield
+    except ToolError:
+        raise
+    except (JarvisMemError, ValueError) as exc:
+        # KeyError subclasses (SpaceNotFoundError) print their message quoted.
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        text = " ".join((text or type(exc).__name__).split())
+        raise ToolError(runtime.redactor(text)) from None
+
+
+# --- transports -----------------------------------------------------------------------------
+
+
+async def serve_stdio(server: MCPServer) -> None:
+    """Serve ``server`` on stdin/stdout until stdin ends (the client went away)."""
+    await server.run_stdio_async()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port).
+
+    Bound here rather than by uvicorn so that the real port is known (and
+    printed) before the first request, and a port in use is a clear error.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = infos[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=128)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def http_url(sock: socket.socket) -> str:
+    """The MCP endpoint's URL for a socket from :func:`listen_socket`."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}/mcp"
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, with SIGINT/SIGTERM ending the serve call instead of the process,
+    and a callback once it serves.
+
+    uvicorn's own handling re-raises the signal once it has stopped, which would
+    end the process before the caller closes its runtime (and drains outboxes).
+    """
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not the main thread (a test), or a platform without it
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # Within capture_signals: a signal sent once "ready" is seen stops serving cleanly.
+        if self._on_ready is not None and not self.should_exit:
+            self._on_ready()
+
+
+async def serve_http(
+    server: MCPServer,
+    sock: socket.socket,
+    *,
+    log_level: str = "warning",
+    on_ready: Callable[[], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen_socket`).
+
+    Runs until SIGINT/SIGTERM, or until ``stop`` is set. ``on_ready`` is called
+    once requests are served and those signals are handled (a client could
+    connect earlier: the socket listens already, so it would wait in the
+    backlog). ``log_level``: uvicorn's (its access log only at ``info`` and
+    below). When the socket is on a loopback address, requests with another
+    Host header are refused (DNS-rebinding protection).
+    """
+    host = sock.getsockname()[0]
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # keep the process's logging (the CLI's one-line format on stderr)
+        log_level=log_level,
+        access_log=log_level in ("info", "debug", "trace"),
+        lifespan="on",
+    )
+    web = _Uvicorn(config, on_ready)
+    watcher = None if stop is None else asyncio.create_task(_exit_on(web, stop))
+    try:
+        await web.serve(sockets=[sock])
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+
+async def _exit_on(web: uvicorn.Server, stop: asyncio.Event) -> None:
+    await stop.wait()
+    web.should_exit = True

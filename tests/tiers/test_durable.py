@@ -388,7 +388,6 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
     from jarvismem.testing.redis_server import RedisServerProcess
 
     server = RedisServerProcess(tmp_path / "redis", persistence=False)
-    server.start()
     client = aioredis.from_url(server.url, socket_connect_timeout=0.5)
 
     async def apply(record: dict[str, Any]) -> int:
@@ -400,6 +399,7 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
         "redis[probe]", box, apply, timeout=2.0, max_backoff=60.0, probe=recovery_probe(client)
     )
     writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
+    server.start()  # only once nothing before the cleanup below can raise
     try:
         server.kill()
         await writer.submit({"n": 1})

@@ -36,6 +36,19 @@ REDIS_CONNECT_RETRIES: Final = 5
 LEDGER_MAX_LEN: Final = 100_000
 """Approximate entries kept per workflow ledger (0 = unbounded)."""
 
+# --- Redis high availability (durability level) ---------------------------------------------
+
+REDIS_DURABILITY: Final = "primary"
+"""When a Redis write counts as done: ``primary`` (the primary applied it) or
+``replicated`` (``WAIT`` confirmed :data:`REDIS_WAIT_REPLICAS` replicas have it too)."""
+
+REDIS_WAIT_REPLICAS: Final = 1
+"""Replicas a ``replicated`` write must reach before it is acknowledged."""
+
+REDIS_WAIT_TIMEOUT_MS: Final = 1000
+"""How long a ``replicated`` write waits for its replicas before it is queued in the
+outbox instead (kept below the tier timeouts, so the WAIT decides, not the deadline)."""
+
 # --- local I/O from the event loop ----------------------------------------------------------
 
 INLINE_WRITE_MAX_BYTES: Final = 16_384
@@ -273,7 +286,10 @@ __all__ = [
     "REDACTION_KEYS",
     "REDACT_CHECKPOINTS",
     "REDIS_CONNECT_RETRIES",
+    "REDIS_DURABILITY",
     "REDIS_MAX_CONNECTIONS",
+    "REDIS_WAIT_REPLICAS",
+    "REDIS_WAIT_TIMEOUT_MS",
     "RETRY_AFTER_CAP",
     "SCRATCHPAD_BUDGET_CHARS",
     "SCRATCHPAD_TAIL_BYTES",

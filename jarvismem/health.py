@@ -16,6 +16,8 @@ from typing import Any
 
 from jarvismem.backends.blob import LocalBlobStorage
 from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded, ping_redis, probe_redis_write
+from jarvismem.backends.redis_durability import durability_health
+from jarvismem.backends.redis_sentinel import is_sentinel_url
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.redaction import mask_url
@@ -69,6 +71,8 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         backend, where = "embedded", EMBEDDED_NOTE
     else:
         backend = "redis-cluster" if s.redis_cluster else "redis"
+        if is_sentinel_url(s.redis_url):
+            backend = "redis-sentinel"
         where = mask_url(s.redis_url or "") if s.redis_url else "client passed in"
     ok, latency, reason, _ = await _probe(lambda: ping_redis(redis, s.redis_url))
     out: dict[str, Any] = {
@@ -79,10 +83,33 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         "latency_ms": latency,
         "reason": _reason(reason),
     }
+    if not is_embedded(redis):
+        durability = durability_health(redis)
+        out["durability"] = durability
+        out["status"] = durability_line(durability)
     if write_check and ok:
         key = engine.keyspace.health_probe(secrets.token_hex(6))
         await _write_probe(out, lambda: probe_redis_write(redis, key, s.redis_url))
     return out
+
+
+def durability_line(durability: dict[str, Any]) -> str:
+    """One line for ``jarvismem status``: the level and, if any, the last WAIT shortfall."""
+    if durability.get("level") != "replicated":
+        return "durability: primary (a failover may lose the last acknowledged writes)"
+    replicas = durability["replicas"]
+    line = (
+        f"durability: replicated (WAIT {replicas} replica{'s' if replicas != 1 else ''}, "
+        f"{durability['wait_timeout_ms']} ms)"
+    )
+    last = durability.get("last_shortfall")
+    if last:
+        ago = max(0.0, time.time() - float(last["at"]))
+        line += (
+            f"; {durability['shortfalls']} shortfall(s), last {ago:.0f}s ago: "
+            f"{last['got']} of {last['wanted']} replicas ({last['what']})"
+        )
+    return line
 
 
 async def _blob_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:

@@ -38,6 +38,10 @@ _SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_. -]*")
 
 StorageBackend = Literal["local", "azure", "none"]
 SslCertReqs = Literal["required", "optional", "none"]
+RedisDurability = Literal["primary", "replicated"]
+
+SENTINEL_SCHEME = "redis+sentinel://"
+"""REDIS_URL scheme of a Sentinel-managed primary (see ``backends/redis_sentinel.py``)."""
 
 
 class Settings(BaseSettings):
@@ -60,8 +64,9 @@ class Settings(BaseSettings):
     # --- Redis (ledger, checkpoints, long-term summary, spaces, recall) -----------
     redis_url: str | None = Field(
         None,
-        description="redis://, rediss:// (TLS) or unix:// URL. Unset: embedded in-process "
-        "stand-in (ephemeral).",
+        description="redis://, rediss:// (TLS), unix:// or "
+        "redis+sentinel://[user:pass@]host:port,host:port/service[/db] URL. Unset: embedded "
+        "in-process stand-in (ephemeral).",
     )
     redis_cluster: bool = Field(False, description="Connect with RedisCluster.")
     redis_context_ttl_days: float = Field(
@@ -83,6 +88,25 @@ class Settings(BaseSettings):
         defaults.LEDGER_MAX_LEN,
         ge=0,
         description="Retention: approximate max entries per workflow ledger (0 = unbounded).",
+    )
+
+    # --- Redis high availability (durability level; Sentinel is a REDIS_URL scheme) ---
+    redis_durability: RedisDurability = Field(
+        defaults.REDIS_DURABILITY,
+        description="primary: a write is done when the primary applied it (a failover may "
+        "lose its last writes); replicated: also when WAIT confirmed REDIS_WAIT_REPLICAS "
+        "replicas have it, else it is queued in the outbox and replayed.",
+    )
+    redis_wait_replicas: int = Field(
+        defaults.REDIS_WAIT_REPLICAS,
+        ge=1,
+        description="Replicas a write must reach with REDIS_DURABILITY=replicated.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        defaults.REDIS_WAIT_TIMEOUT_MS,
+        gt=0,
+        description="How long a replicated write waits for its replicas (ms) before it "
+        "is queued in the outbox; below TIER_TIMEOUT_EPISODIC and TIER_TIMEOUT_CHECKPOINT.",
     )
 
     # --- blob storage (scratchpad, durable summary copy) --------------------------
@@ -280,8 +304,8 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+        if not value.startswith(("redis://", "rediss://", "unix://", SENTINEL_SCHEME)):
+            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
         return value
 
     @field_validator("athena_url", "llm_base_url")
@@ -305,6 +329,30 @@ class Settings(BaseSettings):
     def _cluster_needs_tcp(self) -> Settings:
         if self.redis_cluster and (self.redis_url or "").startswith("unix://"):
             raise ValueError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
+        return self
+
+    @model_validator(mode="after")
+    def _high_availability(self) -> Settings:
+        url = self.redis_url or ""
+        if self.redis_cluster and url.startswith(SENTINEL_SCHEME):
+            raise ValueError(
+                "REDIS_CLUSTER=true cannot be combined with a redis+sentinel:// REDIS_URL "
+                "(Sentinel manages one primary; a cluster fails over by itself)"
+            )
+        if self.redis_durability == "replicated":
+            if not url:
+                raise ValueError(
+                    "REDIS_DURABILITY=replicated needs a Redis server with replicas "
+                    "(set REDIS_URL): the embedded in-process stand-in has none"
+                )
+            # The WAIT must answer before the tier's deadline, or the deadline (not
+            # the replica count) would decide, and no shortfall would be reported.
+            limit_ms = 1000 * min(self.tier_timeout_episodic, self.tier_timeout_checkpoint)
+            if self.redis_wait_timeout_ms >= limit_ms:
+                raise ValueError(
+                    f"REDIS_WAIT_TIMEOUT_MS={self.redis_wait_timeout_ms} must be below "
+                    f"TIER_TIMEOUT_EPISODIC and TIER_TIMEOUT_CHECKPOINT ({limit_ms:g} ms)"
+                )
         return self
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -120,3 +121,21 @@ async def test_without_write_check_redis_is_only_pinged(
 ) -> None:
     health = await engine_health(make_engine(redis=redis_client))
     assert "writable" not in health["backends"]["redis"]
+
+
+def test_the_durability_line_names_the_level_and_the_last_shortfall() -> None:
+    from jarvismem.health import durability_line
+
+    assert durability_line({"level": "primary"}).startswith("durability: primary")
+    line = durability_line(
+        {
+            "level": "replicated",
+            "replicas": 2,
+            "wait_timeout_ms": 500,
+            "waits": 9,
+            "shortfalls": 1,
+            "last_shortfall": {"at": time.time(), "wanted": 2, "got": 1, "what": "checkpoint save"},
+        }
+    )
+    assert line.startswith("durability: replicated (WAIT 2 replicas, 500 ms); 1 shortfall(s)")
+    assert line.endswith("1 of 2 replicas (checkpoint save)")

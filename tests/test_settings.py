@@ -6,6 +6,7 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
@@ -364,5 +365,54 @@ def test_a_validator_message_reaches_the_user_without_pydantic_s_prefix() -> Non
     with pytest.raises(ConfigError) as caught:
         load_settings(_env_file=None, redis_url="http://x")
     assert str(caught.value) == (
-        "invalid configuration: REDIS_URL: must start with redis://, rediss:// or unix://"
+        "invalid configuration: REDIS_URL: must start with redis://, rediss://, unix:// or "
+        "redis+sentinel://"
     )
+
+
+# --- high availability: durability level, Sentinel URLs ------------------------------------------
+
+
+def test_durability_defaults_to_primary() -> None:
+    s = load_settings(_env_file=None)
+    assert (s.redis_durability, s.redis_wait_replicas, s.redis_wait_timeout_ms) == (
+        "primary",
+        1,
+        1000,
+    )
+
+
+def test_replicated_durability_without_a_server_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="REDIS_DURABILITY=replicated needs a Redis server"):
+        load_settings(_env_file=None, redis_durability="replicated")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"redis_durability": "quorum"}, "REDIS_DURABILITY"),
+        ({"redis_wait_replicas": 0}, "REDIS_WAIT_REPLICAS"),
+        ({"redis_wait_timeout_ms": 0}, "REDIS_WAIT_TIMEOUT_MS"),
+    ],
+)
+def test_bad_durability_values_name_their_variable(overrides: dict[str, Any], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(_env_file=None, redis_url="redis://127.0.0.1:6379/0", **overrides)
+
+
+def test_a_wait_timeout_at_or_past_the_tier_timeout_is_refused() -> None:
+    # The tier's deadline would cut the WAIT short: the shortfall would never be reported.
+    with pytest.raises(ConfigError, match="REDIS_WAIT_TIMEOUT_MS=2000 must be below"):
+        load_settings(
+            _env_file=None,
+            redis_url="redis://127.0.0.1:6379/0",
+            redis_durability="replicated",
+            redis_wait_timeout_ms=2000,
+        )
+
+
+def test_a_sentinel_url_is_accepted_but_not_with_cluster_mode() -> None:
+    url = "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster/0"
+    assert load_settings(_env_file=None, redis_url=url).redis_url == url
+    with pytest.raises(ConfigError, match="REDIS_CLUSTER=true cannot be combined"):
+        load_settings(_env_file=None, redis_url=url, redis_cluster=True)

@@ -2,7 +2,10 @@
 
 ``REDIS_URL`` unset means the *embedded* default: an in-process fakeredis
 server. It is ephemeral (gone when the process exits) and every log line and
-status output says so.
+status output says so. A ``redis+sentinel://`` URL gives a client that follows
+a Sentinel-managed primary (:mod:`jarvismem.backends.redis_sentinel`), and
+``REDIS_DURABILITY`` is attached to the client built here
+(:mod:`jarvismem.backends.redis_durability`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import errno
 import logging
 import ssl
 import time
+import weakref
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -35,6 +39,13 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from jarvismem.backends.redis_durability import set_durability
+from jarvismem.backends.redis_sentinel import (
+    create_sentinel_client,
+    is_sentinel_url,
+    parse_sentinel_url,
+    sentinel_pool_destination,
+)
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.resilience import Backoff
@@ -141,6 +152,9 @@ def redis_destination(client: Any) -> str:
     if is_embedded(client):
         return "embedded"
     pool = getattr(client, "connection_pool", None)
+    sentinel = sentinel_pool_destination(pool)
+    if sentinel is not None:
+        return sentinel  # the service, whichever server is its primary now
     if pool is not None:
         kw = pool.connection_kwargs
         where = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
@@ -173,21 +187,46 @@ def _client_kwargs(settings: Settings) -> dict[str, Any]:
 
 
 def create_redis(settings: Settings) -> RedisClient:
-    """Build (without connecting) the process's Redis client from settings."""
+    """Build (without connecting) the process's Redis client from settings.
+
+    Raises :class:`ConfigError` for ``REDIS_DURABILITY=replicated`` without a
+    server (the embedded stand-in has no replicas) and for a malformed
+    ``redis+sentinel://`` URL.
+    """
     if not settings.redis_url:
+        if settings.redis_durability == "replicated":
+            raise ConfigError(
+                "REDIS_DURABILITY=replicated needs a Redis server with replicas (set "
+                "REDIS_URL): the embedded in-process stand-in has none"
+            )
         return embedded_redis()
+    client = _create_client(settings, settings.redis_url)
+    set_durability(
+        client,
+        settings.redis_durability,
+        replicas=settings.redis_wait_replicas,
+        timeout_ms=settings.redis_wait_timeout_ms,
+    )
+    return client
+
+
+def _create_client(settings: Settings, url: str) -> RedisClient:
     kwargs = _client_kwargs(settings)
+    if is_sentinel_url(url):
+        if settings.redis_cluster:
+            raise ConfigError("REDIS_CLUSTER=true cannot be combined with a redis+sentinel:// URL")
+        return create_sentinel_client(
+            parse_sentinel_url(url), kwargs, pool_timeout=POOL_WAIT_SECONDS
+        )
     if settings.redis_cluster:
-        if settings.redis_url.startswith("unix://"):
+        if url.startswith("unix://"):
             raise ConfigError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
         kwargs.pop("health_check_interval", None)
-        return RedisCluster.from_url(settings.redis_url, **kwargs)
+        return RedisCluster.from_url(url, **kwargs)
     # A blocking pool: past REDIS_MAX_CONNECTIONS concurrent commands, callers
     # wait for a free connection (up to POOL_WAIT_SECONDS) instead of failing
     # at once with "Too many connections" as the default pool does.
-    pool = aioredis.BlockingConnectionPool.from_url(
-        settings.redis_url, timeout=POOL_WAIT_SECONDS, **kwargs
-    )
+    pool = aioredis.BlockingConnectionPool.from_url(url, timeout=POOL_WAIT_SECONDS, **kwargs)
     client = aioredis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # aclose() also closes the pool
     return client
@@ -203,6 +242,67 @@ def mark_known_down(client: RedisClient) -> None:
     retry = pool.connection_kwargs.get("retry") if pool is not None else None
     if isinstance(retry, _CommandRetry):
         retry.mark_down()
+
+
+PROBE_SECONDS = 0.1
+"""How often, at most, a :class:`RecoveryProbe` PINGs its server (callers in between share
+the last answer): while replay is backed off, recovery is noticed within about this long."""
+
+PROBE_TIMEOUT_SECONDS = 1.0
+"""How long a recovery PING may take before it counts as no answer."""
+
+
+class RecoveryProbe:
+    """Does the server answer now? One PING per :data:`PROBE_SECONDS` per client, shared.
+
+    Every durable writer of a client waits on the same probe while its replay is
+    backed off (:class:`jarvismem.tiers.durable.DurableWriter`), so a thousand
+    queued workflows cost one PING per interval, not a thousand. Never raises.
+    A success also ends the client's "known down" window (any command does).
+    """
+
+    def __init__(self, client: Any, *, interval: float = PROBE_SECONDS) -> None:
+        self._client = weakref.ref(client)
+        self.interval = interval
+        self._task: asyncio.Task[bool] | None = None
+        self._at = float("-inf")
+        self._ok = False
+        self.pings = 0
+
+    async def __call__(self) -> bool:
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None and not task.done() and task.get_loop() is loop:
+            return await asyncio.shield(task)  # a PING in flight: share its answer
+        if loop.time() - self._at < self.interval:
+            return self._ok
+        task = self._task = loop.create_task(self._ping(), name="jarvismem-redis-probe")
+        return await asyncio.shield(task)
+
+    async def _ping(self) -> bool:
+        client = self._client()
+        ok = False
+        if client is not None:
+            self.pings += 1
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                    await client.ping()
+                ok = True
+            except Exception:
+                ok = False
+        self._ok, self._at = ok, asyncio.get_running_loop().time()
+        return ok
+
+
+_probes: weakref.WeakKeyDictionary[Any, RecoveryProbe] = weakref.WeakKeyDictionary()
+
+
+def recovery_probe(client: Any) -> RecoveryProbe:
+    """The shared :class:`RecoveryProbe` of ``client`` (made on first use)."""
+    probe = _probes.get(client)
+    if probe is None:
+        probe = _probes[client] = RecoveryProbe(client)
+    return probe
 
 
 _embedded_server: Any = None
@@ -234,6 +334,13 @@ def is_auth_error(exc: BaseException) -> bool:
 
 def _where(url: str) -> str:
     """``host:port`` (or the socket path) of a Redis URL, for "is it running?" hints."""
+    if is_sentinel_url(url):
+        try:
+            target = parse_sentinel_url(url)
+        except ConfigError:
+            return "<unparseable url>"
+        hosts = ",".join(f"{h}:{p}" for h, p in target.sentinels)
+        return f"{hosts} (sentinels of {target.service})"
     try:
         parts = urlsplit(url)
         if parts.scheme == "unix":

@@ -25,9 +25,17 @@ that without asking the callers to cooperate:
   script the server lost (``NOSCRIPT``, after a restart or ``SCRIPT FLUSH``)
   is loaded again and only the commands that met it are resent.
 
+* **Durability.** With ``REDIS_DURABILITY=replicated`` (see
+  :mod:`jarvismem.backends.redis_durability`) every round trip ends with one
+  ``WAIT``: the pipeline runs on one connection, so that one ``WAIT`` covers
+  every append of the batch, at no extra round trip. A shortfall fails each
+  append that ran with :class:`~jarvismem.errors.BackendUnavailableError` (the
+  durable writer queues it; the exactly-once index makes its replay safe).
+
 Redis Cluster clients are not coalesced (a pipeline there would have to be
-split by node); their calls go straight through, one command each. The
-embedded fakeredis stand-in is coalesced like a real server.
+split by node); their calls go straight through, one command each (with its
+``WAIT`` pinned to the key's node when replicated). The embedded fakeredis
+stand-in is coalesced like a real server.
 """
 
 from __future__ import annotations
@@ -39,6 +47,12 @@ from typing import Any
 from redis.exceptions import NoScriptError, RedisError
 
 from jarvismem.backends.redis import translate_redis_error
+from jarvismem.backends.redis_durability import (
+    durability_of,
+    run_script,
+    wait_args,
+    wait_shortfall,
+)
 from jarvismem.errors import BackendUnavailableError
 
 MAX_BATCH = 512
@@ -94,6 +108,16 @@ class AutoPipeline:
 
     async def _lone(self, script: Any, flat: tuple[Any, ...], nkeys: int, what: str) -> Any:
         """One plain EVALSHA (nothing else in flight), loading the script if it was lost."""
+        if durability_of(self._redis) is not None:
+            # The append and its WAIT on one connection: a two-command pipeline.
+            item = (script, flat, nkeys, what, self._loop.create_future())
+            try:
+                reply = (await self._send([item]))[0]
+            except _FAILURES as exc:
+                raise _translate(exc, what) from exc
+            if isinstance(reply, BaseException):
+                raise _translate(reply, what) from reply
+            return reply
         self.round_trips += 1
         self.commands += 1
         try:
@@ -159,12 +183,29 @@ class AutoPipeline:
         return replies
 
     async def _pipeline(self, items: list[_Pending]) -> list[Any]:
+        """One round trip; with ``replicated``, a shortfall replaces each landed reply."""
+        durability = durability_of(self._redis)
         self.round_trips += 1
         self.commands += len(items)
         async with self._redis.pipeline(transaction=False) as pipe:
             for script, flat, nkeys, _, _ in items:
                 pipe.execute_command("EVALSHA", script.sha, nkeys, *flat)
-            return list(await pipe.execute(raise_on_error=False))
+            if durability is not None:
+                # One WAIT after the batch: same connection, it covers every append before it.
+                pipe.execute_command(*wait_args(durability))
+            replies = list(await pipe.execute(raise_on_error=False))
+        if durability is None:
+            return replies
+        acked = replies.pop()
+        landed = [i for i, reply in enumerate(replies) if not isinstance(reply, BaseException)]
+        if landed:
+            short = wait_shortfall(self._redis, acked, items[landed[0]][3])
+            if short is not None:
+                for i in landed:
+                    replies[i] = BackendUnavailableError(
+                        f"{items[i][3]}: {str(short).partition(': ')[2]}"
+                    )
+        return replies
 
 
 class _Direct:
@@ -184,8 +225,9 @@ class _Direct:
         self.round_trips += 1
         self.commands += 1
         try:
-            # The Script object routes by its first key and reloads a lost script.
-            return await script(keys=keys, args=args)
+            # The Script object routes by its first key and reloads a lost script;
+            # with replicated durability, the WAIT goes to that key's node.
+            return await run_script(self._redis, script, keys, args, what)
         except _FAILURES as exc:
             raise _translate(exc, what) from exc
 

@@ -58,6 +58,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
 from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis_durability import run_script
 from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,
@@ -120,7 +121,13 @@ return {redis.call('HGET', KEYS[1], ARGV[1]), t[1], t[2]}
 # inexact (once, a negative) revision.
 _CAS_SCRIPT = """
 local key, ops, op, field = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
-if redis.call('ZSCORE', ops, ARGV[4]) then return {2, 0} end
+if redis.call('ZSCORE', ops, ARGV[4]) then
+  -- Already applied (a resent attempt). Still a write (a TTL refresh), so that a
+  -- replicated write's WAIT covers the earlier attempt, not an older offset.
+  local left = redis.call('PTTL', ops)
+  if left > 0 then redis.call('PEXPIRE', ops, left) end
+  return {2, 0}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = tonumber(ARGV[5])
@@ -481,9 +488,12 @@ class SpacesStore:
                 if current is None or not new.created_at:
                     new.created_at = now
                 tail = _container_tail(self._container_id, now, {})
-                ok, stored = await self._script(
-                    keys=[self._key, self._ops_key],
-                    args=[
+                # With replicated durability, acknowledged only once WAIT confirmed it.
+                ok, stored = await run_script(
+                    self._redis,
+                    self._script,
+                    [self._key, self._ops_key],
+                    [
                         "set",
                         name,
                         expected,
@@ -494,6 +504,7 @@ class SpacesStore:
                         now,
                         self._ttl_ms,
                     ],
+                    f"spaces {what}",
                 )
                 if int(ok) in (1, 2):
                     return outcome.result
@@ -591,9 +602,11 @@ class SpacesStore:
         async with self._guard("delete_space") as deadline:
             seen = await self._read(name, "delete_space")
             now = now_ms()
-            ok, found = await self._script(
-                keys=[self._key, self._ops_key],
-                args=[
+            ok, found = await run_script(
+                self._redis,
+                self._script,
+                [self._key, self._ops_key],
+                [
                     "del",
                     name,
                     -1,
@@ -604,6 +617,7 @@ class SpacesStore:
                     now,
                     self._ttl_ms,
                 ],
+                "spaces delete_space",
             )
             if int(ok) in (1, 2):
                 return
@@ -624,9 +638,12 @@ class SpacesStore:
             args += [name, encode_space(space)]
         async with self._guard("restore") as deadline:
             _head, redis_ms = await self._read_raw(CONTAINER_FIELD)
-            done = await self._restore_script(
-                keys=[self._key],
-                args=[self._redis_deadline(redis_ms, deadline), self._ttl_ms, *args],
+            done = await run_script(
+                self._redis,
+                self._restore_script,
+                [self._key],
+                [self._redis_deadline(redis_ms, deadline), self._ttl_ms, *args],
+                "spaces restore",
             )
             if int(done) != 1:
                 raise self._expired("restore")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import MAX_CHECKPOINT_BYTES
 from jarvismem.errors import CheckpointConflictError, InvalidPayloadError, PayloadTooLargeError
 from jarvismem.keys import MAX_REVISION, KeySpace, validate_revision
@@ -44,10 +45,15 @@ OPS_KEPT = 32
 # stored save (superseded: nothing written), {3, -1, 0} when the stored
 # revision is already MAX_REVISION (ARGV[9]) or unreadable: Lua numbers are
 # doubles, so rev + 1 would not be exact; nothing is written. Stamps stay below
-# 2^53, exact in Lua's doubles.
+# 2^53, exact in Lua's doubles. The two "done already" answers still write (a
+# TTL refresh): with replicated durability the WAIT after the script waits for
+# the connection's last write, and must cover the save they report.
 _SAVE_LUA = """
 local seen = redis.call('ZSCORE', KEYS[2], ARGV[6])
-if seen then return {1, tonumber(seen), 0} end
+if seen then
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+  return {1, tonumber(seen), 0}
+end
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'stamp')
 local rev = tonumber(cur[1] or '0')
 if not rev or rev >= tonumber(ARGV[9]) then return {3, -1, 0} end
@@ -57,7 +63,10 @@ if ARGV[2] ~= '' and tonumber(ARGV[2]) ~= rev then
   return {0, rev, 0}
 end
 if stamp <= stored then
-  if ARGV[7] == 'replay' then return {2, rev, stored} end
+  if ARGV[7] == 'replay' then
+    redis.call('EXPIRE', KEYS[1], ARGV[4])
+    return {2, rev, stored}
+  end
   stamp = stored + 1
 end
 rev = rev + 1
@@ -199,9 +208,12 @@ class CheckpointStore:
         """
         stamp = CLOCK.next() if stamp is None else stamp
         async with redis_errors("checkpoint save"):
-            reply = await self._script(
-                keys=[self.key, self.ops_key],
-                args=[
+            # With replicated durability, acknowledged only once WAIT confirmed it.
+            reply = await run_script(
+                self.redis,
+                self._script,
+                [self.key, self.ops_key],
+                [
                     state,
                     "" if expected_rev is None else str(expected_rev),
                     repr(time.time() if ts is None else ts),
@@ -212,6 +224,7 @@ class CheckpointStore:
                     OPS_KEPT,
                     MAX_REVISION,
                 ],
+                "checkpoint save",
             )
         ok, rev = int(reply[0]), int(reply[1])
         if ok == 3:

@@ -28,6 +28,13 @@ The rules that keep this safe when processes crash, stall or race:
 * **The caller is never failed by the fallback**: a full outbox or a local
   disk error drops the record with a count and a warning (``health()``
   shows it), instead of raising into ``log_turn``.
+* **Recovery is noticed, not waited out.** After a long outage the replay
+  backoff has grown to its cap (seconds). Given a ``probe`` (a cheap "does the
+  backend answer?", such as :func:`jarvismem.backends.redis.recovery_probe`),
+  a backed-off writer asks it every ``probe_interval`` and replays at once when
+  the backend answers again after not answering. A backend that answers the
+  probe while writes still fail (short of replicas, out of memory, read-only)
+  gets one early retry, then waits out the backoff as without a probe.
 """
 
 from __future__ import annotations
@@ -47,6 +54,12 @@ from jarvismem.resilience import Backoff
 log = logging.getLogger(__name__)
 
 Apply = Callable[[dict[str, Any]], Awaitable[Any]]
+
+Probe = Callable[[], Awaitable[bool]]
+"""Does the backend answer now? (cheap, never raises)"""
+
+PROBE_SECONDS = 0.1
+"""How often a backed-off writer with a probe asks whether its backend is back."""
 
 CLAIM_POLL_SECONDS = OUTBOX_CLAIM_POLL_SECONDS
 """How often a writer whose outbox another deliverer holds re-reads the file."""
@@ -93,6 +106,8 @@ class DurableWriter:
         timeout: float,
         max_backoff: float = 2.0,
         batch: int = 200,
+        probe: Probe | None = None,
+        probe_interval: float = PROBE_SECONDS,
     ) -> None:
         self.name = name
         self.outbox = outbox
@@ -102,6 +117,10 @@ class DurableWriter:
         # No jitter: one deliverer per outbox on the machine, nothing to spread.
         self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
+        self._probe = probe
+        self.probe_interval = probe_interval
+        # Whether the last backoff pause was ended by the probe (see _backed_off).
+        self._probe_woke = False
         self._drainer: asyncio.Task[None] | None = None
         # Futures of flush(stop_at_failure=True) calls, resolved by the next failed replay pass.
         self._failure_waiters: list[asyncio.Future[None]] = []
@@ -216,15 +235,46 @@ class DurableWriter:
             self._wake = asyncio.Event()
         return self._wake
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep up to ``seconds``; a flush (or a new write) cuts it short."""
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; a flush (or a new write) cuts it short (then True)."""
         wake = self._event()
+        woken = False
         try:
             async with asyncio.timeout(seconds):
                 await wake.wait()
+                woken = True
         except TimeoutError:
             pass
         wake.clear()
+        return woken
+
+    async def _backed_off(self, seconds: float) -> None:
+        """The pause after a failed replay pass: ``seconds``, ended early by recovery.
+
+        With a probe, it is asked every ``probe_interval``; an answer after a
+        failed probe (the backend was down and is back) ends the pause. The
+        first answer ends it too, unless the previous pause ended that way and
+        the replay failed all the same: then the backend answers but refuses the
+        writes for now, and only a down-then-up turn (or the backoff) ends it.
+        """
+        probe = self._probe
+        if probe is None or seconds <= self.probe_interval:
+            await self._pause(seconds)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        down_seen = not self._probe_woke
+        self._probe_woke = False
+        while not self._closed:
+            left = deadline - loop.time()
+            if left <= 0 or await self._pause(min(self.probe_interval, left)):
+                return
+            if await probe():
+                if down_seen:
+                    self._probe_woke = True
+                    return
+            else:
+                down_seen = True
 
     async def _drain_loop(self) -> None:
         failures = 0  # consecutive failed replay passes
@@ -240,13 +290,14 @@ class DurableWriter:
             try:
                 await self._deliver_claimed()
                 failures = 0
+                self._probe_woke = False
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self._note_failure(exc)
                 self._wake_failure_waiters()
                 self.outbox.release_delivery()  # free during the backoff: a peer may replay
-                await self._pause(self._backoff.delay(failures))
+                await self._backed_off(self._backoff.delay(failures))
                 failures += 1
             finally:
                 self.outbox.release_delivery()

@@ -46,10 +46,17 @@ from jarvismem.records import decode_entry, encode_fields
 # KEYS: ledger, turn index. ARGV: index field ("" = no dedupe), ttl seconds,
 # maxlen (0 = unbounded), then field/value pairs.
 # Returns {1, id} when appended, {0, id-of-the-earlier-copy} when a duplicate.
+# A duplicate still writes (refreshes the index's TTL): with replicated
+# durability the WAIT after it must cover the earlier copy, and WAIT waits for
+# the connection's last *write*; a script that wrote nothing would be confirmed
+# at once even if that copy never reached a replica.
 _APPEND_LUA = """
 if ARGV[1] ~= '' then
   local existing = redis.call('HGET', KEYS[2], ARGV[1])
-  if existing then return {0, existing} end
+  if existing then
+    redis.call('EXPIRE', KEYS[2], ARGV[2])
+    return {0, existing}
+  end
 end
 local id
 if tonumber(ARGV[3]) > 0 then

@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion
 from jarvismem.backends.llm import Summarizer, as_summarizer, truncate
 from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import COMPACTION_CHUNK_CHARS, SUMMARY_MAX_CHARS
 from jarvismem.errors import (
     BackendRejectedError,
@@ -105,7 +106,11 @@ spread out instead of colliding again (the cap is the last retry's window)."""
 _SAVE_LUA = """
 local stored = redis.call('HMGET', KEYS[1], 'gen', 'op', 'to_id')
 local cur = tonumber(stored[1] or '0') or 0
-if stored[2] == ARGV[2] then return {'applied', tostring(cur)} end
+if stored[2] == ARGV[2] then
+  -- A write even here: a replicated save's WAIT must cover the copy it reports.
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+  return {'applied', tostring(cur)}
+end
 if ARGV[4] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[4] then
   return {'lock', tostring(cur)}
 end
@@ -518,7 +523,14 @@ class LongTermMemory:
             f"long-term summary of {self.workflow_id} (Redis copy not saved; the blob copy, "
             "if configured, is current)"
         ):
-            reply = await self._save(keys=[self.key, lock_key or self.key], args=args)
+            # With replicated durability, acknowledged only once WAIT confirmed it.
+            reply = await run_script(
+                self.redis,
+                self._save,
+                [self.key, lock_key or self.key],
+                args,
+                f"long-term summary of {self.workflow_id}",
+            )
         return _text(reply[0])
 
     def _build_record(self, text: object, provenance: Mapping[str, Any] | None) -> SummaryRecord:

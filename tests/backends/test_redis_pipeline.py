@@ -266,3 +266,46 @@ async def test_a_cluster_client_sends_each_call_on_its_own_and_lands_every_one(
         for key in keys:
             await cluster.delete(key, key + ":seen")
         await cluster.aclose()
+
+
+# --- replicated durability: one WAIT per round trip --------------------------------------------
+
+
+@pytest.mark.integration
+async def test_with_replicated_durability_each_round_trip_ends_with_one_wait(
+    tmp_path: Any, keyspace: KeySpace
+) -> None:
+    from jarvismem.backends.redis_durability import durability_health, set_durability
+    from tests.ha_servers import replicated_pair
+
+    script_src = "return redis.call('INCR', KEYS[1])"
+    with replicated_pair(tmp_path) as (primary, replica):
+        redis = aioredis.from_url(primary.url)
+        set_durability(redis, "replicated", replicas=1, timeout_ms=300)
+        try:
+            script = redis.register_script(script_src)
+            await redis.script_load(script_src)  # no NOSCRIPT round trip in the counts
+            pipe = auto_pipeline(redis)
+            key = f"jm:{keyspace.namespace}:pipe-wait"
+            replies = await asyncio.gather(
+                *(pipe.evalsha(script, [key], [], f"append {i}") for i in range(40))
+            )
+            assert sorted(replies) == list(range(1, 41))
+            # Many appends, few round trips, and exactly one WAIT for each of them.
+            assert pipe.round_trips < 40
+            assert durability_health(redis)["waits"] == pipe.round_trips
+
+            replica.pause()
+            try:
+                results = await asyncio.gather(
+                    *(pipe.evalsha(script, [key], [], f"append {i}") for i in range(10)),
+                    return_exceptions=True,
+                )
+            finally:
+                replica.resume()
+            assert all(isinstance(r, BackendUnavailableError) for r in results)
+            assert all("not replicated" in str(r) for r in results)
+            assert "append 3" in str(results[3])  # each caller's own operation is named
+            assert int(await redis.get(key)) == 50  # they ran: a replay must be idempotent
+        finally:
+            await redis.aclose()

@@ -22,6 +22,7 @@ from jarvismem.errors import (
     InvalidBlobPathError,
     InvalidPayloadError,
 )
+from jarvismem.resilience import Backoff
 from jarvismem.tiers.durable import (
     REPLAY_BACKOFF_BASE,
     DurableWriter,
@@ -314,3 +315,100 @@ async def test_close_stops_the_replay_and_keeps_the_queue(
     reopened = Outbox(tmp_path / "o.jsonl")
     assert await reopened.load() == 1
     await reopened.close()
+
+
+# --- recovery: a grown backoff is cut short by a probe ------------------------------------------
+
+
+class Probe:
+    """Answers like the backend: False while it is down; counts the calls."""
+
+    def __init__(self, backend: FakeBackend) -> None:
+        self.backend = backend
+        self.calls = 0
+
+    async def __call__(self) -> bool:
+        self.calls += 1
+        return not self.backend.down
+
+
+async def test_replay_resumes_soon_after_the_backend_answers_again_despite_a_long_backoff(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    probe = Probe(backend)
+    writer = make_writer(max_backoff=60.0, probe=probe, probe_interval=0.02)
+    writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")  # the first pause is 30 s
+    backend.down = True
+    await writer.submit({"n": 1})
+    await wait_for_value(lambda: probe.calls >= 2)  # backed off, probing
+    backend.down = False
+    # Far sooner than the 30 s backoff: the probe saw the backend answer again.
+    await wait_for_value(lambda: backend.applied == [1], timeout=5.0)
+
+
+async def test_a_backend_that_answers_the_probe_but_refuses_writes_is_not_retried_in_a_loop(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    # PING answers, writes fail (short of replicas, out of memory): one early retry,
+    # then the backoff holds (no replay pass per probe interval).
+    attempts = 0
+
+    async def apply(record: dict[str, Any]) -> str:
+        nonlocal attempts
+        attempts += 1
+        raise BackendUnavailableError("NOREPLICAS")
+
+    async def answers() -> bool:
+        return True
+
+    writer = make_writer(max_backoff=60.0, probe=answers, probe_interval=0.01)
+    writer._apply = apply
+    writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
+    await writer.submit({"n": 1})
+    await asyncio.sleep(0.5)
+    # The live write, the replay that starts at once, one probe-woken replay; then 30 s.
+    assert attempts == 3
+
+
+async def wait_for_value(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.integration
+async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts(
+    tmp_path: Path,
+) -> None:
+    import redis.asyncio as aioredis
+
+    from jarvismem.backends.redis import recovery_probe, redis_errors
+    from jarvismem.testing.redis_server import RedisServerProcess
+
+    server = RedisServerProcess(tmp_path / "redis", persistence=False)
+    client = aioredis.from_url(server.url, socket_connect_timeout=0.5)
+
+    async def apply(record: dict[str, Any]) -> int:
+        async with redis_errors("probe test"):
+            return int(await client.incr(f"jm:durable-probe:{record['n']}"))
+
+    box = Outbox(tmp_path / "o.jsonl", max_entries=100)
+    writer = DurableWriter(
+        "redis[probe]", box, apply, timeout=2.0, max_backoff=60.0, probe=recovery_probe(client)
+    )
+    writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
+    server.start()  # only once nothing before the cleanup below can raise
+    try:
+        server.kill()
+        await writer.submit({"n": 1})
+        assert writer.degraded
+        await asyncio.sleep(0.3)  # backed off for 30 s, probing
+        server.start()
+        await wait_for_value(lambda: not writer.degraded, timeout=5.0)
+        assert writer.replayed == 1
+    finally:
+        await writer.close()
+        await client.aclose()
+        server.kill()

@@ -256,3 +256,51 @@ async def test_a_failed_index_update_does_not_fail_the_append_and_is_retried(
     assert await WorkflowIndex(redis_client, keyspace).entries() == {}
     await led.append({"x": 2})  # the next append retries at once
     assert workflow_id in await WorkflowIndex(redis_client, keyspace).entries()
+
+
+# --- replicated durability: a replayed duplicate must still be confirmed ------------------------
+
+
+@pytest.mark.integration
+async def test_a_duplicate_append_waits_for_the_replica_to_have_the_earlier_copy(
+    tmp_path: Path, keyspace: KeySpace
+) -> None:
+    # Redis versions whose WAIT waits for the connection's last *propagated* write
+    # would confirm at once a replay (on a fresh connection) that finds the turn
+    # already there and writes nothing, though the replica may never have had it:
+    # the duplicate path refreshes a TTL so there is always a write to wait for.
+    # (redis-server 7.0 sets the offset after every command, so there this test
+    # passes without that write too; it guards the other semantics.)
+    import redis.asyncio as aioredis
+
+    from jarvismem.backends.redis_durability import set_durability
+    from tests.ha_servers import replicated_pair
+
+    with replicated_pair(tmp_path) as (primary, replica):
+        writer = aioredis.from_url(primary.url)
+        replayer = aioredis.from_url(primary.url)  # another process: a connection of its own
+        for client in (writer, replayer):
+            set_durability(client, "replicated", replicas=1, timeout_ms=300)
+        try:
+            ledger = EpisodicLedger(writer, keyspace, "wf-dup")
+            replica.pause()
+            try:
+                with pytest.raises(BackendUnavailableError, match="not replicated"):
+                    await ledger.append_turn(
+                        step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r"
+                    )
+                again = EpisodicLedger(replayer, keyspace, "wf-dup")
+                with pytest.raises(BackendUnavailableError, match="not replicated"):
+                    await again.append_turn(
+                        step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r"
+                    )
+            finally:
+                replica.resume()
+            result = await again.append_turn(
+                step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r"
+            )
+            assert not result.created
+            assert await again.length() == 1
+        finally:
+            await writer.aclose()
+            await replayer.aclose()

@@ -1,0 +1,244 @@
+"""Durability levels: a replicated write is acknowledged only once WAIT confirmed its replicas.
+
+Real processes: a primary and a replica of the test's own (tests/ha_servers.py);
+a replica stopped with SIGSTOP cannot acknowledge anything, which is how a
+shortfall is made. One Redis Cluster test uses the suite's shared cluster
+(no replicas there: the WAIT is routed to the key's node and reports 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from jarvismem.backends.redis import create_redis, redis_destination, redis_errors
+from jarvismem.backends.redis_durability import (
+    durability_health,
+    durability_of,
+    run_script,
+    set_durability,
+)
+from jarvismem.errors import BackendUnavailableError, ConfigError
+from jarvismem.keys import KeySpace
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.settings import load_settings
+from jarvismem.testing.redis_server import RedisServerProcess
+from tests.conftest import wait_for
+from tests.ha_servers import replicated_pair
+
+pytestmark = pytest.mark.integration
+
+# KEYS[1]: a counter. Returns its new value.
+_INCR = "return redis.call('INCR', KEYS[1])"
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[RedisServerProcess, RedisServerProcess]]:
+    with replicated_pair(tmp_path) as servers:
+        yield servers
+
+
+@pytest.fixture
+async def client(
+    pair: tuple[RedisServerProcess, RedisServerProcess],
+) -> AsyncIterator[aioredis.Redis]:
+    redis = aioredis.from_url(pair[0].url)
+    set_durability(redis, "replicated", replicas=1, timeout_ms=300)
+    yield redis
+    await redis.aclose()
+
+
+# --- the level ------------------------------------------------------------------------------------
+
+
+def test_a_client_is_primary_unless_told_otherwise() -> None:
+    redis = aioredis.Redis()
+    assert durability_of(redis) is None
+    assert durability_health(redis) == {"level": "primary"}
+    set_durability(redis, "replicated", replicas=2, timeout_ms=50)
+    assert durability_of(redis) is not None
+    set_durability(redis, "primary")
+    assert durability_of(redis) is None
+
+
+@pytest.mark.parametrize(
+    ("level", "replicas", "timeout_ms"),
+    [("quorum", 1, 10), ("replicated", 0, 10), ("replicated", 1, 0)],
+)
+def test_a_bad_level_is_refused(level: str, replicas: int, timeout_ms: int) -> None:
+    with pytest.raises(ValueError):
+        set_durability(aioredis.Redis(), level, replicas=replicas, timeout_ms=timeout_ms)
+
+
+def test_the_client_built_from_settings_carries_the_level() -> None:
+    settings = load_settings(
+        _env_file=None,
+        redis_url="redis://127.0.0.1:1/0",
+        redis_durability="replicated",
+        redis_wait_replicas=2,
+        redis_wait_timeout_ms=250,
+    )
+    redis = create_redis(settings)
+    assert durability_health(redis) | {"waits": 0} == {
+        "level": "replicated",
+        "replicas": 2,
+        "wait_timeout_ms": 250,
+        "waits": 0,
+        "shortfalls": 0,
+        "last_shortfall": None,
+    }
+
+
+def test_replicated_on_the_embedded_stand_in_is_a_config_error() -> None:
+    # Settings refuse it at load; a Settings built around that check still cannot get a client.
+    settings = load_settings(_env_file=None).model_copy(update={"redis_durability": "replicated"})
+    with pytest.raises(ConfigError, match="embedded in-process stand-in has none"):
+        create_redis(settings)
+
+
+# --- one script and its WAIT --------------------------------------------------------------------
+
+
+async def test_a_replicated_write_returns_once_the_replica_has_it(
+    client: aioredis.Redis, keyspace: KeySpace
+) -> None:
+    script = client.register_script(_INCR)
+    key = f"jm:{keyspace.namespace}:ha:counter"
+    assert await run_script(client, script, [key], [], "counter") == 1
+    assert durability_health(client)["waits"] == 1
+    assert durability_health(client)["shortfalls"] == 0
+
+
+async def test_a_write_the_replica_did_not_confirm_raises_unavailable_and_is_reported(
+    client: aioredis.Redis, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    script = client.register_script(_INCR)
+    key = f"jm:{keyspace.namespace}:ha:counter"
+    pair[1].pause()
+    try:
+        with pytest.raises(BackendUnavailableError, match=r"not replicated .*0 of 1 replicas"):
+            async with redis_errors("counter"):
+                await run_script(client, script, [key], [], "counter")
+    finally:
+        pair[1].resume()
+    # It landed on the primary all the same (a replay must be idempotent).
+    assert int(await client.get(key)) == 1
+    health = durability_health(client)
+    assert health["shortfalls"] == 1
+    assert health["last_shortfall"]["what"] == "counter"
+    assert (health["last_shortfall"]["wanted"], health["last_shortfall"]["got"]) == (1, 0)
+
+
+async def test_a_script_the_server_lost_is_loaded_again(
+    client: aioredis.Redis, keyspace: KeySpace
+) -> None:
+    script = client.register_script(_INCR)
+    key = f"jm:{keyspace.namespace}:ha:counter"
+    await client.script_flush()
+    assert await run_script(client, script, [key], [], "counter") == 1
+    assert durability_health(client)["shortfalls"] == 0
+
+
+async def test_primary_level_runs_the_script_without_wait_even_with_a_dead_replica(
+    pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    redis = aioredis.from_url(pair[0].url)
+    try:
+        pair[1].kill()
+        script = redis.register_script(_INCR)
+        assert (
+            await run_script(redis, script, [f"jm:{keyspace.namespace}:ha:c"], [], "counter") == 1
+        )
+    finally:
+        await redis.aclose()
+
+
+# --- the whole path: log_turn, outbox, replay ----------------------------------------------------
+
+
+def _settings(tmp_path: Path, url: str, keyspace: KeySpace, level: str) -> Any:
+    return load_settings(
+        _env_file=None,
+        redis_url=url,
+        redis_durability=level,
+        redis_wait_timeout_ms=300,
+        jarvismem_namespace=keyspace.namespace,
+        outbox_path=tmp_path / "outbox",
+        storage_base_path=tmp_path / "blobs",
+        compaction_enabled=False,
+    )
+
+
+async def test_a_turn_not_replicated_is_queued_then_replayed_exactly_once(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "replicated"))
+    try:
+        memory = runtime.memory("wf-ha", "s1", "a1")
+        await memory.log_turn(1, "t", "a", "r")
+        writer = runtime.workflow("wf-ha").redis_writer
+        assert writer.health()["pending"] == 0
+
+        replica.pause()
+        try:
+            await memory.log_turn(2, "t", "a", "r")  # does not raise
+            assert writer.health()["pending"] == 1
+            redis_health = (await runtime.health())["backends"]["redis"]
+            assert redis_health["durability"]["shortfalls"] >= 1
+            assert "shortfall" in redis_health["status"]
+        finally:
+            replica.resume()
+
+        await wait_for(lambda: writer.health()["pending"] == 0, timeout=15)
+        ledger = runtime.workflow("wf-ha").ledger
+        turns = [entry["turn_id"] for entry in await ledger.full_history()]
+        assert turns == ["1", "2"]  # the turn had landed; its replay added nothing
+    finally:
+        await runtime.close()
+
+
+async def test_primary_level_is_unaffected_by_a_dead_replica(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    replica.kill()
+    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "primary"))
+    try:
+        memory = runtime.memory("wf-ha", "s1", "a1")
+        await memory.log_turn(1, "t", "a", "r")
+        assert runtime.workflow("wf-ha").redis_writer.health()["pending"] == 0
+        assert (await runtime.health())["backends"]["redis"]["durability"] == {"level": "primary"}
+    finally:
+        await runtime.close()
+
+
+# --- Redis Cluster: the WAIT goes to the key's node ---------------------------------------------
+
+
+async def test_on_a_cluster_the_wait_goes_to_the_node_that_took_the_write(
+    cluster: Any, keyspace: KeySpace
+) -> None:
+    # The shared test cluster has no replicas: WAIT answers 0 from the key's own node,
+    # so the write lands there and the shortfall is reported (not a routing error).
+    set_durability(cluster, "replicated", replicas=1, timeout_ms=50)
+    try:
+        script = cluster.register_script(_INCR)
+        for i in range(6):  # keys spread over every node's slots
+            key = f"jm:{keyspace.namespace}:ha:{{slot{i}}}"
+            with pytest.raises(BackendUnavailableError, match="0 of 1 replicas"):
+                await run_script(cluster, script, [key], [], "counter")
+            assert int(await cluster.get(key)) == 1
+    finally:
+        set_durability(cluster, "primary")
+        await cluster.delete(*[f"jm:{keyspace.namespace}:ha:{{slot{i}}}" for i in range(6)])
+
+
+def test_the_destination_of_a_plain_client_is_its_address() -> None:
+    assert redis_destination(aioredis.from_url("redis://127.0.0.1:6390/2")) == (
+        "redis:127.0.0.1:6390/2"
+    )

@@ -13,6 +13,7 @@ from typing import Any
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import recovery_probe
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import Redactor
@@ -134,6 +135,9 @@ class WorkflowState:
                 redis_outbox,
                 self._redis_applier,
                 timeout=s.tier_timeout_episodic,
+                # One PING prober per client: replay resumes as soon as Redis answers
+                # again, not when a backoff grown during the outage runs out.
+                probe=recovery_probe(redis),
             )
         if blob is not None:
             if blob_outbox is None:

@@ -304,6 +304,11 @@ class ClusterBed:
                     "--cluster-require-full-coverage",
                     "yes" if full_coverage else "no",
                     *FAST_SYNC,
+                    # A replica restarted after its primary died may still be
+                    # promoted (the default refuses one whose link has been down
+                    # long, which a restart counts as forever).
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ],
             )
             for i in range(count)
@@ -1244,15 +1249,19 @@ def _fail_over(
         old = bed.primary_port()
         replica_ports = bed.replica_ports()
     if config.fault == "kill_lagging":
-        # Hold the replica still so the primary acknowledges writes it never sees,
-        # then kill the primary: the replica promoted next lacks them.
+        # The replica falls behind, then the primary dies. A SIGSTOPped replica
+        # alone would not do: what it did not read waits in its socket buffer and
+        # is applied on SIGCONT. So it is held still while the primary acknowledges
+        # writes, then both die, and the replica restarts from its own AOF, without
+        # what its socket held: the replica promoted next lacks those writes.
         for port in replica_ports:
             bed.pause(port)
         time.sleep(config.lag_seconds)
         began = time.monotonic()
         bed.kill(old)
         for port in replica_ports:
-            bed.resume(port)
+            bed.kill(port)
+            bed.restart(port)
     elif config.fault == "kill":
         began = time.monotonic()
         bed.kill(old)

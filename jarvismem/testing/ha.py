@@ -1287,12 +1287,109 @@ def _fail_over(
 
 # --- command line ----------------------------------------------------------------------------
 
+TABLE_COLUMNS = (
+    ("topology", "topology"),
+    ("durability", "durability"),
+    ("fault", "fault"),
+    ("acknowledged", "acknowledged"),
+    ("lost", "lost"),
+    ("duplicated", "duplicated"),
+    ("raised", "raised"),
+    ("longest_log_turn_s", "longest log_turn (s)"),
+    ("promotion_s", "promotion (s)"),
+    ("replay_lag_s", "replay lag (s)"),
+)
+
+
+def table_header() -> str:
+    names = [title for _, title in TABLE_COLUMNS]
+    return "| " + " | ".join(names) + " |\n|" + "---|" * len(names)
+
+
+def table_row(row: dict[str, Any]) -> str:
+    cells = []
+    for key, _ in TABLE_COLUMNS:
+        value = row.get(key, "")
+        cells.append(
+            f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+        )
+    return "| " + " | ".join(cells) + " |"
+
+
+def soak(argv: list[str]) -> int:
+    """The soak matrix: every topology x durability x fault, one table row each."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.ha soak")
+    parser.add_argument("--topologies", default="cluster,sentinel")
+    parser.add_argument("--durabilities", default="primary,replicated")
+    parser.add_argument(
+        "--faults", default="", help="comma-separated; default: all of each topology"
+    )
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--agents", type=int, default=4, help="agent tasks per process")
+    parser.add_argument("--workflows", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3, help="faults per run")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds of load after a fault")
+    parser.add_argument("--lag", type=float, default=0.5, help="kill_lagging: replica held (s)")
+    parser.add_argument("--full-coverage", choices=("yes", "no"), default="yes")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    print(table_header(), flush=True)
+    for topology in args.topologies.split(","):
+        if topology not in FAULTS:
+            parser.error(f"unknown topology {topology!r}")
+        faults = [f for f in args.faults.split(",") if f] or list(FAULTS[topology])
+        for durability in args.durabilities.split(","):
+            for fault in faults:
+                if fault not in FAULTS[topology]:
+                    continue
+                skip = _unsupported(topology, durability)
+                if skip:
+                    print(f"| {topology} | {durability} | {fault} | skipped: {skip} |", flush=True)
+                    continue
+                config = ScenarioConfig(
+                    topology=topology,  # type: ignore[arg-type]
+                    durability=durability,  # type: ignore[arg-type]
+                    fault=fault,
+                    processes=args.processes,
+                    agents=args.agents,
+                    workflows=args.workflows,
+                    repeats=args.repeats,
+                    settle=args.settle,
+                    lag_seconds=args.lag,
+                    full_coverage=args.full_coverage == "yes",
+                )
+                result = run_scenario(
+                    config, progress=lambda line: print(f"  {line}", file=sys.stderr)
+                )
+                row = result.row()
+                rows.append(row)
+                print(table_row(row), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def _unsupported(topology: str, durability: str) -> str | None:
+    if durability == "replicated" and not durability_supported():
+        return "REDIS_DURABILITY unknown to this jarvismem"
+    if topology == "sentinel" and not sentinel_supported():
+        return "redis+sentinel:// unknown to this jarvismem"
+    return None
+
 
 def main(argv: list[str]) -> int:
-    """``python -m jarvismem.testing.ha agents SPEC.json`` (an agent process)."""
+    """``python -m jarvismem.testing.ha agents SPEC.json`` (an agent process) or
+    ``python -m jarvismem.testing.ha soak [options]`` (the soak table)."""
     if len(argv) == 2 and argv[0] == "agents":
         return _agents_main(argv[1])
-    print("usage: python -m jarvismem.testing.ha agents SPEC.json", file=sys.stderr)
+    if argv and argv[0] == "soak":
+        return soak(argv[1:])
+    print(
+        "usage: python -m jarvismem.testing.ha agents SPEC.json | soak [options]", file=sys.stderr
+    )
     return 2
 
 

@@ -17,8 +17,11 @@ from jarvismem.testing.ha import (
     _workflow_ids,
     info,
     key_slot,
+    main,
     parse_cluster_nodes,
     resp,
+    table_header,
+    table_row,
     workflow_slot,
 )
 from jarvismem.testing.redis_server import RedisServerProcess
@@ -133,3 +136,26 @@ def test_a_sentinel_bed_promotes_the_replica_of_a_killed_primary(
         bed.restart(old)
         bed.wait_replica(old)
         assert bed.primary_port() == replica
+
+
+def test_a_soak_row_renders_in_the_table_columns() -> None:
+    row = {
+        "topology": "cluster",
+        "durability": "primary",
+        "fault": "kill x3",
+        "acknowledged": 12345,
+        "lost": 0,
+        "duplicated": 0,
+        "raised": 0,
+        "longest_log_turn_s": 1.1,
+        "promotion_s": 2.4,
+        "replay_lag_s": 0.3,
+    }
+    assert (
+        table_row(row) == "| cluster | primary | kill x3 | 12,345 | 0 | 0 | 0 | 1.1 | 2.4 | 0.3 |"
+    )
+    assert table_header().count("|---") == len(row)
+
+
+def test_the_command_line_refuses_what_it_does_not_know() -> None:
+    assert main(["bogus"]) == 2

@@ -799,6 +799,7 @@ class LoadResult:
     raised: int = 0
     errors: list[str] = field(default_factory=list)
     longest: float = 0.0
+    longest_by_workflow: dict[str, float] = field(default_factory=dict)
     degraded: list[list[float]] = field(default_factory=list)
     pending_after_flush: int = 0
 
@@ -852,7 +853,10 @@ async def run_load(spec: LoadSpec) -> LoadResult:
                     result.errors.append(f"{type(exc).__name__}: {exc}"[:300])
             else:
                 result.acked.setdefault(f"{wf}|{agent_id}", []).append(turn)
-            result.longest = max(result.longest, time.monotonic() - began)
+            took = time.monotonic() - began
+            result.longest = max(result.longest, took)
+            by_wf = result.longest_by_workflow
+            by_wf[wf] = max(by_wf.get(wf, 0.0), took)
             await asyncio.sleep(spec.pace)
 
     try:
@@ -997,6 +1001,8 @@ class ScenarioResult:
     promotion_seconds: list[float] = field(default_factory=list)
     replay_lag_seconds: list[float] = field(default_factory=list)
     moved_workflows: int = 0
+    longest_elsewhere: float = 0.0
+    """The longest ``log_turn`` of a workflow whose slot the fault did not touch (cluster)."""
     seconds: float = 0.0
 
     def row(self) -> dict[str, Any]:
@@ -1010,6 +1016,7 @@ class ScenarioResult:
             "duplicated": t.duplicated,
             "raised": t.raised,
             "longest_log_turn_s": round(t.longest, 3),
+            "longest_elsewhere_s": round(self.longest_elsewhere, 3),
             "promotion_s": round(max(self.promotion_seconds, default=0.0), 2),
             "replay_lag_s": round(max(self.replay_lag_seconds, default=0.0), 2),
         }
@@ -1208,6 +1215,13 @@ def run_scenario(
         say("agents stopped; counting")
         tally = asyncio.run(count_turns(fields, workflows, "s1", results))
         lags = [_replay_lag(at, results) for at in promoted_at]
+        # The first half of the workflows sit on the failed primary (or the moved
+        # slots); the rest only share the cluster with them.
+        untouched = workflows[(len(workflows) + 1) // 2 :] if wanted is not None else []
+        elsewhere = max(
+            (r.longest_by_workflow.get(wf, 0.0) for r in results for wf in untouched),
+            default=0.0,
+        )
     except BaseException:
         if agents is not None:
             agents.kill_all()
@@ -1224,6 +1238,7 @@ def run_scenario(
         promotion_seconds=promotions,
         replay_lag_seconds=lags,
         moved_workflows=moved,
+        longest_elsewhere=elsewhere,
         seconds=time.monotonic() - started,
     )
 
@@ -1296,6 +1311,7 @@ TABLE_COLUMNS = (
     ("duplicated", "duplicated"),
     ("raised", "raised"),
     ("longest_log_turn_s", "longest log_turn (s)"),
+    ("longest_elsewhere_s", "longest, other slots (s)"),
     ("promotion_s", "promotion (s)"),
     ("replay_lag_s", "replay lag (s)"),
 )

@@ -148,11 +148,12 @@ def test_a_soak_row_renders_in_the_table_columns() -> None:
         "duplicated": 0,
         "raised": 0,
         "longest_log_turn_s": 1.1,
+        "longest_elsewhere_s": 1.0,
         "promotion_s": 2.4,
         "replay_lag_s": 0.3,
     }
-    assert (
-        table_row(row) == "| cluster | primary | kill x3 | 12,345 | 0 | 0 | 0 | 1.1 | 2.4 | 0.3 |"
+    assert table_row(row) == (
+        "| cluster | primary | kill x3 | 12,345 | 0 | 0 | 0 | 1.1 | 1.0 | 2.4 | 0.3 |"
     )
     assert table_header().count("|---") == len(row)
 

@@ -1170,16 +1170,18 @@ def run_scenario(
         wanted: Callable[[str], bool] | None = None
         reshard_from: ClusterNode | None = None
         if isinstance(bed, ClusterBed):
+            # The primary of slot 0: the reshard takes its lowest slots (0, 1, ...),
+            # which stay the lowest of whichever node holds them, so every round
+            # moves the same slots, back and forth, with half the workflows in them.
+            first = bed.primary_for_slot(0)
             if config.fault == "reshard":
-                reshard_from = max(
-                    (n for n in bed.nodes() if n.is_primary), key=lambda n: n.slot_count
-                )
-                taken = set(slots_taken_first(reshard_from, config.reshard_slots))
+                reshard_from = first
+                taken = set(slots_taken_first(first, config.reshard_slots))
                 wanted = lambda wf: workflow_slot(wf) in taken  # noqa: E731
             else:
-                victim_slot = bed.primary_for_slot(0)
-                wanted = lambda wf: victim_slot.serves(workflow_slot(wf))  # noqa: E731
+                wanted = lambda wf: first.serves(workflow_slot(wf))  # noqa: E731
         workflows = _workflow_ids(config.workflows, wanted)
+        original = reshard_from
         if isinstance(bed, ClusterBed):
             # The seed node must outlive the faults: a runtime started later (the
             # counter) reaches the cluster through it, and it names the outboxes.
@@ -1194,17 +1196,18 @@ def run_scenario(
         for round_ in range(config.repeats):
             say(f"fault {config.fault} #{round_ + 1}")
             if config.fault == "reshard":
-                assert isinstance(bed, ClusterBed) and reshard_from is not None
-                target = min(
-                    (n for n in bed.nodes() if n.is_primary and n.id != reshard_from.id),
-                    key=lambda n: n.slot_count,
-                )
+                assert isinstance(bed, ClusterBed)
+                assert reshard_from is not None and original is not None
+                nodes = bed.nodes()
+                source = next(n for n in nodes if n.id == reshard_from.id)
+                target = next(n for n in nodes if n.is_primary and n.id != source.id)
+                if round_ % 2:
+                    target = next(n for n in nodes if n.id == original.id)
                 began = time.monotonic()
-                source = next(n for n in bed.nodes() if n.id == reshard_from.id)
-                slots = bed.reshard(source, target, config.reshard_slots)
-                moved += sum(1 for wf in workflows if workflow_slot(wf) in set(slots))
+                slots = set(bed.reshard(source, target, config.reshard_slots))
+                moved += sum(1 for wf in workflows if workflow_slot(wf) in slots)
                 promotions.append(time.monotonic() - began)
-                # Next round moves them back, so every round migrates keys under load.
+                # The next round moves them back: every round migrates keys under load.
                 reshard_from = target
             else:
                 took, at = _fail_over(bed, config, workflows[0])

@@ -51,6 +51,7 @@ from benchmarks.idle import idle_scenario
 from benchmarks.plots import write_plots
 from benchmarks.reference import reference_scenario
 from benchmarks.stats import Target, bucket_series, latency_summary, render_report
+from benchmarks.topology import main as topology_main
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.keys import KeySpace
@@ -683,6 +684,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="write PNG plots into DIR (needs matplotlib: pip install -e '.[bench]')",
     )
+    p.add_argument(
+        "--topology",
+        metavar="NAMES",
+        default=None,
+        help="instead of the suite: S1/S2/S3 on topologies started for the run, comma-"
+        "separated among single, sentinel, cluster (AOF always; see benchmarks/topology.py)",
+    )
     return p
 
 
@@ -695,6 +703,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown scenario(s): {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if args.topology:
+        return topology_main([t.strip() for t in args.topology.split(",")], args.quick)
     base = BenchConfig.quick_config() if args.quick else BenchConfig()
     base.redis_url = args.redis_url
     base.only = only

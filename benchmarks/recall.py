@@ -147,7 +147,7 @@ async def run_benchmark(
                 row.update(await run_row(retriever, conversations, ks, label))
                 row["available"] = True
             except Unavailable as exc:
-                row.update(available=False, note=str(exc))
+                row.update(available=False, note=f"{label}: {exc}")
                 _progress(f"{label}: {exc}")
             finally:
                 if retriever is not None:

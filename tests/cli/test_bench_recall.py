@@ -273,7 +273,12 @@ async def test_the_in_memory_store_row_runs_end_to_end_and_the_hybrid_row_explai
     assert memory["build"]["entries"] == 4 and memory["memory"]["bytes"] > 0
     hybrid = rows["jarvismem memory hybrid"]
     if not hybrid["available"]:
-        assert hybrid["note"].startswith(("hybrid mode not available yet", "hybrid mode: no"))
+        assert hybrid["note"].startswith(
+            (
+                "jarvismem memory hybrid: hybrid mode not available yet",
+                "jarvismem memory hybrid: hybrid mode: no",
+            )
+        )
     baseline = rows["textbook BM25 (rank-bm25)"]
     if importlib.util.find_spec("rank_bm25") is None:
         assert "rank-bm25 is not installed" in baseline["note"]

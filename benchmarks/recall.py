@@ -47,6 +47,7 @@ from benchmarks.recall_rows import (
 )
 from benchmarks.recall_score import Scored, by_category, score_question
 from benchmarks.stats import percentile, render_table
+from jarvismem.errors import BackendUnavailableError
 
 DEFAULT_KS = (1, 3, 5, 10, 20)
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -149,6 +150,11 @@ async def run_benchmark(
             except Unavailable as exc:
                 row.update(available=False, note=f"{label}: {exc}")
                 _progress(f"{label}: {exc}")
+            except BackendUnavailableError as exc:
+                # A backend lost mid-run (Redis, an embeddings server): this row has
+                # no figures, the others still run. Anything else is a bug: it stops.
+                row.update(available=False, note=f"{label}: failed: {exc}")
+                _progress(f"{label}: failed: {exc}")
             finally:
                 if retriever is not None:
                     await retriever.close()

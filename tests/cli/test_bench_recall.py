@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import sys
+import types
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -28,6 +30,7 @@ from benchmarks.recall_data import (
 )
 from benchmarks.recall_rows import Built, plain_tokens, write_request
 from benchmarks.recall_score import by_category, score_question
+from tests.conftest import closed_port
 
 SYNTHETIC: list[dict[str, Any]] = [
     {
@@ -306,3 +309,61 @@ def test_the_plots_are_written_or_the_note_says_why(tmp_path: Path) -> None:
             "recall-at-k-by-category.png",
         ]
         assert all(Path(p).read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+class _FakeHybrid:
+    """Stands in for HybridRecallStore: wraps a store, records the flush."""
+
+    made: ClassVar[list[_FakeHybrid]] = []
+
+    def __init__(self, inner: Any, embedder: Any) -> None:
+        self.inner, self.embedder, self.flushed = inner, embedder, 0
+        _FakeHybrid.made.append(self)
+
+    async def write(self, request: Any) -> Any:
+        return await self.inner.write(request)
+
+    async def recall(self, request: Any) -> Any:
+        assert self.flushed, "recalled before the background embedding was flushed"
+        return await self.inner.recall(request)
+
+    async def flush(self) -> None:
+        self.flushed += 1
+
+
+async def test_hybrid_mode_wraps_the_store_with_the_named_embedder_and_flushes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hybrid = types.ModuleType("jarvismem.recall.hybrid")
+    hybrid.HybridRecallStore = _FakeHybrid  # type: ignore[attr-defined]
+    factory = types.ModuleType("jarvismem.backends.embeddings.factory")
+    factory.create_embedder = lambda name: f"embedder:{name}"  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jarvismem.recall.hybrid", hybrid)
+    monkeypatch.setitem(sys.modules, "jarvismem.backends.embeddings.factory", factory)
+    _FakeHybrid.made.clear()
+    report = await run_benchmark(
+        conversations(),
+        stores=["memory"],
+        modes=["hybrid"],
+        ks=[1],
+        redis_url="redis://127.0.0.1:1/0",
+        embedder="tiny",
+        baseline=False,
+    )
+    (row,) = report["rows"]
+    assert row["name"] == "jarvismem memory hybrid" and row["available"], row.get("note")
+    assert row["scores"]["overall"]["questions"] == 4
+    # One store for the row, one thrown away after the memory measurement.
+    assert [h.embedder for h in _FakeHybrid.made] == ["embedder:tiny", "embedder:tiny"]
+    assert all(h.flushed == 1 for h in _FakeHybrid.made)
+
+
+async def test_a_redis_row_without_a_server_is_a_note_and_the_other_rows_still_run() -> None:
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    report = await run_benchmark(
+        conversations(), stores=["redis", "memory"], modes=["lexical"], ks=[1], redis_url=url
+    )
+    rows = {r["name"]: r for r in report["rows"]}
+    assert not rows["jarvismem redis lexical"]["available"]
+    assert f"Redis at {url} not reachable" in rows["jarvismem redis lexical"]["note"]
+    assert rows["jarvismem memory lexical"]["available"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import Field
 
 from benchmarks.recall import main, run_benchmark, run_row, write_plots
 from benchmarks.recall_data import (
@@ -30,6 +31,7 @@ from benchmarks.recall_data import (
 )
 from benchmarks.recall_rows import Built, plain_tokens, write_request
 from benchmarks.recall_score import by_category, score_question
+from jarvismem.recall import WriteRequest
 from tests.conftest import closed_port
 
 SYNTHETIC: list[dict[str, Any]] = [
@@ -367,3 +369,27 @@ async def test_a_redis_row_without_a_server_is_a_note_and_the_other_rows_still_r
     assert not rows["jarvismem redis lexical"]["available"]
     assert f"Redis at {url} not reachable" in rows["jarvismem redis lexical"]["note"]
     assert rows["jarvismem memory lexical"]["available"]
+
+
+class _WithTime(WriteRequest):
+    occurred_at: datetime | None = None
+
+
+class _WithEpochMs(WriteRequest):
+    occurred_at: int | None = Field(default=None, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (_WithTime, datetime(2024, 2, 3, 19, 30, tzinfo=UTC)),
+        (_WithEpochMs, int(datetime(2024, 2, 3, 19, 30, tzinfo=UTC).timestamp() * 1000)),
+    ],
+)
+def test_a_write_request_carries_the_session_date_when_the_model_has_occurred_at(
+    monkeypatch: pytest.MonkeyPatch, model: type[WriteRequest], expected: object
+) -> None:
+    monkeypatch.setattr("benchmarks.recall_rows.WriteRequest", model)
+    turn = conversations()[0].turns[-1]
+    request = write_request(turn, agent="conv-t1", namespace="bench-ns")
+    assert request.occurred_at == expected  # type: ignore[attr-defined]

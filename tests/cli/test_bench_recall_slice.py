@@ -113,8 +113,10 @@ def test_every_row_has_every_score_per_category(report: dict[str, Any], name: st
 def test_every_row_has_latency_build_time_and_memory(report: dict[str, Any], name: str) -> None:
     row = _row(report, name)
     assert row["latency"]["queries"] == 40
-    for figure in (row["latency"]["p50_ms"], row["latency"]["p99_ms"], row["build"]["seconds"]):
+    latency = row["latency"]
+    for figure in (latency["p50_ms"], latency["p99_ms"], row["build"]["seconds"]):
         assert _numeric(figure) and figure > 0
+    assert _numeric(latency["cpu_p50_ms"]) and latency["cpu_p50_ms"] >= 0
     assert row["build"]["entries"] == report["entries"]
     assert _numeric(row["memory"]["bytes"]) and row["memory"]["bytes"] > 0
 

@@ -20,7 +20,15 @@ from typing import Any
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
 
-SUITE_OPTIONS = ("--quick", "--json", "--only", "--redis-url", "--with-reference", "--plots")
+SUITE_OPTIONS = (
+    "--quick",
+    "--json",
+    "--only",
+    "--redis-url",
+    "--with-reference",
+    "--plots",
+    "--topology",
+)
 """The options of ``python -m benchmarks``; a test checks they match the suite's parser."""
 
 
@@ -47,6 +55,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         help="also run the workloads through the reference (jarviscore-framework, in its own venv)",
     )
     p.add_argument("--plots", metavar="DIR", default=None, help="write PNG plots into DIR")
+    p.add_argument(
+        "--topology",
+        metavar="NAMES",
+        default=None,
+        help="instead of the suite: S1/S2/S3 on Redis topologies started for the run "
+        "(comma-separated among single, sentinel, cluster)",
+    )
     p.set_defaults(handler=bench)
 
 
@@ -82,6 +97,8 @@ def suite_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--with-reference")
     if getattr(args, "plots", None):
         argv += ["--plots", args.plots]
+    if getattr(args, "topology", None):
+        argv += ["--topology", args.topology]
     return argv
 
 

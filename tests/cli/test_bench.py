@@ -113,5 +113,7 @@ def test_bench_passes_the_reference_and_plot_options(cli: Cli, tmp_path: Path) -
     env.pop("REDIS_URL", None)
     checkout = _fake_checkout(tmp_path)
     ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--with-reference",
-               "--plots", "docs/img")  # fmt: skip
-    assert ran["argv"] == ["--with-reference", "--plots", "docs/img"]
+               "--plots", "docs/img", "--topology", "sentinel,cluster")  # fmt: skip
+    assert ran["argv"] == [
+        "--with-reference", "--plots", "docs/img", "--topology", "sentinel,cluster"
+    ]  # fmt: skip

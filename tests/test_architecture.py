@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("jarvismem.memory",),
     ("jarvismem.runtime",),
     ("jarvismem", "jarvismem.transfer", "jarvismem.transfer.", "jarvismem.demo",
-     "jarvismem.demo.", "jarvismem.testing", "jarvismem.testing."),
+     "jarvismem.demo.", "jarvismem.testing", "jarvismem.testing.",
+     "jarvismem.integrations", "jarvismem.integrations."),
     ("jarvismem.cli", "jarvismem.cli.", "jarvismem.__main__"),
 ]  # fmt: skip
 

@@ -335,6 +335,78 @@ class KeySpace:
         # Ids start with a letter or digit, so '_' never collides with a session id.
         return f"{ns}:{agent}:{session}"
 
+    # --- LangGraph (jarvismem.integrations.langgraph) ----------------------------------
+    # A thread's keys share the hash tag {lg:<thread>}: one Redis Cluster slot, so one
+    # Lua script writes a checkpoint, its blobs and its index atomically. Keys that
+    # span threads (the thread and run indexes) live in slots of their own and are
+    # updated by their own commands, never inside a thread's script.
+
+    def _lg_thread(self, thread_id: str) -> str:
+        return f"{KEY_PREFIX}:{self.namespace}:{{lg:{lg_token(thread_id, 'thread_id')}}}"
+
+    def lg_checkpoints(self, thread_id: str) -> str:
+        """Sorted set (lexical) of ``<checkpoint_ns>\\0<checkpoint_id>`` of a thread."""
+        return f"{self._lg_thread(thread_id)}:cps"
+
+    def lg_records(self, thread_id: str) -> str:
+        """Hash ``<ns>\\0<checkpoint_id>`` -> checkpoint record (header, checkpoint, metadata)."""
+        return f"{self._lg_thread(thread_id)}:rec"
+
+    def lg_blobs(self, thread_id: str) -> str:
+        """Hash ``<ns>\\0<channel>\\0<version>`` -> a channel's serialised value."""
+        return f"{self._lg_thread(thread_id)}:blobs"
+
+    def lg_writes(self, thread_id: str) -> str:
+        """Hash ``<ns>\\0<checkpoint_id>\\0<task_id>\\0<idx>`` -> one pending write."""
+        return f"{self._lg_thread(thread_id)}:writes"
+
+    def lg_write_index(self, thread_id: str) -> str:
+        """Sorted set (lexical) of the field names of :meth:`lg_writes` (a range per checkpoint)."""
+        return f"{self._lg_thread(thread_id)}:widx"
+
+    def lg_runs(self, thread_id: str) -> str:
+        """Sorted set (lexical) of ``<run_id>\\0<ns>\\0<checkpoint_id>`` of a thread."""
+        return f"{self._lg_thread(thread_id)}:runs"
+
+    def lg_thread_keys(self, thread_id: str) -> list[str]:
+        """Every key of one thread (one slot): what a delete or a TTL refresh touches."""
+        return [
+            self.lg_checkpoints(thread_id),
+            self.lg_records(thread_id),
+            self.lg_blobs(thread_id),
+            self.lg_writes(thread_id),
+            self.lg_write_index(thread_id),
+            self.lg_runs(thread_id),
+        ]
+
+    def lg_threads(self) -> str:
+        """Sorted set of the namespace's thread ids (score = last checkpoint write, ms)."""
+        return f"{KEY_PREFIX}:{self.namespace}:lg:threads"
+
+    def lg_run_threads(self, run_id: str) -> str:
+        """Set of the thread ids that hold checkpoints of one run (``adelete_for_runs``)."""
+        return f"{KEY_PREFIX}:{self.namespace}:{{lgrun:{lg_token(run_id, 'run_id')}}}:threads"
+
+    def _lg_store(self, name: str) -> str:
+        # One store, one slot: every batch is one atomic script (see JarvisMemStore).
+        return f"{KEY_PREFIX}:{self.namespace}:{{lgstore:{validate_id(name, 'store name')}}}"
+
+    def lg_store_items(self, name: str) -> str:
+        """Hash ``<a.b.c>\\0<key>`` -> item record of a LangGraph store."""
+        return f"{self._lg_store(name)}:items"
+
+    def lg_store_index(self, name: str) -> str:
+        """Sorted set (lexical) of the item names: a namespace prefix is a range."""
+        return f"{self._lg_store(name)}:idx"
+
+    def lg_store_expiry(self, name: str) -> str:
+        """Sorted set item name -> expiry deadline (epoch ms), items with a TTL only."""
+        return f"{self._lg_store(name)}:exp"
+
+    def lg_store_namespaces(self, name: str) -> str:
+        """Hash ``<a.b.c>`` -> number of items in that namespace."""
+        return f"{self._lg_store(name)}:nss"
+
     # --- blob paths -------------------------------------------------------------------
 
     def _wf_dir(self, workflow_id: str) -> str:
@@ -464,6 +536,42 @@ class KeySpace:
             f"{validate_turn_id(turn_id)}:{validate_id(kind, 'event kind')}"
         )
         return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+MAX_LG_TOKEN_LENGTH = 1024
+"""Longest LangGraph thread or run id accepted (before escaping)."""
+
+_LG_SAFE_RE = re.compile(r"[A-Za-z0-9._-]")
+_LG_ALL_SAFE_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
+
+
+def lg_token(value: object, kind: str) -> str:
+    """A LangGraph thread or run id escaped for a key: ``%XX`` for every other byte.
+
+    LangGraph ids are free text (often UUIDs, which pass unchanged). Escaping
+    ``%`` too keeps the mapping injective, and no escaped id holds a brace, a
+    ``:`` or a glob character, so it can neither move the hash tag nor widen a
+    SCAN. Raises :class:`InvalidIdError` for a non-string, empty, over-long or
+    NUL-holding id.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(f"LangGraph {kind} must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidIdError(f"LangGraph {kind} must not be empty")
+    if len(value) > MAX_LG_TOKEN_LENGTH:
+        raise InvalidIdError(
+            f"LangGraph {kind} is {len(value)} characters long; the limit is {MAX_LG_TOKEN_LENGTH}"
+        )
+    if "\x00" in value:
+        raise InvalidIdError(f"LangGraph {kind} must not hold a NUL character")
+    if _LG_ALL_SAFE_RE.match(value):
+        return value
+    return "".join(
+        c
+        if _LG_SAFE_RE.match(c)
+        else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        for c in value
+    )
 
 
 def _destination_parts(destination: str) -> tuple[str, str, str, str]:

@@ -55,6 +55,7 @@ __all__ = [
     "athena_request",
     "compaction",
     "degraded",
+    "enabled",
     "log_ids",
     "log_turn",
     "logger",
@@ -62,6 +63,7 @@ __all__ = [
     "outbox_delivery",
     "outbox_dropped",
     "rehydrate_bundle",
+    "set_enabled",
     "span",
     "use_providers",
     "watch_circuit",
@@ -70,6 +72,9 @@ __all__ = [
 
 AVAILABLE: bool = _otel_trace is not None
 """True when the OpenTelemetry API can be imported (the ``[otel]`` extra)."""
+
+# What the helpers check: the API is there and reporting is not switched off.
+_enabled: bool = AVAILABLE
 
 INSTRUMENTATION_NAME = "jarvismem"
 
@@ -180,13 +185,29 @@ def use_providers(tracer_provider: Any = None, meter_provider: Any = None) -> No
     _state.meter_provider = meter_provider
     _state.tracer = None
     _state.instruments = None
-    if AVAILABLE:
+    if _enabled:
         _instruments()  # the observable instruments exist before the first collection
+
+
+def set_enabled(on: bool) -> None:
+    """Switch jarvismem's reporting off (as if the ``[otel]`` extra were absent) or back on.
+
+    The benchmark compares the two in one process; an application that keeps
+    its providers but wants jarvismem quiet may use it too.
+    """
+    global _enabled
+    _enabled = bool(on) and AVAILABLE
+    use_providers(_state.tracer_provider, _state.meter_provider)
+
+
+def enabled() -> bool:
+    """True when jarvismem reports spans and metrics (the API is installed and not switched off)."""
+    return _enabled
 
 
 def _tracer() -> Any:
     tracer = _state.tracer
-    if tracer is None and AVAILABLE:
+    if tracer is None and _enabled:
         # Lazily, so a provider set after jarvismem was imported is used (the
         # API's proxy tracer also hands over once a global provider is set).
         tracer = _state.tracer = _otel_trace.get_tracer(
@@ -238,7 +259,7 @@ class _Instruments:
 
 def _instruments() -> _Instruments | None:
     inst = _state.instruments
-    if inst is None and AVAILABLE:
+    if inst is None and _enabled:
         meter = _otel_metrics.get_meter(INSTRUMENTATION_NAME, meter_provider=_state.meter_provider)
         inst = _state.instruments = _Instruments(meter)
     return inst
@@ -333,7 +354,7 @@ def span(name: str, attributes: Attributes | None = None, *, root: bool = False)
 
 def note(key: str, value: AttrValue) -> None:
     """Set an attribute on the current span when it records (e.g. a retry count)."""
-    if AVAILABLE:
+    if _enabled:
         current = _otel_trace.get_current_span()
         if current.is_recording():
             current.set_attribute(key, value)
@@ -417,7 +438,7 @@ def log_turn(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         view: Any = args[0]
         token = _IDS.set((view.workflow_id, view.step_id, view.agent_id))
         try:
-            if not AVAILABLE:
+            if not _enabled:
                 return await fn(*args, **kwargs)
             handle = span(SPAN_LOG_TURN)
             if handle is NO_SPAN:
@@ -425,19 +446,18 @@ def log_turn(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             else:
                 with handle:
                     if handle.recording:
+                        # One batch (each SDK attribute call validates and locks):
+                        # "ok" now, replaced by the error class if the call raises.
                         attrs = _view_attributes(view)
+                        attrs[OUTCOME] = "ok"
                         turn = args[1] if len(args) > 1 else kwargs.get("turn_id")
                         if isinstance(turn, str | int) and not isinstance(turn, bool):
                             attrs[TURN_ID] = str(turn)
                         tokens = args[5] if len(args) > 5 else kwargs.get("tokens")
                         if isinstance(tokens, int) and not isinstance(tokens, bool):
                             attrs["jarvismem.turn.tokens"] = tokens
-                        attrs["jarvismem.turn.user_message"] = (
-                            kwargs.get("user_message") is not None
-                        )
                         handle.set_many(attrs)
                     result = await fn(*args, **kwargs)
-                    handle.set(OUTCOME, "ok")
             namespace = _namespace_of(view) or ""
             _turns[namespace] = _turns.get(namespace, 0) + 1
             return result
@@ -494,7 +514,7 @@ def rehydrate_bundle(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
 
 def tier_span(tier: str) -> SpanHandle:
     """The child span of one tier's read in a rehydrate bundle."""
-    if not AVAILABLE:
+    if not _enabled:
         return NO_SPAN
     # "ok" until degraded() says otherwise.
     return span(SPAN_REHYDRATE_TIER + tier, {TIER: tier, OUTCOME: "ok"})
@@ -535,7 +555,7 @@ def compaction(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         began = time.perf_counter()
         outcome = "error"
         try:
-            if not AVAILABLE:
+            if not _enabled:
                 return await fn(*args, **kwargs)
             with span(SPAN_COMPACTION, root=True) as handle:
                 if handle.recording and isinstance(workflow_id, str):
@@ -590,7 +610,7 @@ def outbox_delivery(
         async def traced(*args: P.args, **kwargs: P.kwargs) -> R:
             owner: Any = args[0]
             outbox = getattr(owner, "outbox", None)
-            if not AVAILABLE or (outbox is not None and len(outbox) == 0):
+            if not _enabled or (outbox is not None and len(outbox) == 0):
                 # Nothing queued: no span for an empty pass (a poll).
                 return await fn(*args, **kwargs)
             kind, workflow_id = _outbox_kind(kind_of(owner))
@@ -663,7 +683,7 @@ CIRCUIT_STATES = ("closed", "half_open", "open")
 
 def watch_outbox(outbox: _Measurable, name: str) -> None:
     """Report ``len(outbox)`` in the outbox depth gauge under ``name``'s kind, while it lives."""
-    if AVAILABLE:
+    if _enabled:
         _outboxes[outbox] = _outbox_kind(name)[0]
         _instruments()
 
@@ -687,7 +707,7 @@ def _observe_outbox_depth(options: Any) -> list[Any]:
 
 def watch_circuit(circuit: Any) -> None:
     """Report an Athena delivery circuit (``reported_state()``) in the circuit gauge."""
-    if AVAILABLE:
+    if _enabled:
         _circuits.add(circuit)
         _instruments()
 

@@ -481,6 +481,22 @@ async def test_the_api_without_an_sdk_records_nothing_and_costs_no_span(
         telemetry.use_providers()
 
 
+async def test_switched_off_nothing_is_reported_even_to_an_sdk(
+    otel: Otel, real_runtime: Any, workflow_id: str
+) -> None:
+    telemetry.set_enabled(False)
+    try:
+        assert not telemetry.enabled()
+        mem = real_runtime.memory(workflow_id, "s1", "a1")
+        await mem.log_turn(1, "t", "a", "r")
+        await mem.rehydrate_bundle()
+        assert otel.finished() == []
+    finally:
+        telemetry.set_enabled(True)
+    await mem.log_turn(2, "t", "a", "r")
+    assert [s.name for s in otel.finished()] == [telemetry.SPAN_LOG_TURN]
+
+
 NO_OTEL_SCRIPT = textwrap.dedent(
     """
     import asyncio, logging, sys, tempfile, uuid

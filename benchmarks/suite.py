@@ -103,8 +103,8 @@ class BenchConfig:
     ref_sweep_turns: int = 100
     ref_s3_reps: int = 50
     raw_seq_ops: int = 5_000
-    otel_turns: int = 5_000
-    otel_rounds: int = 3
+    otel_turns: int = 500
+    otel_rounds: int = 12
     raw_conc_per_task: int = 200
     only: tuple[str, ...] = SCENARIOS
     with_reference: bool = False
@@ -139,8 +139,8 @@ class BenchConfig:
             "ref_sweep_turns": 10,
             "ref_s3_reps": 10,
             "raw_seq_ops": 1_000,
-            "otel_turns": 300,
-            "otel_rounds": 1,
+            "otel_turns": 100,
+            "otel_rounds": 3,
             "raw_conc_per_task": 20,
         }
         values.update(overrides)

@@ -156,8 +156,7 @@ async def test_log_turn_spans_carry_the_ids_and_the_turns_are_counted(
     assert attrs[telemetry.AGENT_ID] == "a1"
     assert attrs[telemetry.NAMESPACE] == namespace
     assert attrs[telemetry.TURN_ID] == "3"
-    assert attrs["jarvismem.turn.tokens"] == 3
-    assert attrs[telemetry.OUTCOME] == "ok"
+    assert telemetry.OUTCOME not in attrs  # set on failure only (the hot path stays lean)
     counted = otel.value(telemetry.METRIC_TURNS, namespace=namespace)
     assert counted is not None and counted.value == 4
 
@@ -555,6 +554,19 @@ def test_without_opentelemetry_everything_works_and_nothing_is_loaded(real_redis
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+async def test_switching_providers_back_and_forth_never_counts_a_turn_twice(
+    otel: Otel, real_runtime: Any, workflow_id: str
+) -> None:
+    telemetry.use_providers()
+    telemetry.set_enabled(False)
+    telemetry.set_enabled(True)
+    telemetry.use_providers(otel.tracer_provider, otel.meter_provider)
+    telemetry.use_providers(otel.tracer_provider, otel.meter_provider)
+    await real_runtime.memory(workflow_id, "s1", "a1").log_turn(1, "t", "a", "r")
+    counted = otel.value(telemetry.METRIC_TURNS, namespace=real_runtime.keyspace.namespace)
+    assert counted is not None and counted.value == 1
 
 
 def test_use_providers_none_goes_back_to_the_global_providers() -> None:

@@ -335,7 +335,9 @@ def span(name: str, attributes: Attributes | None = None, *, root: bool = False)
 
     ``root``: start a new trace linked to the current span (work in the
     background that the current operation only triggered). Returns ``NO_SPAN``
-    when nothing would record it (no API, no SDK, sampled out at the root).
+    when there is nothing to carry: no API, or the API's no-op tracer (no SDK
+    configured), whose span context is invalid. A span an SDK sampled out is
+    returned (not recording, attributes skipped) and made current all the same.
     """
     tracer = _tracer()
     if tracer is None:
@@ -395,14 +397,6 @@ def _traced(
 
 
 # --- the instrumented operations ----------------------------------------------------------------
-
-
-class _View(Protocol):
-    """What the decorators read of a memory view (``UnifiedMemory``)."""
-
-    workflow_id: str
-    step_id: str
-    agent_id: str
 
 
 def _view_attributes(view: Any) -> dict[str, AttrValue]:
@@ -687,10 +681,23 @@ def watch_outbox(outbox: _Measurable, name: str) -> None:
         _instruments()
 
 
+def _snapshot(read: Callable[[], list[R]]) -> list[R]:
+    """``read()`` of a weak collection, retried if the loop's thread changed it meanwhile.
+
+    Observable callbacks run on the metric reader's thread (a periodic reader's).
+    """
+    for _ in range(3):
+        try:
+            return read()
+        except RuntimeError:  # "changed size during iteration"
+            continue
+    return []
+
+
 def _observe_outbox_depth(options: Any) -> list[Any]:
     totals: dict[str, int] = {}
     seen: set[Any] = set()
-    for outbox, kind in list(_outboxes.items()):
+    for outbox, kind in _snapshot(lambda: list(_outboxes.items())):
         # Two objects over one file (two runtimes in a process) count it once.
         path = getattr(outbox, "path", None) or id(outbox)
         if path in seen:
@@ -713,7 +720,7 @@ def watch_circuit(circuit: Any) -> None:
 
 def _observe_circuits(options: Any) -> list[Any]:
     counts = dict.fromkeys(CIRCUIT_STATES, 0)
-    for circuit in list(_circuits):
+    for circuit in _snapshot(lambda: list(_circuits)):
         state = circuit.reported_state()
         counts[state] = counts.get(state, 0) + 1
     return [_otel_metrics.Observation(n, {CIRCUIT_STATE: s}) for s, n in counts.items()]

@@ -269,6 +269,28 @@ async def test_no_exported_attribute_carries_turn_content_queries_summaries_or_s
     assert telemetry.SPAN_ATHENA in names
 
 
+async def test_an_athena_request_span_counts_retries_and_names_a_refusal_by_status(
+    otel: Otel, athena_server: FakeAthenaServer, make_athena_client: Factory
+) -> None:
+    client = make_athena_client(athena_server.url, timeout=2.0, max_retries=2, backoff=0.0)
+    athena_server.fail_next(1, status=503)
+    await client.health()  # a read: retried once, then answered
+    athena_server.fail_next(3, status=503)
+    with pytest.raises(Exception) as refused:
+        await client.health()
+    retried, failed = otel.finished(telemetry.SPAN_ATHENA)
+    first = dict(retried.attributes or {})
+    assert first["http.request.method"] == "GET"
+    assert first["jarvismem.athena.path"] == "/health"
+    assert first["jarvismem.athena.retries"] == 1
+    assert first[telemetry.OUTCOME] == "ok"
+    second = dict(failed.attributes or {})
+    assert second[telemetry.OUTCOME] == "error"
+    assert second["error.type"] == type(refused.value).__name__
+    assert second["http.response.status_code"] == 503
+    assert second["jarvismem.athena.retries"] == 2
+
+
 # --- compaction ---------------------------------------------------------------------------
 
 

@@ -48,6 +48,7 @@ from benchmarks.fixtures import (
     write_local_scratchpad,
 )
 from benchmarks.idle import idle_scenario
+from benchmarks.otel import otel_scenario
 from benchmarks.plots import write_plots
 from benchmarks.reference import reference_scenario
 from benchmarks.stats import Target, bucket_series, latency_summary, render_report
@@ -67,7 +68,7 @@ AZURITE_CONNECTION_STRING = (
 
 T = TypeVar("T")
 
-SCENARIOS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8")
+SCENARIOS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL")
 
 
 @dataclass
@@ -103,6 +104,8 @@ class BenchConfig:
     ref_sweep_turns: int = 100
     ref_s3_reps: int = 50
     raw_seq_ops: int = 5_000
+    otel_turns: int = 500
+    otel_rounds: int = 12
     raw_conc_per_task: int = 200
     only: tuple[str, ...] = SCENARIOS
     with_reference: bool = False
@@ -137,6 +140,8 @@ class BenchConfig:
             "ref_sweep_turns": 10,
             "ref_s3_reps": 10,
             "raw_seq_ops": 1_000,
+            "otel_turns": 100,
+            "otel_rounds": 3,
             "raw_conc_per_task": 20,
         }
         values.update(overrides)
@@ -604,6 +609,8 @@ class Bench:
                 await self.timed("S7", compaction_scenario(self, local))
             if "S8" in only:
                 await self.timed("S8", idle_scenario(self, local))
+            if "OTEL" in only:
+                await self.timed("OTEL", otel_scenario(self, local))
             if cfg.with_reference:
                 await self.timed("reference", reference_scenario(self, local))
         finally:

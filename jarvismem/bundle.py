@@ -9,10 +9,10 @@ so it does not depend on the memory view that calls it.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypedDict, TypeVar
 
+from jarvismem import telemetry
 from jarvismem.backends.redis import redis_errors
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
@@ -30,7 +30,7 @@ from jarvismem.tiers.pending import (
 )
 from jarvismem.tiers.working import WorkingScratchpad
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 T = TypeVar("T")
 
@@ -84,13 +84,16 @@ async def _guarded(
     tier: str, coro: Awaitable[T], timeout: float, degraded: dict[str, str]
 ) -> T | None:
     """``coro``'s value, or None with ``degraded[tier]`` set when it fails or times out."""
-    try:
-        async with asyncio.timeout(timeout):
-            return await coro
-    except TimeoutError:
-        degraded[tier] = f"timed out after {timeout:g}s"
-    except Exception as exc:
-        degraded[tier] = f"{type(exc).__name__}: {exc}"[:300]
+    with telemetry.tier_span(tier) as span:
+        try:
+            async with asyncio.timeout(timeout):
+                return await coro
+        except TimeoutError:
+            degraded[tier] = f"timed out after {timeout:g}s"
+            telemetry.degraded(tier, "timeout", span)
+        except Exception as exc:
+            degraded[tier] = f"{type(exc).__name__}: {exc}"[:300]
+            telemetry.degraded(tier, "error", span, exc)
     log.warning("rehydrate: %s tier degraded (%s)", tier, degraded[tier])
     return None
 
@@ -135,9 +138,9 @@ async def read_bundle(
     for writer in wf.writers:
         records = await outstanding_records(writer, writer.timeout)
         if records:
-            degraded[writer.name.split("[")[0] + "_outbox"] = (
-                f"{len(records)} write(s) still queued locally"
-            )
+            tier = writer.name.split("[")[0] + "_outbox"
+            degraded[tier] = f"{len(records)} write(s) still queued locally"
+            telemetry.degraded(tier, "queued")
             if writer is wf.redis_writer:
                 queued = records
 

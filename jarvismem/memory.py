@@ -11,12 +11,12 @@ the bundle's ``degraded`` entry.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Mapping
 from functools import partial
 from typing import Any
 
+from jarvismem import telemetry
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.bundle import Bundle, read_bundle
@@ -52,7 +52,7 @@ from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import WorkingScratchpad
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 # Checkpoint states up to this size are redacted on the event loop (~0.1 ms at
 # this size); larger ones on a worker thread.
@@ -162,6 +162,7 @@ class UnifiedMemory:
 
     # --- the hot path ------------------------------------------------------------------
 
+    @telemetry.log_turn
     async def log_turn(
         self,
         turn_id: str | int,
@@ -567,6 +568,7 @@ class UnifiedMemory:
 
     # --- recovery ----------------------------------------------------------------------------
 
+    @telemetry.rehydrate_bundle
     async def rehydrate_bundle(
         self, ledger_tail: int = LEDGER_TAIL, *, query: str | None = None
     ) -> Bundle:

@@ -20,7 +20,7 @@ PACKAGE = ROOT / "jarvismem"
 # Lowest first. A module may import from its own layer or below, never above.
 # Entries are module names or prefixes ending in ".".
 LAYERS: list[tuple[str, ...]] = [
-    ("jarvismem.errors", "jarvismem.defaults", "jarvismem.resilience"),
+    ("jarvismem.errors", "jarvismem.defaults", "jarvismem.resilience", "jarvismem.telemetry"),
     ("jarvismem.keys", "jarvismem.redaction", "jarvismem.payload"),
     ("jarvismem.settings",),
     ("jarvismem.backends", "jarvismem.backends."),
@@ -56,7 +56,13 @@ OPTIONAL_EXTRAS = (
     "fakeredis",
     "mcp",
     "jarvismem.integrations.mcp",
+    "opentelemetry",
 )
+
+# The [otel] extra: only jarvismem.telemetry imports it (a no-op without it), so
+# every other module stays importable and cheap when it is absent.
+TELEMETRY_LIBRARIES = ("opentelemetry",)
+MAY_IMPORT_TELEMETRY_LIBRARIES = ("jarvismem.telemetry",)
 
 
 def _module_name(path: Path) -> str:
@@ -177,6 +183,17 @@ def test_backend_libraries_stay_in_backends() -> None:
         if not module.startswith(MAY_IMPORT_BACKEND_LIBRARIES)
         for target, _, _ in _imports(module)
         if target.split(".")[0] in BACKEND_LIBRARIES
+    ]
+    assert not leaks, "\n".join(leaks)
+
+
+def test_opentelemetry_is_imported_by_the_telemetry_module_only() -> None:
+    leaks = [
+        f"{module} imports {target}"
+        for module in MODULES
+        if module not in MAY_IMPORT_TELEMETRY_LIBRARIES
+        for target, _, _ in _imports(module)
+        if target.split(".")[0] in TELEMETRY_LIBRARIES
     ]
     assert not leaks, "\n".join(leaks)
 

@@ -20,12 +20,12 @@ Retry policy (why it differs per endpoint):
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from jarvismem import telemetry
 from jarvismem.backends.athena_models import (
     AthenaContext,
     AthenaHealth,
@@ -61,7 +61,7 @@ __all__ = [
     "StmEvent",
 ]
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 EventType = Literal["message", "thought", "action", "observation"]
 EVENT_TYPES: frozenset[str] = frozenset({"message", "thought", "action", "observation"})
@@ -372,6 +372,7 @@ class AthenaClient:
                 f"Athena {path}: malformed answer (fields: {', '.join(fields) or '?'})"
             ) from None
 
+    @telemetry.athena_request
     async def _call(
         self,
         method: str,
@@ -386,6 +387,7 @@ class AthenaClient:
 
         def log_retry(exc: BaseException, attempt: int, delay: float) -> None:
             error = exc.error if isinstance(exc, _FailedAttempt) else exc
+            telemetry.note("jarvismem.athena.retries", attempt)
             log.info(
                 "Athena %s %s failed (%s); retry %d/%d in %.2fs",
                 method,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import secrets
 import time
@@ -35,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from jarvismem import defaults
+from jarvismem import defaults, telemetry
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import redis_errors
 from jarvismem.errors import (
@@ -49,7 +48,7 @@ from jarvismem.keys import KeySpace, validate_id
 from jarvismem.settings import Settings
 from jarvismem.tiers.longterm import LongTermMemory
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 # KEYS: lock. ARGV: token, ttl ms. Take the lock if free; finding our own token
 # counts as taken (a retry after the reply of the first attempt was lost).
@@ -424,6 +423,7 @@ class Compactor:
 
     # --- compaction --------------------------------------------------------------------------
 
+    @telemetry.compaction
     async def compact(
         self, *, progress: Callable[[int, int], None] | None = None
     ) -> CompactionResult:

@@ -40,18 +40,18 @@ The rules that keep this safe when processes crash, stall or race:
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jarvismem import telemetry
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import BackendUnavailableError, BlobError, JarvisMemError
 from jarvismem.resilience import Backoff
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 Apply = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -130,6 +130,7 @@ class DurableWriter:
         self.last_error_at: float | None = None
         self.replayed = 0
         self._closed = False
+        telemetry.watch_outbox(outbox, name)
 
     @property
     def degraded(self) -> bool:
@@ -183,11 +184,13 @@ class DurableWriter:
 
     async def _queue(self, record: dict[str, Any]) -> None:
         try:
-            await self.outbox.put(record)
+            if not await self.outbox.put(record):
+                telemetry.outbox_dropped(self.name)  # full: counted and logged by the outbox
         except OSError as exc:
             # The local disk refused the fallback too (full, read-only): the
             # write is lost. Count it and say so, but never fail the caller.
             self.outbox.dropped += 1
+            telemetry.outbox_dropped(self.name)
             log.error(
                 "%s: could not queue a write in the local outbox (%s, errno %s); dropped",
                 self.name,
@@ -205,6 +208,7 @@ class DurableWriter:
             await self.outbox.dead_letter(None, record, reason)
         except OSError:
             self.outbox.dropped += 1
+            telemetry.outbox_dropped(self.name)
 
     def _note_failure(self, exc: BaseException) -> None:
         first = self.last_error is None
@@ -307,6 +311,7 @@ class DurableWriter:
             )
             self.last_error = None
 
+    @telemetry.outbox_delivery(lambda writer: str(writer.name))
     async def _deliver_claimed(self) -> None:
         """Replay the outbox in order while holding the claim; raise the outage that stops it."""
         await self.outbox.refresh()  # under the claim, the file is ours to replay

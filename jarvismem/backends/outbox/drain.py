@@ -8,16 +8,16 @@ drainer that cannot take the outbox's delivery claim lets the holder deliver.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jarvismem import telemetry
 from jarvismem.backends.outbox.store import Outbox
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 
 __all__ = ["OutboxDrainer", "Send", "deliver_pending"]
 
-log = logging.getLogger(__name__)
+log = telemetry.logger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -28,19 +28,29 @@ class OutboxDrainer:
     Delivered records are acked every ``ack_every`` records and whenever a run
     stops, so a crash replays at most ``ack_every`` records (at-least-once).
     ``last_error`` holds the exception that stopped the last run (None when it
-    emptied the outbox or reached its limit).
+    emptied the outbox or reached its limit). ``name``: the outbox's name in
+    telemetry (its depth gauge and delivery spans).
     """
 
     def __init__(
-        self, outbox: Outbox, send: Send, *, batch: int = 100, ack_every: int = 10
+        self,
+        outbox: Outbox,
+        send: Send,
+        *,
+        batch: int = 100,
+        ack_every: int = 10,
+        name: str = "outbox",
     ) -> None:
         self.outbox = outbox
         self.send = send
         self.batch = max(1, batch)
         self.ack_every = max(1, ack_every)
+        self.name = name
         self.delivered = 0
         self.last_error: BaseException | None = None
+        telemetry.watch_outbox(outbox, name)
 
+    @telemetry.outbox_delivery(lambda drainer: str(drainer.name))
     async def run_once(self, max_records: int | None = None) -> int:
         """Deliver pending records until empty, a failure, or ``max_records``.
 

@@ -17,12 +17,18 @@ import redis.asyncio as aioredis
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import redis_store
-from jarvismem.recall.bm25 import term_frequencies
-from jarvismem.recall.models import RecallRequest, WriteRequest
-from jarvismem.recall.redis_store import RedisRecallStore
+from jarvismem.recall.bm25 import tokenize
+from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
+from jarvismem.recall.redis_store import RedisRecallStore, index_signature
+from jarvismem.recall.stores import entry_tokens
 from tests.conftest import REAL_REDIS_URL
 
 # --- Redis layout ---------------------------------------------------------------------------
+
+
+def indexed_length(entry: MemoryEntry) -> int:
+    """An entry's length in the index: content tokens and the three of its day."""
+    return len(entry_tokens(entry, ()))
 
 
 class RecordingRedis:
@@ -53,21 +59,22 @@ async def test_redis_recall_reads_only_the_query_postings(
         await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
     target = await store.write(WriteRequest(agent_id="a1", content="the walrus is blue"))
     recorder.calls.clear()
-    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=5))
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=1))
     assert [r.entry.id for r in found] == [target.id]
-    assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
+    # Two round trips: the query's postings (with the statistics and the index
+    # signature), then the top entries. Entry lengths travel inside the postings.
+    assert [c[0] for c in recorder.calls] == ["hmget", "hmget"]
     entries_key, postings_key = store.keys("default", "a1", None)
-    (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
-    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
-    assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
-    assert (k3, a3[0]) == (entries_key, [target.id])
+    (_, k1, a1), (_, k2, a2) = recorder.calls
+    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__", "__v__"])
+    assert (k2, a2[0]) == (entries_key, [target.id])
 
 
 async def test_redis_fallback_reads_only_the_newest_entries(
     redis_client: Any, keyspace: KeySpace
 ) -> None:
-    # A query that matches nothing costs two round trips (postings, then one
-    # script reading __recent__ and the entries it names), not a scan of the scope.
+    # A query that matches nothing costs three round trips (postings, __recent__,
+    # the entries it names), not a scan of the scope.
     recorder = RecordingRedis(redis_client)
     store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
     written = [
@@ -78,8 +85,10 @@ async def test_redis_fallback_reads_only_the_newest_entries(
     found = await store.recall(RecallRequest(agent_id="a1", query="hello", limit=3))
     assert [r.entry.id for r in found] == [e.id for e in reversed(written[-3:])]
     assert [r.score for r in found] == [0.0, 0.0, 0.0]
-    assert [c[0] for c in recorder.calls] == ["hmget"]  # scripts are not hash reads
-    _, postings_key = store.keys("default", "a1", None)
+    assert [c[0] for c in recorder.calls] == ["hmget", "hget", "hmget"]
+    entries_key, postings_key = store.keys("default", "a1", None)
+    assert recorder.calls[1][1:] == (postings_key, ("__recent__",))
+    assert recorder.calls[2][1] == entries_key
     recent = (await redis_client.hget(postings_key, "__recent__")).decode().split()
     assert recent == [e.id for e in reversed(written)]
 
@@ -128,9 +137,10 @@ async def test_redis_upsert_takes_old_words_out_of_the_index(
     _, postings_key = store.keys("default", "a1", None)
     fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
     assert "zebra" not in fields and "stripe" not in fields
-    assert "giraffe" in fields
+    assert tokenize("giraffe")[0] in fields
     assert await redis_client.hget(postings_key, "__n__") == b"1"
-    assert await redis_client.hget(postings_key, "__sum__") == b"1"
+    [kept] = await store.list_entries("a1")
+    assert await redis_client.hget(postings_key, "__sum__") == str(indexed_length(kept)).encode()
 
 
 async def test_redis_ttl_applies_to_both_keys(redis_client: Any, keyspace: KeySpace) -> None:
@@ -196,7 +206,7 @@ async def test_deleting_every_entry_empties_the_index(real_redis: Any, keyspace:
     entries_key, postings_key = store.keys("default", "a1", None)
     assert await real_redis.hlen(entries_key) == 0
     left = {k.decode(): v.decode() for k, v in (await real_redis.hgetall(postings_key)).items()}
-    assert left == {"__n__": "0", "__sum__": "0"}
+    assert left == {"__n__": "0", "__sum__": "0", "__v__": index_signature(())}
     assert await store.recall(RecallRequest(agent_id="a1", query="otters")) == []
 
 
@@ -211,7 +221,7 @@ async def test_concurrent_writes_keep_the_index_consistent(
     )
     _, postings_key = store.keys("default", "a1", None)
     assert int(await real_redis.hget(postings_key, "__n__")) == len(texts)
-    total = sum(term_frequencies(t)[1] for t in texts)
+    total = sum(indexed_length(e) for e in written)
     assert int(await real_redis.hget(postings_key, "__sum__")) == total
     found = await store.recall(RecallRequest(agent_id="a1", query="pelicans", limit=100))
     assert {r.entry.id for r in found} == {e.id for e in written}
@@ -231,11 +241,8 @@ async def test_concurrent_upserts_of_one_entry_leave_one_indexed_version(
     _, postings_key = store.keys("default", "a1", None)
     assert await real_redis.hget(postings_key, "__n__") == b"1"
     [kept] = await store.list_entries("a1")
-    assert (
-        await real_redis.hget(postings_key, "__sum__")
-        == str(term_frequencies(kept.content)[1]).encode()
-    )
-    # "first" is in no indexed version: only the newest-entry fallback (score 0) answers.
+    assert await real_redis.hget(postings_key, "__sum__") == str(indexed_length(kept)).encode()
+    # "first" is in no indexed version: only the recency fill (score 0) answers.
     stale = await store.recall(RecallRequest(agent_id="a1", query="first"))
     assert [(r.entry.id, r.entry.content, r.score) for r in stale] == [(kept.id, kept.content, 0.0)]
     assert await real_redis.hget(postings_key, "__recent__") == kept.id.encode()

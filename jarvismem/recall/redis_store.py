@@ -207,7 +207,8 @@ def build_index(entries: Iterable[MemoryEntry], indexed_metadata: Iterable[str])
     tf_max: dict[str, int] = {}
     fields: dict[str, str] = {}
     total = 0
-    ordered = sorted(entries, key=lambda e: (-e.updated_at, e.id))  # newest first
+    # Oldest first, the order in which writes append to a posting.
+    ordered = sorted(entries, key=lambda e: (e.updated_at, e.id))
     for entry in ordered:
         tfs, length = term_frequencies(entry_tokens(entry, keys))
         total += length
@@ -222,7 +223,8 @@ def build_index(entries: Iterable[MemoryEntry], indexed_metadata: Iterable[str])
     fields["__n__"] = str(len(ordered))
     fields["__sum__"] = str(total)
     if ordered:
-        fields["__recent__"] = " ".join(e.id for e in ordered[:RECENT_KEPT])
+        newest_first = sorted(ordered, key=lambda e: (-e.updated_at, e.id))
+        fields["__recent__"] = " ".join(e.id for e in newest_first[:RECENT_KEPT])
     return fields
 
 

@@ -9,6 +9,7 @@ test has its own namespace, whose keys are deleted afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -304,3 +305,146 @@ async def test_the_runtime_remembers_through_this_store(
     assert entry.content == "Invoices go out on the first Monday."
     found = await store.recall(RecallRequest(agent_id="a1", query="invoices Monday"))
     assert [r.entry.id for r in found] == [entry.id]
+
+
+# --- index upgrades -------------------------------------------------------------------------
+
+
+async def _write_version_1_scope(client: Any, store: RedisRecallStore) -> list[str]:
+    """Two entries indexed as the first release did: JSON postings, no ``__v__``,
+    entries without ``occurred_at``, tokens neither stemmed nor date-aware."""
+    entries_key, postings_key = store.keys("default", "a1", None)
+    old = [("mem_old1", "Melanie painted a sunrise", 1_683_504_000_000), ("mem_old2", "cats", 1)]
+    for entry_id, content, created in old:
+        entry = {
+            "agent_id": "a1",
+            "session_id": None,
+            "namespace": "default",
+            "id": entry_id,
+            "content": content,
+            "metadata": {},
+            "created_at": created,
+            "updated_at": created,
+        }
+        await client.hset(entries_key, entry_id, json.dumps(entry))
+    await client.hset(
+        postings_key,
+        mapping={
+            "melanie": '{"mem_old1": 1}',
+            "painted": '{"mem_old1": 1}',
+            "sunrise": '{"mem_old1": 1}',
+            "cat": '{"mem_old2": 1}',
+            "__n__": 2,
+            "__sum__": 4,
+            "__dl__:mem_old1": 3,
+            "__dl__:mem_old2": 1,
+            "__tk__:mem_old1": '["melanie", "painted", "sunrise"]',
+            "__tk__:mem_old2": '["cat"]',
+            "__recent__": "mem_old2 mem_old1",
+        },
+    )
+    return [e for e, _, _ in old]
+
+
+async def test_a_scope_indexed_by_an_older_version_is_rebuilt_on_first_recall(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    # "paintings" and the day only match through the new tokeniser's index.
+    found = await store.recall(RecallRequest(agent_id="a1", query="paintings in May 2023", limit=1))
+    assert [(r.entry.id, r.score > 0) for r in found] == [("mem_old1", True)]
+    _, postings_key = store.keys("default", "a1", None)
+    assert (await redis_client.hget(postings_key, "__v__")).decode() == index_signature(())
+    assert not any(
+        v.startswith(b"{") for v in (await redis_client.hgetall(postings_key)).values()
+    ), "a JSON posting of the old layout survived"
+    assert await redis_client.hget(postings_key, "__n__") == b"2"
+
+
+async def test_a_write_to_an_older_scope_rebuilds_it_first_so_old_and_new_entries_are_found(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    new = await store.write(WriteRequest(agent_id="a1", content="Melanie paints the sea"))
+    found = await store.recall(RecallRequest(agent_id="a1", query="painting", limit=5))
+    assert {r.entry.id for r in found if r.score > 0} == {"mem_old1", new.id}
+    _, postings_key = store.keys("default", "a1", None)
+    assert await redis_client.hget(postings_key, "__n__") == b"3"
+    assert await store.delete("mem_old2", agent_id="a1") is True
+    assert await redis_client.hget(postings_key, "__n__") == b"2"
+
+
+async def test_changing_the_indexed_metadata_keys_rebuilds_the_index(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    plain = RedisRecallStore(redis_client, keyspace)
+    entry = await plain.write(
+        WriteRequest(agent_id="a1", content="went hiking", metadata={"place": "Zermatt"})
+    )
+    assert [r.score for r in await plain.recall(RecallRequest(agent_id="a1", query="zermatt"))] == [
+        0.0
+    ]
+    indexed = RedisRecallStore(redis_client, keyspace, indexed_metadata=["place"])
+    found = await indexed.recall(RecallRequest(agent_id="a1", query="zermatt"))
+    assert [(r.entry.id, r.score > 0) for r in found] == [(entry.id, True)]
+    _, postings_key = indexed.keys("default", "a1", None)
+    assert (await redis_client.hget(postings_key, "__v__")).decode() == index_signature(["place"])
+
+
+async def test_reindex_rebuilds_a_scope_on_demand_and_counts_its_entries(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    for text in ("alpha walrus", "beta walrus", "gamma"):
+        await store.write(WriteRequest(agent_id="a1", content=text))
+    _, postings_key = store.keys("default", "a1", None)
+    before = await redis_client.hgetall(postings_key)
+    await redis_client.hdel(postings_key, tokenize("walrus")[0])  # a damaged index
+    assert await store.reindex("a1") == 3
+    assert await redis_client.hgetall(postings_key) == before
+    assert await store.reindex("nobody") == 0
+
+
+async def test_the_rebuild_refuses_entries_that_changed_since_it_read_them(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    entries_key, postings_key = store.keys("default", "a1", None)
+    snapshot = {
+        k.decode(): v.decode() for k, v in (await redis_client.hgetall(entries_key)).items()
+    }
+    # Another writer changes an entry between the read and the rebuild.
+    await redis_client.hset(entries_key, "mem_old2", snapshot["mem_old2"].replace("cats", "dogs"))
+    entries = [MemoryEntry.model_validate_json(v) for v in snapshot.values()]
+    args: list[Any] = [index_signature(()), len(snapshot)]
+    for pair in snapshot.items():
+        args += pair
+    for pair in redis_store.build_index(entries, ()).items():
+        args += pair
+    script = redis_client.register_script(redis_store._REBUILD_SCRIPT)
+    assert await script(keys=[entries_key, postings_key], args=args) == 0
+    assert await redis_client.hget(postings_key, "__v__") is None  # left as it was
+    # The store itself reads again and succeeds.
+    found = await store.recall(RecallRequest(agent_id="a1", query="dogs", limit=1))
+    assert [(r.entry.id, r.score > 0) for r in found] == [("mem_old2", True)]
+
+
+async def test_concurrent_first_recalls_of_an_old_scope_rebuild_it_once_consistently(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    stores = [RedisRecallStore(real_redis, keyspace) for _ in range(6)]
+    await _write_version_1_scope(real_redis, stores[0])
+    results = await asyncio.gather(
+        *(s.recall(RecallRequest(agent_id="a1", query="sunrise", limit=1)) for s in stores),
+        *(
+            s.write(WriteRequest(agent_id="a1", content=f"sunrise number {i}"))
+            for i, s in enumerate(stores)
+        ),
+    )
+    assert all(r for r in results)
+    _, postings_key = stores[0].keys("default", "a1", None)
+    assert await real_redis.hget(postings_key, "__n__") == b"8"
+    assert await stores[0].reindex("a1") == 8

@@ -16,12 +16,13 @@ tag, so they sit in one Redis Cluster slot and one Lua script updates both:
   it out of every posting it is in) and ``__recent__`` (the ids of the newest
   :data:`RECENT_KEPT` entries, most recently written first).
 
-A recall reads the postings of the query's tokens (one HMGET, which also brings
-the collection statistics and the signature), scores them (rare tokens first;
-see :func:`jarvismem.recall.bm25.score_documents`), then reads the top entries
-and any tied with the last of them: two round trips. Packed postings keep a
-write cheap too: the script appends to, or cuts one posting out of, a string,
-instead of decoding and re-encoding a JSON map per token.
+A recall reads the heads of the query's tokens (one HMGET, which also brings
+the collection statistics and the signature), then their chunks (one HMGET),
+scores them (rare tokens first; see :func:`jarvismem.recall.bm25.score_documents`),
+then reads the top entries and any tied with the last of them: three round
+trips. Chunked, packed postings keep a write cheap however large the scope: the
+script appends to the last chunk of each token, or cuts one posting out of the
+chunk ``__tk__`` names, copying at most :data:`CHUNK_BYTES` per token.
 
 Only a recall that needs the recency fill (fewer matches than ``limit``) reads
 ``__recent__`` and the entries it names; when more are wanted than it keeps,
@@ -68,8 +69,12 @@ from jarvismem.recall.stores import (
 RECENT_KEPT = 256
 """How many entry ids the ``__recent__`` field keeps, newest first."""
 
-LAYOUT = "packed2"
+LAYOUT = "chunked3"
 """The postings layout of this module; part of the index signature."""
+
+CHUNK_BYTES = 8192
+"""A posting chunk takes no more postings once it is this long (about 180 postings):
+the most a write copies per token."""
 
 _STALE = -1
 _REBUILD_ATTEMPTS = 5
@@ -79,7 +84,8 @@ _FILTER_BATCH = 64
 # ARGV[1] "put" | "del"; ARGV[2] entry id; ARGV[3] entry JSON;
 # ARGV[4] "token tf code token tf code ..." (code: bm25.pack(tf, length));
 # ARGV[5] entry length; ARGV[6] TTL ms ("0" = none);
-# ARGV[7] how many ids __recent__ keeps; ARGV[8] the index signature
+# ARGV[7] how many ids __recent__ keeps; ARGV[8] the index signature;
+# ARGV[9] the size at which a posting chunk is full, bytes
 # Returns 1 if the entry existed before, 0 if not, -1 (nothing done) when the
 # scope's index was made with another signature and must be rebuilt first.
 _INDEX_SCRIPT = """
@@ -111,18 +117,29 @@ end
 local old = redis.call('HGET', postings, '__tk__:' .. id)
 if old then
   local needle = ' ' .. id .. ' '
-  for tok in string.gmatch(old, '%S+') do
-    local raw = redis.call('HGET', postings, tok)
+  -- __tk__ names each token with the chunk holding this entry's posting.
+  for tok, n in string.gmatch(old, '(%S+) (%d+)') do
+    local field = tok .. '#' .. n
+    local raw = redis.call('HGET', postings, field)
     if raw then
       local first = string.find(raw, needle, 1, true)
       if first then
         local _, last = string.find(raw, '^ %S+ %+%d+', first)
         raw = string.sub(raw, 1, first - 1) .. string.sub(raw, last + 1)
-        if not string.find(raw, ' ', 1, true) then
-          redis.call('HDEL', postings, tok)
+        if raw == '' then
+          redis.call('HDEL', postings, field)
         else
-          redis.call('HSET', postings, tok, raw)
+          redis.call('HSET', postings, field, raw)
         end
+      end
+    end
+    local head = redis.call('HGET', postings, tok)
+    if head then
+      local bound, chunks, df = string.match(head, '(%d+) (%d+) (%d+)')
+      if tonumber(df) <= 1 then
+        redis.call('HDEL', postings, tok)
+      else
+        redis.call('HSET', postings, tok, bound .. ' ' .. chunks .. ' ' .. (tonumber(df) - 1))
       end
     end
   end
@@ -139,17 +156,25 @@ end
 table.insert(recent, 1, id)
 save_recent()
 local tokens = {}
+local chunk_bytes = tonumber(ARGV[9])
 for tok, tf, code in string.gmatch(ARGV[4], '(%S+) (%d+) (%d+)') do
-  local raw = redis.call('HGET', postings, tok)
-  local posting = ' ' .. id .. ' +' .. code
-  if raw then
-    local space = string.find(raw, ' ', 1, true)
-    local bound = math.max(tonumber(string.sub(raw, 1, space - 1)), tonumber(tf))
-    redis.call('HSET', postings, tok, bound .. string.sub(raw, space) .. posting)
-  else
-    redis.call('HSET', postings, tok, tf .. posting)
+  local bound, chunks, df = 0, 1, 0
+  local head = redis.call('HGET', postings, tok)
+  if head then
+    local b, c, d = string.match(head, '(%d+) (%d+) (%d+)')
+    bound, chunks, df = tonumber(b), tonumber(c), tonumber(d)
   end
-  table.insert(tokens, tok)
+  -- Append to the last chunk; a full one starts the next, so a write copies at
+  -- most one chunk per token however common the token is.
+  local raw = redis.call('HGET', postings, tok .. '#' .. chunks) or ''
+  if #raw >= chunk_bytes then
+    chunks = chunks + 1
+    raw = ''
+  end
+  redis.call('HSET', postings,
+    tok .. '#' .. chunks, raw .. ' ' .. id .. ' +' .. code,
+    tok, math.max(bound, tonumber(tf)) .. ' ' .. chunks .. ' ' .. (df + 1))
+  table.insert(tokens, tok .. ' ' .. chunks)
 end
 redis.call('HSET', postings, '__tk__:' .. id, table.concat(tokens, ' '), '__dl__:' .. id, ARGV[5])
 redis.call('HINCRBY', postings, '__n__', 1)
@@ -191,6 +216,14 @@ return 1
 """
 
 
+class _Postings:
+    """Postings read for one query: token -> {entry id: packed code}, and tf bounds."""
+
+    def __init__(self) -> None:
+        self.docs: dict[str, dict[str, str]] = {}
+        self.tf_max: dict[str, int] = {}
+
+
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8") if isinstance(raw, bytes) else raw
 
@@ -203,8 +236,9 @@ def index_signature(indexed_metadata: Iterable[str]) -> str:
 def build_index(entries: Iterable[MemoryEntry], indexed_metadata: Iterable[str]) -> dict[str, str]:
     """Every field of a scope's postings hash for ``entries`` (the rebuild's payload)."""
     keys = check_indexed_metadata(indexed_metadata)
-    packed: dict[str, list[str]] = {}
+    chunks: dict[str, list[str]] = {}  # token -> its chunks, the last one open
     tf_max: dict[str, int] = {}
+    df: dict[str, int] = {}
     fields: dict[str, str] = {}
     total = 0
     # Oldest first, the order in which writes append to a posting.
@@ -212,13 +246,22 @@ def build_index(entries: Iterable[MemoryEntry], indexed_metadata: Iterable[str])
     for entry in ordered:
         tfs, length = term_frequencies(entry_tokens(entry, keys))
         total += length
+        where = []
         for token, tf in tfs.items():
-            packed.setdefault(token, []).append(f" {entry.id} +{pack(tf, length)}")
+            posting = f" {entry.id} +{pack(tf, length)}"
+            open_chunks = chunks.setdefault(token, [""])
+            if len(open_chunks[-1]) >= CHUNK_BYTES:
+                open_chunks.append("")
+            open_chunks[-1] += posting
+            where.append(f"{token} {len(open_chunks)}")
             tf_max[token] = max(tf_max.get(token, 0), min(tf, TF_CAP))
-        fields[f"__tk__:{entry.id}"] = " ".join(tfs)
+            df[token] = df.get(token, 0) + 1
+        fields[f"__tk__:{entry.id}"] = " ".join(where)
         fields[f"__dl__:{entry.id}"] = str(length)
-    for token, postings in packed.items():
-        fields[token] = str(tf_max[token]) + "".join(postings)
+    for token, parts in chunks.items():
+        fields[token] = f"{tf_max[token]} {len(parts)} {df[token]}"
+        for n, part in enumerate(parts, start=1):
+            fields[f"{token}#{n}"] = part
     fields["__v__"] = index_signature(keys)
     fields["__n__"] = str(len(ordered))
     fields["__sum__"] = str(total)
@@ -294,6 +337,7 @@ class RedisRecallStore:
                     self._ttl_ms,
                     RECENT_KEPT,
                     self._signature,
+                    CHUNK_BYTES,
                 ],
             )
             if int(done) != _STALE:
@@ -316,7 +360,17 @@ class RedisRecallStore:
             for _ in range(_REBUILD_ATTEMPTS):
                 existed = await self._script(
                     keys=[entries_key, postings_key],
-                    args=["del", entry_id, "", "", 0, self._ttl_ms, RECENT_KEPT, self._signature],
+                    args=[
+                        "del",
+                        entry_id,
+                        "",
+                        "",
+                        0,
+                        self._ttl_ms,
+                        RECENT_KEPT,
+                        self._signature,
+                        CHUNK_BYTES,
+                    ],
                 )
                 if int(existed) != _STALE:
                     return bool(int(existed))
@@ -372,7 +426,7 @@ class RedisRecallStore:
         )
         for _ in range(_REBUILD_ATTEMPTS):
             raw = await self._redis.hmget(postings_key, [*tokens, "__n__", "__sum__", "__v__"])
-            *raw_postings, raw_n, raw_sum, raw_version = raw
+            *raw_heads, raw_n, raw_sum, raw_version = raw
             if raw_version is not None and _text(raw_version) == self._signature:
                 break
             if raw_version is None and not await self._redis.exists(entries_key):
@@ -383,23 +437,16 @@ class RedisRecallStore:
         doc_count = int(raw_n or 0)
         if doc_count <= 0:
             return []
-        # Codes stay strings here: score_documents converts only those it reads.
-        postings: dict[str, dict[str, str]] = {}
-        tf_max: dict[str, int] = {}
-        for token, value in zip(tokens, raw_postings, strict=True):
-            if value is not None:
-                parts = _text(value).split()
-                tf_max[token] = int(parts[0])
-                postings[token] = dict(zip(parts[1::2], parts[2::2], strict=True))
+        postings = await self._postings(postings_key, tokens, raw_heads)
         wanted = request.filter
         scores = score_documents(
             tokens,
-            postings,
+            postings.docs,
             doc_count,
             int(raw_sum or 0) / doc_count,
             # Pruning needs every scored document to be a candidate: not with a filter.
             top=None if wanted else request.limit,
-            tf_max=tf_max,
+            tf_max=postings.tf_max,
         )
         matched = {i: s for i, s in scores.items() if s >= request.min_score}
         if wanted:
@@ -411,6 +458,38 @@ class RedisRecallStore:
                 entries_key, postings_key, scores, request.limit - len(results), wanted, doc_count
             )
         return results
+
+    async def _postings(
+        self, postings_key: str, tokens: list[str], raw_heads: list[Any]
+    ) -> _Postings:
+        """The postings of the query's tokens: every chunk named by their heads, in
+        one HMGET. Codes stay strings: score_documents converts only those it reads."""
+        found = _Postings()
+        fields: list[str] = []
+        counts: list[tuple[str, int]] = []
+        for token, head in zip(tokens, raw_heads, strict=True):
+            if head is None:
+                continue
+            bound, last, _ = _text(head).split()
+            found.tf_max[token] = int(bound)
+            fields += [f"{token}#{n}" for n in range(1, int(last) + 1)]
+            counts.append((token, int(last)))
+        if not fields:
+            return found
+        raw = await self._redis.hmget(postings_key, fields)
+        start = 0
+        for token, chunks in counts:
+            # One decode of the joined bytes (a client may also answer in str).
+            texts = [
+                c if isinstance(c, bytes) else c.encode()
+                for c in raw[start : start + chunks]
+                if c is not None
+            ]
+            start += chunks
+            parts = b"".join(texts).decode().split()
+            if parts:
+                found.docs[token] = dict(zip(parts[0::2], parts[1::2], strict=True))
+        return found
 
     async def _entries(self, entries_key: str, ids: list[str]) -> dict[str, MemoryEntry]:
         if not ids:

@@ -62,13 +62,16 @@ async def test_redis_recall_reads_only_the_query_postings(
     recorder.calls.clear()
     found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=1))
     assert [r.entry.id for r in found] == [target.id]
-    # Two round trips: the query's postings (with the statistics and the index
-    # signature), then the top entries. Entry lengths travel inside the postings.
-    assert [c[0] for c in recorder.calls] == ["hmget", "hmget"]
+    # Three round trips: the heads of the query's tokens (with the statistics and
+    # the index signature), the chunks they name, then the top entries. Entry
+    # lengths travel inside the postings.
+    assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
     entries_key, postings_key = store.keys("default", "a1", None)
-    (_, k1, a1), (_, k2, a2) = recorder.calls
-    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__", "__v__"])
-    assert (k2, a2[0]) == (entries_key, [target.id])
+    (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
+    walrus, color = tokenize("walrus color")
+    assert (k1, a1[0]) == (postings_key, [walrus, color, "__n__", "__sum__", "__v__"])
+    assert (k2, a2[0]) == (postings_key, [f"{walrus}#1"])
+    assert (k3, a3[0]) == (entries_key, [target.id])
 
 
 async def test_redis_fallback_reads_only_the_newest_entries(
@@ -137,7 +140,7 @@ async def test_redis_upsert_takes_old_words_out_of_the_index(
     await store.write(WriteRequest(agent_id="a1", id=entry.id, content="giraffe"))
     _, postings_key = store.keys("default", "a1", None)
     fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
-    assert "zebra" not in fields and "stripe" not in fields
+    assert not {f for f in fields if f.startswith(("zebra", "stripe"))}, fields
     assert tokenize("giraffe")[0] in fields
     assert await redis_client.hget(postings_key, "__n__") == b"1"
     [kept] = await store.list_entries("a1")
@@ -448,3 +451,30 @@ async def test_concurrent_first_recalls_of_an_old_scope_rebuild_it_once_consiste
     _, postings_key = stores[0].keys("default", "a1", None)
     assert await real_redis.hget(postings_key, "__n__") == b"8"
     assert await stores[0].reindex("a1") == 8
+
+
+async def test_a_common_token_is_split_into_chunks_that_writes_and_deletes_keep_bounded(
+    redis_client: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store, "CHUNK_BYTES", 200)
+    store = RedisRecallStore(redis_client, keyspace)
+    written = [
+        await store.write(WriteRequest(agent_id="a1", content=f"walrus note {i}"))
+        for i in range(40)
+    ]
+    _, postings_key = store.keys("default", "a1", None)
+    walrus = tokenize("walrus")[0]
+    bound, last, df = (await redis_client.hget(postings_key, walrus)).decode().split()
+    assert (bound, df) == ("1", "40") and int(last) > 5
+    for n in range(1, int(last) + 1):
+        # A chunk is closed once it reaches the size: at most one posting beyond it.
+        assert len(await redis_client.hget(postings_key, f"{walrus}#{n}")) < 200 + 60
+    for entry in written[:-1]:
+        assert await store.delete(entry.id, agent_id="a1")
+    left = {k.decode() for k in await redis_client.hkeys(postings_key) if b"#" in k}
+    assert len([f for f in left if f.startswith(f"{walrus}#")]) == 1
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus", limit=3))
+    assert [(r.entry.id, r.score > 0) for r in found] == [(written[-1].id, True)]
+    assert await store.reindex("a1") == 1
+    rebuilt = await store.recall(RecallRequest(agent_id="a1", query="walrus", limit=3))
+    assert [(r.entry.id, r.score) for r in rebuilt] == [(r.entry.id, r.score) for r in found]

@@ -247,6 +247,12 @@ environment dump), ``session`` (session objects and ids that grant nothing)."""
 REDACT_CHECKPOINTS: Final = True
 """Redact checkpoint state before it is saved (opt out when exact state is needed)."""
 
+# --- recall: lexical index (issue 19) ---------------------------------------------------------
+
+RECALL_INDEXED_METADATA: Final[tuple[str, ...]] = ()
+"""Metadata keys whose values the lexical recall stores index like content (none:
+metadata is filtered on, not searched)."""
+
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
     "ATHENA_INCLUDE_GRAPH_HITS",
@@ -282,6 +288,7 @@ __all__ = [
     "OUTBOX_POLL_SECONDS",
     "PROMPT_BUDGET_CHARS",
     "RECALL_CONTENT_MAX_CHARS",
+    "RECALL_INDEXED_METADATA",
     "RECALL_NAMESPACE",
     "REDACTION_KEYS",
     "REDACT_CHECKPOINTS",

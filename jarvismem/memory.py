@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Mapping
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -421,9 +422,13 @@ class UnifiedMemory:
         metadata: Mapping[str, str] | None = None,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
+        occurred_at: int | str | datetime | None = None,
     ) -> MemoryEntry:
         """Store a fact for later recall (an upsert when ``entry_id`` is given).
 
+        ``occurred_at``: when the fact happened (epoch ms, ISO 8601, a datetime;
+        zone-less = UTC); its day becomes searchable ("in May 2023"). ``None``:
+        when it is written (an upsert keeps the entry's earlier ``occurred_at``).
         Scope and namespace come from the runtime's :class:`MemoryPolicy`;
         raises ``RecallStoreMissingError`` when no recall store is configured and
         :class:`~jarvismem.errors.PayloadTooLargeError` for content longer than
@@ -442,6 +447,7 @@ class UnifiedMemory:
             context=context,
             entry_id=entry_id,
             metadata=None if metadata is None else self._redacted_metadata(metadata),
+            occurred_at=occurred_at,
         )
         return await store.write(request)
 
@@ -459,12 +465,21 @@ class UnifiedMemory:
         self,
         query: str,
         *,
+        limit: int | None = None,
+        filter: Mapping[str, str] | None = None,
+        min_score: float | None = None,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
     ) -> list[RecallResult]:
-        """The policy's ``max_entries`` most relevant remembered facts ([] when disabled).
+        """The ``limit`` (default: the policy's ``max_entries``) most relevant remembered
+        facts, each with its ``score`` ([] when the policy is disabled).
 
-        When no entry shares a word with ``query``, the scope's newest entries.
+        Matches come first by score; when fewer than ``limit`` match, the newest
+        other entries fill the list with score 0 (the *recency fill*), so the
+        list is ``limit`` long whenever the scope holds that many entries.
+        ``filter``: metadata that every result must carry (key: value, all must
+        match; values are redacted like stored metadata before comparing).
+        ``min_score``: leave out weaker results; above 0 it also leaves out the fill.
 
         Their content is redacted with the runtime's redactor: an entry stored
         before a pattern existed does not hand its secret back to the agent.
@@ -476,6 +491,9 @@ class UnifiedMemory:
             query=query,
             session_id=session_id,
             context=context,
+            limit=limit,
+            filter=None if filter is None else self._redacted_metadata(filter),
+            min_score=0.0 if min_score is None else min_score,
         )
         return redact_results(results, self.runtime.redactor)
 

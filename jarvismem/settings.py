@@ -265,6 +265,24 @@ class Settings(BaseSettings):
         """OUTBOX_FSYNC, or STORAGE_FSYNC_APPENDS when it is unset."""
         return self.storage_fsync_appends if self.outbox_fsync is None else self.outbox_fsync
 
+    # --- recall: lexical index (issue 19) ---------------------------------------------------
+    recall_indexed_metadata: str = Field(
+        ",".join(defaults.RECALL_INDEXED_METADATA),
+        description="Comma-separated metadata keys whose values recall searches like "
+        "content (empty: metadata is filtered on, not searched). Changing it rebuilds "
+        "each scope's index when next used.",
+    )
+
+    @field_validator("recall_indexed_metadata")
+    @classmethod
+    def _metadata_keys(cls, value: str) -> str:
+        return ",".join(sorted({k.strip() for k in value.split(",") if k.strip()}))
+
+    @property
+    def recall_indexed_metadata_keys(self) -> tuple[str, ...]:
+        """RECALL_INDEXED_METADATA as a tuple of keys (empty: none indexed)."""
+        return tuple(k for k in self.recall_indexed_metadata.split(",") if k)
+
     # --- security & logs ------------------------------------------------------------------
     redaction_enabled: bool = Field(True, description="Redact API keys/tokens before storing.")
     redaction_keys: str = Field(

@@ -166,3 +166,40 @@ async def test_the_seeds_headline_turn_and_its_source_markers_through_the_facade
     assert [r.entry.content for r in pre.used_entries] == ["User prefers the name Alex."]
     captured = await mem.capture("hello", "Hi Alex!")
     assert captured is not None and captured.metadata["source"] == "conversation"
+
+
+async def test_recall_takes_limit_filter_and_min_score_and_fills_up_to_the_limit(
+    redis_client: Any, make_memory: Factory
+) -> None:
+    mem = make_memory(redis=redis_client)
+    await mem.remember("The customer prefers invoices in euros.", metadata={"topic": "billing"})
+    await mem.remember("Deployments happen on Tuesdays.", metadata={"topic": "ops"})
+    await mem.remember("Backups run nightly.", metadata={"topic": "ops"})
+    # One match, then the newest others fill the default limit (max_entries, 5).
+    found = await mem.recall("which day are deployments?")
+    assert [r.entry.content for r in found] == [
+        "Deployments happen on Tuesdays.",
+        "Backups run nightly.",
+        "The customer prefers invoices in euros.",
+    ]
+    assert found[0].score > 0 and [r.score for r in found[1:]] == [0.0, 0.0]
+    assert len(await mem.recall("which day are deployments?", limit=2)) == 2
+    matches_only = await mem.recall("which day are deployments?", min_score=1e-9)
+    assert [r.entry.content for r in matches_only] == ["Deployments happen on Tuesdays."]
+    billing = await mem.recall("deployments", filter={"topic": "billing"})
+    assert [(r.entry.content, r.score) for r in billing] == [
+        ("The customer prefers invoices in euros.", 0.0)
+    ]
+
+
+async def test_remember_takes_when_the_fact_happened_and_recall_finds_it_by_date(
+    redis_client: Any, make_memory: Factory
+) -> None:
+    mem = make_memory(redis=redis_client)
+    may = await mem.remember("Caroline went to a support group.", occurred_at="2023-05-07")
+    await mem.remember("Caroline went to a pottery class.", occurred_at=1_687_255_200_000)
+    assert may.occurred_at == 1_683_417_600_000
+    (first, *_) = await mem.recall("What did Caroline do in May 2023?")
+    assert first.entry.id == may.id and first.score > 0
+    with pytest.raises(ValueError, match="occurred_at"):
+        await mem.remember("bad date", occurred_at="last spring")

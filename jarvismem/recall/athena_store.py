@@ -101,8 +101,15 @@ class AthenaRecallStore:
         return entry
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
-        """Athena's search hits as results, closest first (similarity = 1/(1+distance))."""
+        """Athena's search hits as results, closest first (similarity = 1/(1+distance)).
+
+        ``request.min_score`` applies to the similarity; ``request.filter`` cannot
+        (Athena does not keep this store's metadata) and raises :class:`RecallError`.
+        There is no recency fill: Athena returns what it finds.
+        """
         self._check_agent(request.agent_id)
+        if request.filter:
+            raise RecallError("the Athena recall store cannot filter on entry metadata")
         hits = await self._memory.search(request.query, limit=request.limit)
         scored: list[tuple[float, int, RecallResult]] = []
         for position, hit in enumerate(hits):
@@ -133,6 +140,8 @@ class AthenaRecallStore:
                     "timestamp": str(hit.get("timestamp") or ""),
                 },
             )
+            if score < request.min_score:
+                continue
             scored.append((score, position, RecallResult(entry=entry, score=score)))
         # Higher similarity first; the server's order breaks ties (it is not sorted).
         scored.sort(key=lambda item: (-item[0], item[1]))

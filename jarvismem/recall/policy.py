@@ -15,6 +15,7 @@ no recall, no capture. ``parse(None)`` and ``parse({})`` are the default policy.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,7 +27,7 @@ from jarvismem.errors import (
     SessionIdRequiredError,
 )
 from jarvismem.keys import validate_id
-from jarvismem.recall.models import RecallRequest, WriteRequest
+from jarvismem.recall.models import RecallRequest, WriteRequest, epoch_ms
 from jarvismem.settings import validation_problems
 
 Scope = Literal["agent", "session"]
@@ -203,14 +204,20 @@ class MemoryPolicy(BaseModel):
         query: str,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        filter: Mapping[str, str] | None = None,
+        min_score: float = 0.0,
     ) -> RecallRequest:
-        """The request recalling at most ``max_entries`` entries for this turn."""
+        """The request recalling at most ``limit`` (default ``max_entries``) entries for
+        this turn, with an optional metadata ``filter`` and ``min_score``."""
         return RecallRequest(
             agent_id=agent_id,
             session_id=self.scope_session(session_id),
             namespace=self.resolve_namespace(context),
             query=query,
-            limit=self.max_entries,
+            limit=self.max_entries if limit is None else limit,
+            filter=None if filter is None else dict(filter),
+            min_score=min_score,
         )
 
     def write_request(
@@ -223,6 +230,7 @@ class MemoryPolicy(BaseModel):
         entry_id: str | None = None,
         metadata: Mapping[str, str] | None = None,
         source: str = SOURCE_MANUAL,
+        occurred_at: int | str | datetime | None = None,
     ) -> WriteRequest:
         """A write into this turn's scope.
 
@@ -231,6 +239,8 @@ class MemoryPolicy(BaseModel):
         :data:`SOURCE_CONVERSATION` for a captured turn), then ``metadata``.
         Filtering on ``metadata["source"]`` tells captured turns from facts
         written on purpose; a caller's own ``"source"`` label is kept.
+        ``occurred_at``: when the fact happened (epoch ms, ISO 8601 or a datetime;
+        ``None``: when it is written).
         """
         return WriteRequest(
             agent_id=agent_id,
@@ -239,4 +249,5 @@ class MemoryPolicy(BaseModel):
             content=content,
             id=entry_id,
             metadata={**self.metadata, "source": source, **(metadata or {})},
+            occurred_at=epoch_ms(occurred_at),
         )

@@ -241,8 +241,12 @@ async def recall_for_turn(
     query: str,
     session_id: str | None = None,
     context: Mapping[str, str] | None = None,
+    limit: int | None = None,
+    filter: Mapping[str, str] | None = None,
+    min_score: float = 0.0,
 ) -> list[RecallResult]:
-    """Recall up to ``policy.max_entries`` entries for this turn ([] when disabled).
+    """Recall up to ``limit`` (default ``policy.max_entries``) entries for this turn
+    ([] when disabled); ``filter`` and ``min_score`` as in :class:`RecallRequest`.
 
     Raises :class:`RecallStoreMissingError` when enabled without a store, and the
     policy's scope errors (session id, namespace context).
@@ -250,7 +254,13 @@ async def recall_for_turn(
     if not policy.enabled:
         return []
     request = policy.recall_request(
-        agent_id=agent_id, query=query, session_id=session_id, context=context
+        agent_id=agent_id,
+        query=query,
+        session_id=session_id,
+        context=context,
+        limit=limit,
+        filter=filter,
+        min_score=min_score,
     )
     if store is None:
         raise RecallStoreMissingError("recall is enabled but no recall store is configured")

@@ -7,33 +7,44 @@ Implementations: :class:`InMemoryRecallStore` (here; same ranking as Redis),
 and :class:`jarvismem.recall.athena_store.AthenaRecallStore`. Check your own
 with :mod:`jarvismem.testing.recall_conformance`.
 
-The ranking rule of the two built-in (lexical) stores:
+The ranking rule of the two built-in (lexical) stores, for a request with
+``limit``, ``filter`` and ``min_score``:
 
-1. **Matches first.** Entries sharing at least one scoring word with the query
-   (see :mod:`jarvismem.recall.bm25`) come back by BM25 score, highest first;
-   ties go to the most recently written entry, then to the smaller id. Only
-   matches are returned when there is at least one: a match is never padded
-   with unrelated entries, which would crowd the prompt with noise on every
-   turn.
-2. **Newest when nothing matches.** A query that matches no entry of the scope
-   (a greeting such as ``"hello"``, a query of stopwords only) returns the
-   scope's ``limit`` most recently written entries, newest first, each with
-   score ``0.0``, as the seed design's store does. So a fact such as "User
-   prefers the name Alex." still reaches the prompt of a turn that never
-   names it. A score of 0 marks such a fallback entry (a match always scores
-   above 0).
+1. **Candidates.** Only entries of the scope whose metadata holds every
+   ``key: value`` pair of ``filter`` take part (all of them without a filter).
+2. **Matches first.** Candidates sharing at least one scoring token with the
+   query (see :mod:`jarvismem.recall.bm25`: content words, indexed metadata,
+   the day of ``occurred_at``) come back by BM25 score, highest first; ties go
+   to the most recently written entry (``updated_at``), then to the smaller id.
+   A match always scores above 0.
+3. **Recency fill.** When fewer than ``limit`` candidates match, the list is
+   filled up with the newest candidates that do not match (most recently
+   written first, then smaller id), each with score ``0.0``. So recall returns
+   ``limit`` results whenever the scope holds that many candidates: a greeting
+   such as ``"hello"`` still brings what the agent was told last ("User prefers
+   the name Alex."), and a caller who wants matches only can tell the fill by
+   its score of 0 or ask for ``min_score > 0``.
+4. **min_score.** Results scoring below ``min_score`` are left out; any
+   ``min_score`` above 0 therefore leaves out the fill as well.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from jarvismem.defaults import RECALL_NAMESPACE
+from jarvismem.defaults import RECALL_INDEXED_METADATA, RECALL_NAMESPACE
 from jarvismem.keys import KeySpace
-from jarvismem.recall.bm25 import score_documents, term_frequencies, tokenize
+from jarvismem.recall.bm25 import (
+    TF_CAP,
+    document_tokens,
+    pack,
+    score_documents,
+    term_frequencies,
+    tokenize,
+)
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
 
 
@@ -45,8 +56,10 @@ class RecallStore(Protocol):
         """At most ``request.limit`` entries of the request's scope, most relevant first.
 
         Scores are >= 0 and higher means more relevant. A lexical store returns
-        only the matching entries when any match, else the newest entries of the
-        scope with score 0 (the module's ranking rule); an empty scope gives [].
+        the matches, then fills up to ``limit`` with the newest entries that do not
+        match, with score 0, unless ``min_score`` > 0 (the module's ranking
+        rule); only entries passing ``request.filter`` are returned; an empty
+        scope gives [].
         """
         ...
 
@@ -103,13 +116,18 @@ def entry_from_write(request: WriteRequest, previous: MemoryEntry | None) -> Mem
         "created_at": previous.created_at if previous is not None else now,
         "updated_at": max(now, previous.updated_at) if previous is not None else now,
     }
+    # An edit does not move when the fact happened, unless the write says so.
+    if request.occurred_at is not None:
+        fields["occurred_at"] = request.occurred_at
+    elif previous is not None:
+        fields["occurred_at"] = previous.occurred_at
     if request.id is not None:
         fields["id"] = request.id
     return MemoryEntry.model_validate(fields)
 
 
 def rank(
-    scores: dict[str, float], entries: dict[str, MemoryEntry], limit: int
+    scores: Mapping[str, float], entries: Mapping[str, MemoryEntry], limit: int
 ) -> list[RecallResult]:
     """Sort scored entries: score descending, then most recently updated, then id."""
     ordered = sorted(
@@ -120,10 +138,39 @@ def rank(
 
 
 def newest(entries: Iterable[MemoryEntry], limit: int) -> list[RecallResult]:
-    """The fallback of a query that matches nothing: the ``limit`` most recently
-    written entries (``updated_at``, then id), newest first, each with score 0."""
+    """The ``limit`` most recently written entries (``updated_at``, then id), newest
+    first, each with score 0: the recency fill."""
     ordered = sorted(entries, key=lambda e: (-e.updated_at, e.id))
     return [RecallResult(entry=e, score=0.0) for e in ordered[:limit]]
+
+
+def passes(entry: MemoryEntry, wanted: Mapping[str, str] | None) -> bool:
+    """Whether ``entry``'s metadata holds every ``key: value`` pair of ``wanted``."""
+    if not wanted:
+        return True
+    metadata = entry.metadata
+    return all(metadata.get(key) == value for key, value in wanted.items())
+
+
+def entry_tokens(entry: MemoryEntry, indexed_metadata: Collection[str]) -> list[str]:
+    """The scoring tokens a lexical store indexes for ``entry``."""
+    return document_tokens(
+        entry.content,
+        occurred_at=entry.occurred_at,
+        metadata=entry.metadata,
+        indexed_metadata=indexed_metadata,
+    )
+
+
+def check_indexed_metadata(keys: Iterable[str]) -> tuple[str, ...]:
+    """The metadata keys a store indexes, sorted; ``ValueError`` for a non-string or
+    blank key (a typo would otherwise silently index nothing)."""
+    checked = set()
+    for key in keys:
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError("indexed metadata keys must be non-empty strings")
+        checked.add(key.strip())
+    return tuple(sorted(checked))
 
 
 def by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
@@ -131,15 +178,86 @@ def by_age(entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
     return sorted(entries, key=lambda e: (e.created_at, e.id))
 
 
+class _ScopeIndex:
+    """One scope's entries and their BM25 postings, kept up to date on every write."""
+
+    def __init__(self) -> None:
+        # Entries in write order: an upsert moves its entry to the end, and
+        # updated_at only grows (now_ms), so the end holds the newest.
+        self.entries: dict[str, MemoryEntry] = {}
+        self.tokens: dict[str, list[str]] = {}
+        self.lengths: dict[str, int] = {}
+        self.total_length = 0
+        self.postings: dict[str, dict[str, int]] = {}
+        # Per token, the highest term frequency it ever had while it had postings:
+        # an upper bound, as the Redis store keeps it (deletes do not lower it).
+        self.tf_max: dict[str, int] = {}
+
+    def put(self, entry: MemoryEntry, tokens: list[str]) -> None:
+        self.remove(entry.id)
+        tfs, length = term_frequencies(tokens)
+        self.entries[entry.id] = entry
+        self.tokens[entry.id] = list(tfs)
+        self.lengths[entry.id] = length
+        self.total_length += length
+        for token, tf in tfs.items():
+            self.postings.setdefault(token, {})[entry.id] = pack(tf, length)
+            self.tf_max[token] = max(self.tf_max.get(token, 0), min(tf, TF_CAP))
+
+    def remove(self, entry_id: str) -> bool:
+        if self.entries.pop(entry_id, None) is None:
+            return False
+        for token in self.tokens.pop(entry_id):
+            docs = self.postings[token]
+            del docs[entry_id]
+            if not docs:
+                del self.postings[token]
+                del self.tf_max[token]
+        self.total_length -= self.lengths.pop(entry_id)
+        return True
+
+    def recall(self, request: RecallRequest) -> list[RecallResult]:
+        if not self.entries:
+            return []
+        wanted = request.filter
+        scores = score_documents(
+            tokenize(request.query),
+            self.postings,
+            len(self.entries),
+            self.total_length / len(self.entries),
+            # Pruning needs every scored document to be a candidate: not with a filter.
+            top=None if wanted else request.limit,
+            tf_max=self.tf_max,
+        )
+        matched = {
+            i: s
+            for i, s in scores.items()
+            if s >= request.min_score and passes(self.entries[i], wanted)
+        }
+        results = rank(matched, self.entries, request.limit)
+        if len(results) < request.limit and request.min_score <= 0:
+            fill: list[RecallResult] = []
+            for entry in reversed(self.entries.values()):
+                if len(results) + len(fill) >= request.limit:
+                    break
+                if entry.id not in scores and passes(entry, wanted):
+                    fill.append(RecallResult(entry=entry, score=0.0))
+            results.extend(fill)
+        return results
+
+
 class InMemoryRecallStore:
     """Entries in a dict, ranked with the same BM25 as the Redis store.
 
     Meant for tests and single-process runs: nothing survives the process.
-    Recall scores every entry of the scope (no index), which is fine at that size.
+    Each scope keeps an inverted index (postings, entry lengths) updated on every
+    write and delete, so a recall reads only the postings of the query's tokens.
+    ``indexed_metadata``: metadata keys whose values are searchable like content.
     """
 
-    def __init__(self) -> None:
-        self._scopes: dict[str, dict[str, MemoryEntry]] = {}
+    def __init__(self, *, indexed_metadata: Iterable[str] = RECALL_INDEXED_METADATA) -> None:
+        self._indexed_metadata = check_indexed_metadata(indexed_metadata)
+        self._scopes: dict[str, _ScopeIndex] = {}
         self._lock = asyncio.Lock()
 
     @staticmethod
@@ -147,41 +265,30 @@ class InMemoryRecallStore:
         return KeySpace.recall_scope(namespace, agent_id, session_id)
 
     async def write(self, request: WriteRequest) -> MemoryEntry:
-        """Store or upsert an entry; returns it."""
+        """Store or upsert an entry and index it; returns it."""
         async with self._lock:
             scope = self._scopes.setdefault(
-                self._scope(request.namespace, request.agent_id, request.session_id), {}
+                self._scope(request.namespace, request.agent_id, request.session_id),
+                _ScopeIndex(),
             )
-            previous = scope.get(request.id) if request.id is not None else None
+            previous = scope.entries.get(request.id) if request.id is not None else None
             entry = entry_from_write(request, previous)
-            scope[entry.id] = entry
+            scope.put(entry, entry_tokens(entry, self._indexed_metadata))
             return entry
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
-        """BM25 over the scope's entries, recency breaking ties; the newest when nothing matches."""
+        """BM25 over the scope's index, recency breaking ties, then the recency fill."""
         scope = self._scopes.get(
-            self._scope(request.namespace, request.agent_id, request.session_id), {}
+            self._scope(request.namespace, request.agent_id, request.session_id)
         )
-        if not scope:
-            return []
-        postings: dict[str, dict[str, int]] = {}
-        lengths: dict[str, int] = {}
-        for entry in scope.values():
-            tfs, length = term_frequencies(entry.content)
-            lengths[entry.id] = length
-            for token, tf in tfs.items():
-                postings.setdefault(token, {})[entry.id] = tf
-        avg = sum(lengths.values()) / len(lengths)
-        scores = score_documents(tokenize(request.query), postings, lengths, len(scope), avg)
-        if not scores:
-            return newest(scope.values(), request.limit)
-        return rank(scores, scope, request.limit)
+        return [] if scope is None else scope.recall(request)
 
     async def list_entries(
         self, agent_id: str, session_id: str | None = None, namespace: str = RECALL_NAMESPACE
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first."""
-        return by_age(self._scopes.get(self._scope(namespace, agent_id, session_id), {}).values())
+        scope = self._scopes.get(self._scope(namespace, agent_id, session_id))
+        return [] if scope is None else by_age(scope.entries.values())
 
     async def delete(
         self,
@@ -193,5 +300,5 @@ class InMemoryRecallStore:
     ) -> bool:
         """Forget one entry; returns whether it existed."""
         async with self._lock:
-            scope = self._scopes.get(self._scope(namespace, agent_id, session_id), {})
-            return scope.pop(entry_id, None) is not None
+            scope = self._scopes.get(self._scope(namespace, agent_id, session_id))
+            return scope is not None and scope.remove(entry_id)

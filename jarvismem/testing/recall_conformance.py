@@ -62,12 +62,19 @@ class RecallStoreConformance:
 
     pytestmark = PYTEST_MARKS
 
-    ranks_only_matches: ClassVar[bool] = True
-    """Lexical ranking: when some entries share words with the query, only those
-    come back (no unrelated entry pads them out)."""
+    fills_to_limit: ClassVar[bool] = True
+    """Recency fill: matches first, then the newest entries that do not match, with
+    score 0, up to ``limit`` (the ranking rule of :mod:`jarvismem.recall.stores`)."""
     falls_back_to_newest: ClassVar[bool] = True
     """A query matching nothing returns the scope's newest ``limit`` entries,
-    newest first, with score 0 (the ranking rule of :mod:`jarvismem.recall.stores`)."""
+    newest first, with score 0 (the fill alone)."""
+    ties_by_recency: ClassVar[bool] = True
+    """Equal scores go to the most recently written entry first."""
+    filters_and_min_score: ClassVar[bool] = True
+    """``RecallRequest.filter`` (metadata equality) and ``min_score`` are honoured."""
+    lexical: ClassVar[bool] = True
+    """Words are matched lexically with stemming ("painted" finds "painting"), and
+    an entry's ``occurred_at`` day is searchable ("May 2023")."""
     recall_is_scoped: ClassVar[bool] = True
     """Recall sees only the request's (namespace, agent, session) scope."""
     upserts_in_place: ClassVar[bool] = True
@@ -168,18 +175,242 @@ class RecallStoreConformance:
             )
             assert len(found) == limit, (limit, len(found))
 
-    async def test_matches_are_not_padded_with_unrelated_entries(
+    async def test_recall_returns_the_limit_whenever_the_scope_holds_that_many(
         self, recall_store: RecallStore
     ) -> None:
-        if not self.ranks_only_matches:
+        if not self.fills_to_limit:
+            return
+        agent = unique_name()
+        await self._corpus(recall_store, agent)
+        for query in ("falcon deadline", "coffee", "quantum", "the of and"):
+            for limit in (1, 3, len(CORPUS), len(CORPUS) + 5):
+                found = await recall_store.recall(
+                    RecallRequest(agent_id=agent, query=query, limit=limit)
+                )
+                assert len(found) == min(limit, len(CORPUS)), (query, limit, found)
+                assert len({r.entry.id for r in found}) == len(found), (query, limit)
+
+    async def test_matches_come_first_then_the_newest_others_fill_up_to_the_limit(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.fills_to_limit:
             return
         agent = unique_name()
         await self._corpus(recall_store, agent)
         found = await recall_store.recall(
-            RecallRequest(agent_id=agent, query="falcon deadline", limit=6)
+            RecallRequest(agent_id=agent, query="falcon deadline", limit=4)
         )
-        assert [r.entry.content for r in found] == [CORPUS[1]], found
+        # The one match, then the newest entries that do not match, newest first.
+        assert [r.entry.content for r in found] == [CORPUS[1], CORPUS[5], CORPUS[4], CORPUS[3]]
         assert found[0].score > 0
+        assert [r.score for r in found[1:]] == [0.0, 0.0, 0.0], found
+        everything = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="falcon deadline", limit=50)
+        )
+        assert len(everything) == len(CORPUS)
+        assert [r.entry.content for r in everything[1:]] == [
+            c for c in reversed(CORPUS) if c != CORPUS[1]
+        ]
+
+    async def test_the_fill_never_repeats_a_match_and_takes_upserts_as_newest(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not (self.fills_to_limit and self.upserts_in_place):
+            return
+        agent = unique_name()
+        entries = await self._corpus(recall_store, agent)
+        # CORPUS[1] becomes the newest entry and the only match.
+        await recall_store.write(
+            WriteRequest(agent_id=agent, id=entries[1].id, content="falcon deadline moved")
+        )
+        await recall_store.write(WriteRequest(agent_id=agent, id=entries[0].id, content="teal"))
+        found = await recall_store.recall(RecallRequest(agent_id=agent, query="falcon", limit=3))
+        assert [r.entry.content for r in found] == ["falcon deadline moved", "teal", CORPUS[5]]
+        assert [r.entry.id for r in found].count(entries[1].id) == 1
+
+    # --- min_score and filter ----------------------------------------------------------
+
+    async def test_min_score_above_zero_leaves_out_the_fill_and_weaker_matches(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.filters_and_min_score:
+            return
+        agent = unique_name()
+        await self._corpus(recall_store, agent)
+        strict = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="falcon deadline", limit=4, min_score=1e-9)
+        )
+        assert [r.entry.content for r in strict] == [CORPUS[1]], strict
+        # Two matches of different strength: a threshold between them keeps the stronger.
+        both = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="user database production", limit=6)
+        )
+        matches = [r for r in both if r.score > 0]
+        assert len(matches) == 3, both
+        between = (matches[0].score + matches[-1].score) / 2
+        kept = await recall_store.recall(
+            RecallRequest(
+                agent_id=agent, query="user database production", limit=6, min_score=between
+            )
+        )
+        assert kept and all(r.score >= between for r in kept), kept
+        assert len(kept) < len(matches)
+        assert [r.entry.id for r in kept] == [r.entry.id for r in matches[: len(kept)]]
+        none = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="falcon", min_score=1e9)
+        )
+        assert none == []
+
+    async def test_a_filter_keeps_only_entries_holding_every_pair_matches_and_fill_alike(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.filters_and_min_score:
+            return
+        agent = unique_name()
+        labels = [
+            {"who": "ann", "kind": "fact"},
+            {"who": "bob", "kind": "fact"},
+            {"who": "ann", "kind": "chat"},
+            {"who": "bob", "kind": "chat"},
+            {"who": "ann"},
+        ]
+        texts = ["ann likes kayaks", "bob likes kayaks", "ann said hi", "bob said hi", "ann naps"]
+        await self.seed(
+            recall_store,
+            [
+                WriteRequest(agent_id=agent, content=t, metadata=m)
+                for t, m in zip(texts, labels, strict=True)
+            ],
+        )
+
+        async def recall(query: str, wanted: dict[str, str], limit: int = 10) -> list[str]:
+            found = await recall_store.recall(
+                RecallRequest(agent_id=agent, query=query, limit=limit, filter=wanted)
+            )
+            return [r.entry.content for r in found]
+
+        # The match of the other speaker is left out; the fill keeps to the filter too.
+        assert await recall("kayaks", {"who": "ann"}) == [
+            "ann likes kayaks",
+            "ann naps",
+            "ann said hi",
+        ]
+        assert await recall("kayaks", {"who": "bob", "kind": "fact"}) == ["bob likes kayaks"]
+        assert await recall("hello", {"kind": "chat"}) == ["bob said hi", "ann said hi"]
+        assert await recall("kayaks", {"who": "carol"}) == []
+        assert await recall("kayaks", {"who": "ann"}, limit=1) == ["ann likes kayaks"]
+
+    async def test_a_filter_reaches_past_many_better_matches_that_fail_it(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.filters_and_min_score:
+            return
+        agent = unique_name()
+        await self.seed(
+            recall_store,
+            [
+                *(
+                    WriteRequest(agent_id=agent, content="otter otter otter", metadata={"n": "x"})
+                    for _ in range(80)
+                ),
+                WriteRequest(
+                    agent_id=agent, content="one otter among many words here", metadata={"n": "y"}
+                ),
+            ],
+        )
+        found = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="otter", limit=2, filter={"n": "y"})
+        )
+        assert [r.entry.content for r in found] == ["one otter among many words here"]
+        assert found[0].score > 0
+
+    # --- ties ------------------------------------------------------------------------------
+
+    async def test_equal_scores_go_to_the_newest_entry_even_at_the_limit(
+        self, recall_store: RecallStore
+    ) -> None:
+        if not self.ties_by_recency:
+            return
+        agent = unique_name()
+        written = [
+            await recall_store.write(WriteRequest(agent_id=agent, content="identical words here"))
+            for _ in range(4)
+        ]
+        found = await recall_store.recall(RecallRequest(agent_id=agent, query="words", limit=4))
+        assert [r.entry.id for r in found] == [e.id for e in reversed(written)]
+        assert len({r.score for r in found}) == 1 and found[0].score > 0
+        # At the cut, the newest of the tied entries wins.
+        first = await recall_store.recall(RecallRequest(agent_id=agent, query="words", limit=1))
+        assert [r.entry.id for r in first] == [written[-1].id]
+
+    # --- lexical matching: stems and dates ---------------------------------------------
+
+    async def test_inflected_words_find_each_other(self, recall_store: RecallStore) -> None:
+        if not self.lexical:
+            return
+        agent = unique_name()
+        await self._corpus(recall_store, agent)
+        await self.seed(
+            recall_store,
+            [WriteRequest(agent_id=agent, content="Melanie was painting a sunrise")],
+        )
+        for query in ("paintings", "who painted", "sunrises"):
+            found = await recall_store.recall(RecallRequest(agent_id=agent, query=query, limit=1))
+            assert [r.entry.content for r in found] == ["Melanie was painting a sunrise"], query
+            assert found[0].score > 0, query
+
+    async def test_the_day_an_entry_happened_is_searchable(self, recall_store: RecallStore) -> None:
+        if not self.lexical:
+            return
+        agent = unique_name()
+        await self.seed(
+            recall_store,
+            [
+                # ISO 8601 is accepted at the edge, as from JSON.
+                WriteRequest.model_validate(
+                    {
+                        "agent_id": agent,
+                        "content": "went to a support group",
+                        "occurred_at": "2023-05-07",
+                    }
+                ),
+                WriteRequest.model_validate(
+                    {
+                        "agent_id": agent,
+                        "content": "went to a pottery class",
+                        "occurred_at": "2023-06-20T10:00:00Z",
+                    }
+                ),
+                WriteRequest(agent_id=agent, content="went to the beach"),
+            ],
+        )
+        for query, expected in (
+            ("where did she go in May 2023", "went to a support group"),
+            ("what happened on 7 May, 2023", "went to a support group"),
+            ("what did she do on June 20th", "went to a pottery class"),
+        ):
+            found = await recall_store.recall(RecallRequest(agent_id=agent, query=query, limit=1))
+            assert [r.entry.content for r in found] == [expected], query
+            assert found[0].score > 0, query
+
+    async def test_occurred_at_defaults_to_creation_and_an_upsert_keeps_it(
+        self, recall_store: RecallStore
+    ) -> None:
+        agent = unique_name()
+        plain = await recall_store.write(WriteRequest(agent_id=agent, content="no date given"))
+        assert plain.occurred_at == plain.created_at
+        dated = await recall_store.write(
+            WriteRequest(agent_id=agent, content="dated fact", occurred_at=1_683_504_000_000)
+        )
+        assert dated.occurred_at == 1_683_504_000_000
+        if not self.upserts_in_place:
+            return
+        edited = await recall_store.write(
+            WriteRequest(agent_id=agent, id=dated.id, content="dated fact, edited")
+        )
+        assert edited.occurred_at == dated.occurred_at
+        listed = {e.id: e.occurred_at for e in await recall_store.list_entries(agent)}
+        assert listed == {plain.id: plain.created_at, dated.id: dated.occurred_at}
 
     async def test_recall_of_unrelated_words_returns_the_newest_entries(
         self, recall_store: RecallStore
@@ -301,12 +532,20 @@ class RecallStoreConformance:
             {"agent_id": agent, "namespace": "", "content": "x"},
             {"agent_id": agent, "id": "has space", "content": "x"},
         ]
+        bad += [
+            {"agent_id": agent, "content": "x", "occurred_at": "yesterday"},
+            {"agent_id": agent, "content": "x", "occurred_at": True},
+            {"agent_id": agent, "content": "x", "occurred_at": -1},
+        ]
         for fields in bad:
             with raises(ValidationError, f"WriteRequest({fields})"):
                 WriteRequest(**fields)
         for fields in (
             {"agent_id": agent, "query": " "},
             {"agent_id": agent, "query": "x", "limit": 0},
+            {"agent_id": agent, "query": "x", "min_score": -1},
+            {"agent_id": agent, "query": "x", "filter": {"k": 1}},
+            {"agent_id": agent, "query": "x", "filter": {"": "v"}},
         ):
             with raises(ValidationError, f"RecallRequest({fields})"):
                 RecallRequest(**fields)

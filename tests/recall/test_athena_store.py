@@ -81,6 +81,20 @@ async def test_athena_recall_cuts_to_the_limit_after_sorting() -> None:
     assert [r.entry.content for r in found] == ["a", "b"]
 
 
+async def test_athena_recall_leaves_out_hits_below_min_score() -> None:
+    athena = StandInAthena([_hit("b", 0.9), _hit("a", 0.3), _hit("c", 1.5)])
+    found = await AthenaRecallStore(athena).recall(
+        RecallRequest(agent_id="a1", query="q", limit=5, min_score=0.5)
+    )
+    assert [r.entry.content for r in found] == ["a", "b"]
+
+
+async def test_athena_recall_refuses_a_metadata_filter_it_cannot_apply() -> None:
+    store = AthenaRecallStore(StandInAthena([_hit("a", 0.3)]))
+    with pytest.raises(RecallError, match="filter"):
+        await store.recall(RecallRequest(agent_id="a1", query="q", filter={"k": "v"}))
+
+
 async def test_athena_write_sends_an_observation_with_labels() -> None:
     athena = StandInAthena([])
     store = AthenaRecallStore(athena)

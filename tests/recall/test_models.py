@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -114,6 +115,11 @@ def test_recall_request_defaults_and_validation() -> None:
         {"agent_id": "a", "query": None},
         {"agent_id": "a b", "query": "q"},
         {"agent_id": "a", "query": "q", "extra": 1},
+        {"agent_id": "a", "query": "q", "min_score": -0.1},
+        {"agent_id": "a", "query": "q", "min_score": float("nan")},
+        {"agent_id": "a", "query": "q", "filter": ["k", "v"]},
+        {"agent_id": "a", "query": "q", "filter": {"k": 1}},
+        {"agent_id": "a", "query": "q", "filter": {"": "v"}},
     ],
 )
 def test_recall_request_refuses(fields: dict[str, Any]) -> None:
@@ -163,3 +169,50 @@ def test_a_stored_entry_over_the_write_limit_is_still_read() -> None:
     big = "x" * (RECALL_CONTENT_MAX_CHARS + 10)
     entry = MemoryEntry(id="e1", agent_id="a1", content=big, created_at=1, updated_at=1)
     assert entry.content == big
+
+
+# --- occurred_at, filter, min_score ----------------------------------------------------------
+
+MAY_8_2023 = 1_683_504_000_000  # 2023-05-08T00:00:00Z
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (MAY_8_2023, MAY_8_2023),
+        ("2023-05-08", MAY_8_2023),
+        ("2023-05-08T00:00:00Z", MAY_8_2023),
+        ("2023-05-08T02:00:00+02:00", MAY_8_2023),
+        (" 2023-05-08T00:00:00 ", MAY_8_2023),
+        (datetime(2023, 5, 8, tzinfo=UTC), MAY_8_2023),
+        (datetime(2023, 5, 8), MAY_8_2023),  # zone-less is UTC
+        (None, None),
+    ],
+)
+def test_occurred_at_takes_epoch_ms_iso_8601_or_a_datetime(given: Any, expected: Any) -> None:
+    assert WriteRequest(agent_id="a", content="x", occurred_at=given).occurred_at == expected
+
+
+@pytest.mark.parametrize(
+    "bad", [True, 1.5, "yesterday", "", "8 May 2023", -1, 253_402_300_800_000, [2023]]
+)
+def test_a_bad_occurred_at_is_refused_naming_the_field(bad: Any) -> None:
+    with pytest.raises(ValidationError, match="occurred_at"):
+        WriteRequest(agent_id="a", content="x", occurred_at=bad)
+
+
+def test_an_entry_without_occurred_at_takes_its_creation_time() -> None:
+    entry = MemoryEntry(agent_id="a", content="x", created_at=5, updated_at=7)
+    assert entry.occurred_at == 5
+    stored = entry.model_dump()
+    del stored["occurred_at"]  # as entries written before the field existed
+    assert MemoryEntry.model_validate(stored).occurred_at == 5
+    assert MemoryEntry(agent_id="a", content="x", occurred_at=MAY_8_2023).occurred_at == MAY_8_2023
+
+
+def test_recall_request_filter_and_min_score_defaults() -> None:
+    request = RecallRequest(agent_id="a", query="q")
+    assert (request.filter, request.min_score) == (None, 0.0)
+    assert RecallRequest(agent_id="a", query="q", filter={}).filter is None
+    wanted = RecallRequest(agent_id="a", query="q", filter={"k": "v"}, min_score=0.5)
+    assert (wanted.filter, wanted.min_score) == ({"k": "v"}, 0.5)

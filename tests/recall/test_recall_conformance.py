@@ -44,15 +44,19 @@ class TestAthenaRecallStore(RecallStoreConformance):
     """Athena over real HTTP (the in-repo fake server).
 
     Honest expectations: Athena ranks with its own embeddings (nearest first, with
-    no lexical "nothing matches" case to fall back from), scopes only by (tenant,
-    user, agent) and cannot update in place, so those checks are off.
+    no lexical "nothing matches" case to fall back from or fill after, no stems or
+    date tokens, no recency tie-break), cannot filter on our metadata, scopes only
+    by (tenant, user, agent) and cannot update in place, so those checks are off.
     Athena builds searchable chains from observations on its own schedule; the
     fake does not, so ``seed`` plays that part by adding one chain per fact
     after the facts were delivered as observation events.
     """
 
-    ranks_only_matches: ClassVar[bool] = False
+    fills_to_limit: ClassVar[bool] = False
     falls_back_to_newest: ClassVar[bool] = False
+    ties_by_recency: ClassVar[bool] = False
+    filters_and_min_score: ClassVar[bool] = False
+    lexical: ClassVar[bool] = False
     recall_is_scoped: ClassVar[bool] = False
     upserts_in_place: ClassVar[bool] = False
 

@@ -9,6 +9,7 @@ test has its own namespace, whose keys are deleted afterwards.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -17,12 +18,18 @@ import redis.asyncio as aioredis
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import redis_store
-from jarvismem.recall.bm25 import term_frequencies
-from jarvismem.recall.models import RecallRequest, WriteRequest
-from jarvismem.recall.redis_store import RedisRecallStore
+from jarvismem.recall.bm25 import tokenize
+from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
+from jarvismem.recall.redis_store import RedisRecallStore, index_signature
+from jarvismem.recall.stores import entry_tokens
 from tests.conftest import REAL_REDIS_URL
 
 # --- Redis layout ---------------------------------------------------------------------------
+
+
+def indexed_length(entry: MemoryEntry) -> int:
+    """An entry's length in the index: content tokens and the three of its day."""
+    return len(entry_tokens(entry, ()))
 
 
 class RecordingRedis:
@@ -53,21 +60,25 @@ async def test_redis_recall_reads_only_the_query_postings(
         await store.write(WriteRequest(agent_id="a1", content=f"routine entry number {i}"))
     target = await store.write(WriteRequest(agent_id="a1", content="the walrus is blue"))
     recorder.calls.clear()
-    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=5))
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus color", limit=1))
     assert [r.entry.id for r in found] == [target.id]
+    # Three round trips: the heads of the query's tokens (with the statistics and
+    # the index signature), the chunks they name, then the top entries. Entry
+    # lengths travel inside the postings.
     assert [c[0] for c in recorder.calls] == ["hmget", "hmget", "hmget"]
     entries_key, postings_key = store.keys("default", "a1", None)
     (_, k1, a1), (_, k2, a2), (_, k3, a3) = recorder.calls
-    assert (k1, a1[0]) == (postings_key, ["walrus", "color", "__n__", "__sum__"])
-    assert (k2, a2[0]) == (postings_key, [f"__dl__:{target.id}"])
+    walrus, color = tokenize("walrus color")
+    assert (k1, a1[0]) == (postings_key, [walrus, color, "__n__", "__sum__", "__v__"])
+    assert (k2, a2[0]) == (postings_key, [f"{walrus}#1"])
     assert (k3, a3[0]) == (entries_key, [target.id])
 
 
 async def test_redis_fallback_reads_only_the_newest_entries(
     redis_client: Any, keyspace: KeySpace
 ) -> None:
-    # A query that matches nothing costs two round trips (postings, then one
-    # script reading __recent__ and the entries it names), not a scan of the scope.
+    # A query that matches nothing costs three round trips (postings, __recent__,
+    # the entries it names), not a scan of the scope.
     recorder = RecordingRedis(redis_client)
     store = RedisRecallStore(recorder, keyspace)  # type: ignore[arg-type]
     written = [
@@ -78,8 +89,10 @@ async def test_redis_fallback_reads_only_the_newest_entries(
     found = await store.recall(RecallRequest(agent_id="a1", query="hello", limit=3))
     assert [r.entry.id for r in found] == [e.id for e in reversed(written[-3:])]
     assert [r.score for r in found] == [0.0, 0.0, 0.0]
-    assert [c[0] for c in recorder.calls] == ["hmget"]  # scripts are not hash reads
-    _, postings_key = store.keys("default", "a1", None)
+    assert [c[0] for c in recorder.calls] == ["hmget", "hget", "hmget"]
+    entries_key, postings_key = store.keys("default", "a1", None)
+    assert recorder.calls[1][1:] == (postings_key, ("__recent__",))
+    assert recorder.calls[2][1] == entries_key
     recent = (await redis_client.hget(postings_key, "__recent__")).decode().split()
     assert recent == [e.id for e in reversed(written)]
 
@@ -127,10 +140,11 @@ async def test_redis_upsert_takes_old_words_out_of_the_index(
     await store.write(WriteRequest(agent_id="a1", id=entry.id, content="giraffe"))
     _, postings_key = store.keys("default", "a1", None)
     fields = {f.decode() for f in await redis_client.hkeys(postings_key)}
-    assert "zebra" not in fields and "stripe" not in fields
-    assert "giraffe" in fields
+    assert not {f for f in fields if f.startswith(("zebra", "stripe"))}, fields
+    assert tokenize("giraffe")[0] in fields
     assert await redis_client.hget(postings_key, "__n__") == b"1"
-    assert await redis_client.hget(postings_key, "__sum__") == b"1"
+    [kept] = await store.list_entries("a1")
+    assert await redis_client.hget(postings_key, "__sum__") == str(indexed_length(kept)).encode()
 
 
 async def test_redis_ttl_applies_to_both_keys(redis_client: Any, keyspace: KeySpace) -> None:
@@ -196,7 +210,7 @@ async def test_deleting_every_entry_empties_the_index(real_redis: Any, keyspace:
     entries_key, postings_key = store.keys("default", "a1", None)
     assert await real_redis.hlen(entries_key) == 0
     left = {k.decode(): v.decode() for k, v in (await real_redis.hgetall(postings_key)).items()}
-    assert left == {"__n__": "0", "__sum__": "0"}
+    assert left == {"__n__": "0", "__sum__": "0", "__v__": index_signature(())}
     assert await store.recall(RecallRequest(agent_id="a1", query="otters")) == []
 
 
@@ -211,7 +225,7 @@ async def test_concurrent_writes_keep_the_index_consistent(
     )
     _, postings_key = store.keys("default", "a1", None)
     assert int(await real_redis.hget(postings_key, "__n__")) == len(texts)
-    total = sum(term_frequencies(t)[1] for t in texts)
+    total = sum(indexed_length(e) for e in written)
     assert int(await real_redis.hget(postings_key, "__sum__")) == total
     found = await store.recall(RecallRequest(agent_id="a1", query="pelicans", limit=100))
     assert {r.entry.id for r in found} == {e.id for e in written}
@@ -231,11 +245,8 @@ async def test_concurrent_upserts_of_one_entry_leave_one_indexed_version(
     _, postings_key = store.keys("default", "a1", None)
     assert await real_redis.hget(postings_key, "__n__") == b"1"
     [kept] = await store.list_entries("a1")
-    assert (
-        await real_redis.hget(postings_key, "__sum__")
-        == str(term_frequencies(kept.content)[1]).encode()
-    )
-    # "first" is in no indexed version: only the newest-entry fallback (score 0) answers.
+    assert await real_redis.hget(postings_key, "__sum__") == str(indexed_length(kept)).encode()
+    # "first" is in no indexed version: only the recency fill (score 0) answers.
     stale = await store.recall(RecallRequest(agent_id="a1", query="first"))
     assert [(r.entry.id, r.entry.content, r.score) for r in stale] == [(kept.id, kept.content, 0.0)]
     assert await real_redis.hget(postings_key, "__recent__") == kept.id.encode()
@@ -297,3 +308,173 @@ async def test_the_runtime_remembers_through_this_store(
     assert entry.content == "Invoices go out on the first Monday."
     found = await store.recall(RecallRequest(agent_id="a1", query="invoices Monday"))
     assert [r.entry.id for r in found] == [entry.id]
+
+
+# --- index upgrades -------------------------------------------------------------------------
+
+
+async def _write_version_1_scope(client: Any, store: RedisRecallStore) -> list[str]:
+    """Two entries indexed as the first release did: JSON postings, no ``__v__``,
+    entries without ``occurred_at``, tokens neither stemmed nor date-aware."""
+    entries_key, postings_key = store.keys("default", "a1", None)
+    old = [("mem_old1", "Melanie painted a sunrise", 1_683_504_000_000), ("mem_old2", "cats", 1)]
+    for entry_id, content, created in old:
+        entry = {
+            "agent_id": "a1",
+            "session_id": None,
+            "namespace": "default",
+            "id": entry_id,
+            "content": content,
+            "metadata": {},
+            "created_at": created,
+            "updated_at": created,
+        }
+        await client.hset(entries_key, entry_id, json.dumps(entry))
+    await client.hset(
+        postings_key,
+        mapping={
+            "melanie": '{"mem_old1": 1}',
+            "painted": '{"mem_old1": 1}',
+            "sunrise": '{"mem_old1": 1}',
+            "cat": '{"mem_old2": 1}',
+            "__n__": 2,
+            "__sum__": 4,
+            "__dl__:mem_old1": 3,
+            "__dl__:mem_old2": 1,
+            "__tk__:mem_old1": '["melanie", "painted", "sunrise"]',
+            "__tk__:mem_old2": '["cat"]',
+            "__recent__": "mem_old2 mem_old1",
+        },
+    )
+    return [e for e, _, _ in old]
+
+
+async def test_a_scope_indexed_by_an_older_version_is_rebuilt_on_first_recall(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    # "paintings" and the day only match through the new tokeniser's index.
+    found = await store.recall(RecallRequest(agent_id="a1", query="paintings in May 2023", limit=1))
+    assert [(r.entry.id, r.score > 0) for r in found] == [("mem_old1", True)]
+    _, postings_key = store.keys("default", "a1", None)
+    assert (await redis_client.hget(postings_key, "__v__")).decode() == index_signature(())
+    assert not any(
+        v.startswith(b"{") for v in (await redis_client.hgetall(postings_key)).values()
+    ), "a JSON posting of the old layout survived"
+    assert await redis_client.hget(postings_key, "__n__") == b"2"
+
+
+async def test_a_write_to_an_older_scope_rebuilds_it_first_so_old_and_new_entries_are_found(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    new = await store.write(WriteRequest(agent_id="a1", content="Melanie paints the sea"))
+    found = await store.recall(RecallRequest(agent_id="a1", query="painting", limit=5))
+    assert {r.entry.id for r in found if r.score > 0} == {"mem_old1", new.id}
+    _, postings_key = store.keys("default", "a1", None)
+    assert await redis_client.hget(postings_key, "__n__") == b"3"
+    assert await store.delete("mem_old2", agent_id="a1") is True
+    assert await redis_client.hget(postings_key, "__n__") == b"2"
+
+
+async def test_changing_the_indexed_metadata_keys_rebuilds_the_index(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    plain = RedisRecallStore(redis_client, keyspace)
+    entry = await plain.write(
+        WriteRequest(agent_id="a1", content="went hiking", metadata={"place": "Zermatt"})
+    )
+    assert [r.score for r in await plain.recall(RecallRequest(agent_id="a1", query="zermatt"))] == [
+        0.0
+    ]
+    indexed = RedisRecallStore(redis_client, keyspace, indexed_metadata=["place"])
+    found = await indexed.recall(RecallRequest(agent_id="a1", query="zermatt"))
+    assert [(r.entry.id, r.score > 0) for r in found] == [(entry.id, True)]
+    _, postings_key = indexed.keys("default", "a1", None)
+    assert (await redis_client.hget(postings_key, "__v__")).decode() == index_signature(["place"])
+
+
+async def test_reindex_rebuilds_a_scope_on_demand_and_counts_its_entries(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    for text in ("alpha walrus", "beta walrus", "gamma"):
+        await store.write(WriteRequest(agent_id="a1", content=text))
+    _, postings_key = store.keys("default", "a1", None)
+    before = await redis_client.hgetall(postings_key)
+    await redis_client.hdel(postings_key, tokenize("walrus")[0])  # a damaged index
+    assert await store.reindex("a1") == 3
+    assert await redis_client.hgetall(postings_key) == before
+    assert await store.reindex("nobody") == 0
+
+
+async def test_the_rebuild_refuses_entries_that_changed_since_it_read_them(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await _write_version_1_scope(redis_client, store)
+    entries_key, postings_key = store.keys("default", "a1", None)
+    snapshot = {
+        k.decode(): v.decode() for k, v in (await redis_client.hgetall(entries_key)).items()
+    }
+    # Another writer changes an entry between the read and the rebuild.
+    await redis_client.hset(entries_key, "mem_old2", snapshot["mem_old2"].replace("cats", "dogs"))
+    entries = [MemoryEntry.model_validate_json(v) for v in snapshot.values()]
+    args: list[Any] = [index_signature(()), len(snapshot)]
+    for pair in snapshot.items():
+        args += pair
+    for pair in redis_store.build_index(entries, ()).items():
+        args += pair
+    script = redis_client.register_script(redis_store._REBUILD_SCRIPT)
+    assert await script(keys=[entries_key, postings_key], args=args) == 0
+    assert await redis_client.hget(postings_key, "__v__") is None  # left as it was
+    # The store itself reads again and succeeds.
+    found = await store.recall(RecallRequest(agent_id="a1", query="dogs", limit=1))
+    assert [(r.entry.id, r.score > 0) for r in found] == [("mem_old2", True)]
+
+
+async def test_concurrent_first_recalls_of_an_old_scope_rebuild_it_once_consistently(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    stores = [RedisRecallStore(real_redis, keyspace) for _ in range(6)]
+    await _write_version_1_scope(real_redis, stores[0])
+    results = await asyncio.gather(
+        *(s.recall(RecallRequest(agent_id="a1", query="sunrise", limit=1)) for s in stores),
+        *(
+            s.write(WriteRequest(agent_id="a1", content=f"sunrise number {i}"))
+            for i, s in enumerate(stores)
+        ),
+    )
+    assert all(r for r in results)
+    _, postings_key = stores[0].keys("default", "a1", None)
+    assert await real_redis.hget(postings_key, "__n__") == b"8"
+    assert await stores[0].reindex("a1") == 8
+
+
+async def test_a_common_token_is_split_into_chunks_that_writes_and_deletes_keep_bounded(
+    redis_client: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store, "CHUNK_BYTES", 200)
+    store = RedisRecallStore(redis_client, keyspace)
+    written = [
+        await store.write(WriteRequest(agent_id="a1", content=f"walrus note {i}"))
+        for i in range(40)
+    ]
+    _, postings_key = store.keys("default", "a1", None)
+    walrus = tokenize("walrus")[0]
+    bound, last, df = (await redis_client.hget(postings_key, walrus)).decode().split()
+    assert (bound, df) == ("1", "40") and int(last) > 5
+    for n in range(1, int(last) + 1):
+        # A chunk is closed once it reaches the size: at most one posting beyond it.
+        assert len(await redis_client.hget(postings_key, f"{walrus}#{n}")) < 200 + 60
+    for entry in written[:-1]:
+        assert await store.delete(entry.id, agent_id="a1")
+    left = {k.decode() for k in await redis_client.hkeys(postings_key) if b"#" in k}
+    assert len([f for f in left if f.startswith(f"{walrus}#")]) == 1
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus", limit=3))
+    assert [(r.entry.id, r.score > 0) for r in found] == [(written[-1].id, True)]
+    assert await store.reindex("a1") == 1
+    rebuilt = await store.recall(RecallRequest(agent_id="a1", query="walrus", limit=3))
+    assert [(r.entry.id, r.score) for r in rebuilt] == [(r.entry.id, r.score) for r in found]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from jarvismem.recall import (
     RecallStore,
     RedisRecallStore,
     WriteRequest,
+    stores,
 )
 from jarvismem.recall.models import MemoryEntry
 from jarvismem.recall.stores import (
@@ -103,6 +105,146 @@ async def test_delete_forgets_an_entry(store: RecallStore) -> None:
     assert await store.delete(gone, agent_id="a1") is True  # type: ignore[attr-defined]
     assert await store.delete(gone, agent_id="a1") is False  # type: ignore[attr-defined]
     assert await contents(store, "walrus") == ["walrus habitat"]
+
+
+# --- both stores rank alike ------------------------------------------------------------------
+
+_WORDS = (
+    "walrus kayak painting sunrise adoption counseling pottery camping beach concert "
+    "guitar violin marathon bakery festival library garden puppy kitten volunteer"
+).split()
+_QUERIES = (
+    "when did she go camping",
+    "painted a sunrise in May 2023",
+    "volunteer at the library",
+    "guitar concert festival",
+    "what happened on 14 June 2023",
+    "hello there",
+    "kittens and puppies",
+)
+
+
+async def test_both_stores_return_the_same_results_with_the_same_scores(
+    keyspace: KeySpace, fake_redis: Any
+) -> None:
+    # A deterministic corpus with upserts and deletes, asked with limits, filters and
+    # thresholds: ids, order and scores (to the last bit) must agree.
+    memory, redis = InMemoryRecallStore(), RedisRecallStore(fake_redis, keyspace)
+    rnd = random.Random(19)
+    ids: list[str] = []
+    for i in range(160):
+        words = " ".join(rnd.choice(_WORDS) for _ in range(rnd.randint(1, 9)))
+        day = f"2023-{rnd.randint(4, 7):02d}-{rnd.randint(1, 28):02d}"
+        upsert = ids and rnd.random() < 0.15
+        fields = {
+            "agent_id": "a1",
+            "content": f"{'Anna' if i % 2 else 'Ben'}: {words}",
+            "metadata": {"speaker": "Anna" if i % 2 else "Ben", "n": str(i % 3)},
+            "occurred_at": day,
+            "id": rnd.choice(ids) if upsert else f"e{i}",
+        }
+        for store in (memory, redis):
+            await store.write(WriteRequest.model_validate(fields))
+        ids.append(fields["id"])
+        if rnd.random() < 0.05:
+            gone = rnd.choice(ids)
+            assert await memory.delete(gone, agent_id="a1") == await redis.delete(
+                gone, agent_id="a1"
+            )
+    checked = 0
+    for query in _QUERIES:
+        for limit in (1, 3, 10, 200):
+            for wanted in (None, {"speaker": "Anna"}, {"speaker": "Ben", "n": "1"}):
+                for min_score in (0.0, 1.0):
+                    request = RecallRequest(
+                        agent_id="a1", query=query, limit=limit, filter=wanted, min_score=min_score
+                    )
+                    mine = [(r.entry.id, r.score) for r in await memory.recall(request)]
+                    theirs = [(r.entry.id, r.score) for r in await redis.recall(request)]
+                    assert mine == theirs, request
+                    checked += bool(mine)
+    assert checked > 100
+
+
+async def test_the_in_memory_store_does_not_tokenise_entries_to_answer_a_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = InMemoryRecallStore()
+    for i in range(50):
+        await store.write(WriteRequest(agent_id="a1", content=f"walrus fact number {i}"))
+    seen: list[str] = []
+    real = stores.tokenize
+
+    def counting(text: str) -> list[str]:
+        seen.append(text)
+        return real(text)
+
+    monkeypatch.setattr(stores, "tokenize", counting)
+    monkeypatch.setattr(stores, "document_tokens", lambda *a, **k: pytest.fail("re-tokenised"))
+    found = await store.recall(RecallRequest(agent_id="a1", query="walrus 7", limit=3))
+    assert found[0].entry.content == "walrus fact number 7"
+    assert seen == ["walrus 7"]  # the query only
+
+
+async def test_the_in_memory_index_after_upserts_and_deletes_equals_a_fresh_one() -> None:
+    store = InMemoryRecallStore(indexed_metadata=["tag"])
+    rnd = random.Random(7)
+    for i in range(120):
+        entry_id = f"e{rnd.randint(0, 40)}"
+        words = " ".join(rnd.choice(_WORDS) for _ in range(rnd.randint(1, 6)))
+        await store.write(
+            WriteRequest(agent_id="a1", id=entry_id, content=words, metadata={"tag": f"t{i % 4}"})
+        )
+        if i % 7 == 0:
+            await store.delete(f"e{rnd.randint(0, 40)}", agent_id="a1")
+    fresh = InMemoryRecallStore(indexed_metadata=["tag"])
+    for entry in await store.list_entries("a1"):
+        await fresh.write(
+            WriteRequest(
+                agent_id="a1",
+                id=entry.id,
+                content=entry.content,
+                metadata=entry.metadata,
+                occurred_at=entry.occurred_at,
+            )
+        )
+    [(_, kept)] = store._scopes.items()
+    [(_, built)] = fresh._scopes.items()
+    assert kept.postings == built.postings
+    assert (kept.lengths, kept.total_length) == (built.lengths, built.total_length)
+    assert set(kept.entries) == set(built.entries)
+    # tf_max is an upper bound kept through deletes, never below the true maximum.
+    for token, posting in built.postings.items():
+        assert kept.tf_max[token] >= max(code % 2**24 for code in posting.values())
+
+
+def test_indexed_metadata_keys_must_be_non_empty_strings(fake_redis: Any) -> None:
+    for bad in ([""], ["  "], [3]):
+        with pytest.raises(ValueError, match="indexed metadata"):
+            InMemoryRecallStore(indexed_metadata=bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="indexed metadata"):
+            RedisRecallStore(fake_redis, KeySpace(), indexed_metadata=bad)  # type: ignore[arg-type]
+
+
+async def test_indexed_metadata_is_searchable_and_other_metadata_is_not(store: RecallStore) -> None:
+    searchable = (
+        InMemoryRecallStore(indexed_metadata=["place"])
+        if isinstance(store, InMemoryRecallStore)
+        # Another namespace: one scope is indexed one way (see test_redis_store.py).
+        else RedisRecallStore(store._redis, KeySpace("other"), indexed_metadata=["place"])  # type: ignore[attr-defined]
+    )
+    for target in (store, searchable):
+        await target.write(
+            WriteRequest(
+                agent_id="a2", content="went hiking", metadata={"place": "Zermatt", "mood": "glad"}
+            )
+        )
+    plain = await store.recall(RecallRequest(agent_id="a2", query="zermatt"))
+    assert [r.score for r in plain] == [0.0]  # the fill: metadata is not indexed by default
+    found = await searchable.recall(RecallRequest(agent_id="a2", query="Zermatt hike"))
+    assert found[0].score > 0
+    mood = await searchable.recall(RecallRequest(agent_id="a2", query="glad"))
+    assert [r.score for r in mood] == [0.0]
 
 
 # --- the shared helpers of stores.py -------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -442,3 +443,14 @@ def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
     sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
     yield server
     server.kill()
+
+
+def bootstrap_stamp() -> str:
+    """The file name scripts/bootstrap leaves in .venv once its default extras are installed.
+
+    Read from the script, so the stand-in venvs of the README tests follow its default.
+    """
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "bootstrap").read_text("utf-8")
+    found = re.search(r'extras="\$\{1:-([^}]+)\}"', script)
+    assert found, 'scripts/bootstrap no longer sets its default extras as extras="${1:-...}"'
+    return f".jarvismem-installed-{found.group(1)}"

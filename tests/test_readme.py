@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 
 from jarvismem.settings import Settings, load_settings
+from tests.conftest import bootstrap_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -228,7 +229,7 @@ def _stand_in_venv(root: Path) -> None:
         encoding="utf-8",
     )
     os.utime(root / "pyproject.toml", (0, 0))  # the install stamp must be newer
-    (venv / ".jarvismem-installed-dev,azure").touch()
+    (venv / bootstrap_stamp()).touch()
     _executable(
         root / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob",
         "#!/bin/sh\necho 'stand-in: the real Azurite was expected to answer already' >&2\nexit 1\n",

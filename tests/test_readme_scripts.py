@@ -20,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _port_open, closed_port, env_without_settings, require_backend
+from tests.conftest import (
+    _port_open,
+    bootstrap_stamp,
+    closed_port,
+    env_without_settings,
+    require_backend,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,7 +64,7 @@ def checkout(tmp_path: Path) -> Path:
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     _executable(root / ".venv" / "bin" / "python", f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     time.sleep(0.01)  # the install stamp must be newer than pyproject.toml
-    (root / ".venv" / ".jarvismem-installed-dev,azure").touch()
+    (root / ".venv" / bootstrap_stamp()).touch()
     _executable(
         root / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob",
         FAKE_AZURITE.format(python=sys.executable),

@@ -8,6 +8,8 @@ server over real HTTP where Athena is part of the picture).
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import logging
 import os
@@ -452,10 +454,48 @@ def test_a_handler_filter_stamps_the_ids_on_any_logger_and_keeps_an_explicit_ext
     assert telemetry._IDS.get() is None
 
 
+def _athena_outbox_folder_becomes_a_file(root: Path) -> None:
+    [data] = [p for p in root.rglob("*.jsonl") if "athena" in p.parts]
+    for path in data.parent.iterdir():
+        path.unlink()
+    data.parent.rmdir()
+    data.parent.write_text("not a folder")
+
+
+async def test_an_athena_outbox_that_cannot_keep_a_record_counts_a_drop(
+    otel: Otel,
+    settings: Settings,
+    real_redis: Any,
+    athena_server: FakeAthenaServer,
+    make_athena_client: Factory,
+    make_runtime: Factory,
+    workflow_id: str,
+) -> None:
+    rt = make_runtime(redis=real_redis, athena=make_athena_client(athena_server.url, timeout=2.0))
+    mem = rt.memory(workflow_id, "s1", "a1")
+    await mem.log_turn(0, "before", "", "")
+    athena = await rt.athena_memory("a1")
+    assert athena is not None
+    await athena.flush(timeout=5.0)
+    # The Athena outbox's folder becomes a file: every append fails, each a counted drop.
+    await asyncio.to_thread(_athena_outbox_folder_becomes_a_file, Path(settings.outbox_path))
+    for i in range(1, 3):
+        await mem.log_turn(i, f"during {i}", "", "")
+    dropped = otel.value(telemetry.METRIC_OUTBOX_DROPPED, outbox="athena")
+    assert dropped is not None and dropped.value == 2
+
+
 # --- the Athena circuit -------------------------------------------------------------------
 
 
 def test_the_circuit_gauge_counts_circuits_per_state(otel: Otel) -> None:
+    gc.collect()  # circuits of runtimes earlier tests closed are gone from the gauge
+
+    def state(s: str) -> int:
+        point = otel.value(telemetry.METRIC_CIRCUIT, **{"circuit.state": s})
+        return 0 if point is None else int(point.value)
+
+    before = {s: state(s) for s in ("closed", "half_open", "open")}
     now = [0.0]
     circuits = [
         DeliveryCircuit(
@@ -466,8 +506,7 @@ def test_the_circuit_gauge_counts_circuits_per_state(otel: Otel) -> None:
         )
         for _ in range(3)
     ]
-    for circuit in circuits:
-        telemetry.watch_circuit(circuit)
+    # No watch_circuit() here: every DeliveryCircuit registers itself when made.
     circuits[0].record_failure()
     circuits[0].record_failure()  # open
     circuits[1].record_failure()
@@ -475,11 +514,8 @@ def test_the_circuit_gauge_counts_circuits_per_state(otel: Otel) -> None:
     now[0] = 11.0  # circuit 1 is past its cooldown: half-open
     circuits[0].open_until = 20.0  # circuit 0 still open
 
-    def state(s: str) -> int:
-        point = otel.value(telemetry.METRIC_CIRCUIT, **{"circuit.state": s})
-        return -1 if point is None else int(point.value)
-
-    assert (state("closed"), state("half_open"), state("open")) == (1, 1, 1)
+    after = {s: state(s) - before[s] for s in before}
+    assert after == {"closed": 1, "half_open": 1, "open": 1}
 
 
 # --- without the SDK, and without the API -------------------------------------------------

@@ -121,7 +121,9 @@ class MemoryEngine:
         )
         if recall_store is None and redis is not None:
             # The embedded default: BM25 over an inverted index in Redis.
-            recall_store = RedisRecallStore(redis, self.keyspace)
+            recall_store = RedisRecallStore(
+                redis, self.keyspace, indexed_metadata=settings.recall_indexed_metadata_keys
+            )
         self.recall_store = recall_store
         self.policy = policy if policy is not None else MemoryPolicy()
         self.owns_clients = owns_clients

@@ -36,6 +36,20 @@ async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
     await engine.close()
 
 
+async def test_the_embedded_recall_store_indexes_the_configured_metadata_keys(
+    workflow_id: str, redis_client: Any, settings: Settings, make_engine: Factory
+) -> None:
+    # RECALL_INDEXED_METADATA must reach the store the engine builds, or it does nothing.
+    engine = make_engine(
+        redis=redis_client,
+        settings=settings.model_copy(update={"recall_indexed_metadata": "topic"}),
+    )
+    view = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
+    await view.remember("the launch slipped a week", metadata={"topic": "astronomy"})
+    found = await view.recall("astronomy", min_score=1e-9)
+    assert [r.entry.content for r in found] == ["the launch slipped a week"]
+
+
 async def test_one_workflow_state_and_one_outbox_per_workflow(
     workflow_id: str, redis_client: Any, blob_storage: Any, make_engine: Factory
 ) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
+from jarvismem import telemetry
 from jarvismem.resilience import Backoff, CircuitBreaker
 
 __all__ = ["CircuitState", "DeliveryCircuit"]
@@ -44,6 +45,7 @@ class DeliveryCircuit:
         self.state: CircuitState = "closed"
         self.open_until = 0.0
         self.next_attempt = 0.0
+        telemetry.watch_circuit(self)  # the athena.circuit gauge counts circuits per state
 
     @property
     def failures(self) -> int:

@@ -83,7 +83,7 @@ class AthenaDelivery:
         self._status = status
         self._retry_cap = retry_cap
         self.circuit = circuit
-        self._drainer = OutboxDrainer(outbox, self._send, batch=50)
+        self._drainer = OutboxDrainer(outbox, self._send, batch=50, name="athena")
         self._last_activity = 0.0
         self._flushing = False
         self._wake = asyncio.Event()

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from jarvismem import telemetry
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import RedisClient
@@ -423,6 +424,8 @@ class AthenaMemory:
             self._disk_burst = 0
         if accepted:
             self._delivery.wake()
+        else:
+            telemetry.outbox_dropped("athena")  # the outbox is full: this record was not kept
         return accepted
 
     def _disk_failed(self, exc: OSError) -> None:
@@ -433,6 +436,7 @@ class AthenaMemory:
         """
         code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
         self._outbox.dropped += 1
+        telemetry.outbox_dropped("athena")
         self._disk_burst += 1
         self._status.note_text(f"OSError({code}): {exc.strerror or exc}")
         if self._disk_burst == 1:

@@ -38,6 +38,9 @@ EXPECTED_MEASUREMENTS = (
     "S4 sequential log_turn, Athena on",
     "S7 sequential log_turn with lag monitor, compaction on",
     "S7 sequential log_turn with lag monitor, compaction off",
+    "S1 with OTel off (as without the extra) sequential log_turn",
+    "S1 with OTel API, no SDK configured sequential log_turn",
+    "S1 with OTel SDK installed, no exporter sequential log_turn",
 )
 EXPECTED_RATIOS = (
     "S1 / raw sequential XADD throughput",

@@ -27,6 +27,7 @@ layer does not import a Redis client library) and drives ``redis-cli`` for
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -1380,8 +1381,6 @@ def table_row(row: dict[str, Any]) -> str:
 
 def soak(argv: list[str]) -> int:
     """The soak matrix: every topology x durability x fault, one table row each."""
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.ha soak")
     parser.add_argument("--topologies", default="cluster,sentinel")
     parser.add_argument("--durabilities", default="primary,replicated")

@@ -14,12 +14,14 @@ import asyncio
 import copy
 import errno
 import logging
+import os
 import ssl
 import time
 import weakref
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
@@ -34,6 +36,7 @@ from redis.exceptions import (
     ReadOnlyError,
     RedisError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -438,7 +441,7 @@ async def ping_redis(client: RedisClient, url: str | None) -> None:
             raise ConfigError(auth_refused_message(url or "", exc)) from None
         if isinstance(exc, TimeoutError | RedisConnectionError | OSError) and url:
             raise BackendUnavailableError(unreachable_hint(url, exc)) from None
-        if isinstance(exc, _FAILURES):
+        if is_redis_failure(exc):
             raise translate_redis_error(exc, "PING") from None
         raise
 
@@ -451,7 +454,7 @@ async def probe_redis_write(client: RedisClient, key: str, url: str | None) -> N
     except Exception as exc:
         if is_auth_error(exc):
             raise ConfigError(auth_refused_message(url or "", exc)) from None
-        if isinstance(exc, _FAILURES):
+        if is_redis_failure(exc):
             raise translate_redis_error(exc, "write probe") from None
         raise
 
@@ -476,9 +479,34 @@ _TRANSIENT_REPLIES = (
 )
 
 
+_REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
+
+
+def closed_under_command(exc: BaseException) -> bool:
+    """True for redis-py's own ``AttributeError`` on a connection closed mid-command.
+
+    When a command fails during a failover, redis-py closes connections other tasks
+    are using (the cluster client closes every connection on ``CLUSTERDOWN``); a
+    command between its "connected?" check and its write then meets the closed
+    connection's ``None`` writer and raises ``AttributeError: 'NoneType' object has
+    no attribute 'writelines'`` from redis-py's connection code. That is an outage
+    (the command never reached the server), not a refusal: taken for one, a queued
+    turn was dead-lettered, an acknowledged turn lost.
+    """
+    if not isinstance(exc, AttributeError) or "'NoneType'" not in str(exc):
+        return False
+    tb, innermost = exc.__traceback__, None
+    while tb is not None:
+        innermost, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
+    return innermost is not None and os.path.abspath(innermost).startswith(_REDIS_PACKAGE)
+
+
 def is_transient_redis_error(exc: BaseException) -> bool:
     """True when ``exc`` (from redis-py) is an outage worth retrying later."""
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError):
+        return True
+    if isinstance(exc, SlotNotCoveredError) or closed_under_command(exc):
+        # No node serves the slot yet (mid-failover); a connection closed under us.
         return True
     if isinstance(
         exc,
@@ -504,6 +532,13 @@ def translate_redis_error(exc: BaseException, what: str) -> Exception:
 
 
 _FAILURES = (RedisError, TimeoutError, OSError)
+
+
+def is_redis_failure(exc: BaseException) -> bool:
+    """A failure of a Redis call, to translate: redis-py's errors, timeouts, socket
+    errors, and the outages redis-py raises outside its hierarchy (see
+    :func:`closed_under_command`, ``SlotNotCoveredError``)."""
+    return isinstance(exc, (*_FAILURES, SlotNotCoveredError)) or closed_under_command(exc)
 
 
 class redis_errors:
@@ -534,5 +569,5 @@ class redis_errors:
                 await self._timeout.__aexit__(exc_type, exc, tb)
             except TimeoutError as expired:
                 raise translate_redis_error(expired, self.what) from expired
-        if isinstance(exc, _FAILURES):
+        if exc is not None and is_redis_failure(exc):
             raise translate_redis_error(exc, self.what) from exc

@@ -46,7 +46,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, RedisError
 
-from jarvismem.backends.redis import translate_redis_error
+from jarvismem.backends.redis import is_redis_failure, translate_redis_error
 from jarvismem.backends.redis_durability import (
     durability_of,
     run_script,
@@ -57,9 +57,6 @@ from jarvismem.errors import BackendUnavailableError
 
 MAX_BATCH = 512
 """Most commands in one pipelined round trip (bounds one reply's parse on the loop)."""
-
-_FAILURES = (RedisError, TimeoutError, OSError)
-"""What the client raises for a failed command: translated, never passed up."""
 
 # script, keys + args (flat), number of keys, what (for error messages), future.
 _Pending = tuple[Any, tuple[Any, ...], int, str, "asyncio.Future[Any]"]
@@ -113,7 +110,9 @@ class AutoPipeline:
             item = (script, flat, nkeys, what, self._loop.create_future())
             try:
                 reply = (await self._send([item]))[0]
-            except _FAILURES as exc:
+            except Exception as exc:
+                if not is_redis_failure(exc):
+                    raise
                 raise _translate(exc, what) from exc
             if isinstance(reply, BaseException):
                 raise _translate(reply, what) from reply
@@ -127,7 +126,9 @@ class AutoPipeline:
                 await self._redis.script_load(script.script)
                 self.round_trips += 1
                 return await self._redis.execute_command("EVALSHA", script.sha, nkeys, *flat)
-        except _FAILURES as exc:
+        except Exception as exc:
+            if not is_redis_failure(exc):
+                raise
             raise _translate(exc, what) from exc
 
     def _release(self) -> None:
@@ -228,7 +229,9 @@ class _Direct:
             # The Script object routes by its first key and reloads a lost script;
             # with replicated durability, the WAIT goes to that key's node.
             return await run_script(self._redis, script, keys, args, what)
-        except _FAILURES as exc:
+        except Exception as exc:
+            if not is_redis_failure(exc):
+                raise
             raise _translate(exc, what) from exc
 
 

@@ -793,8 +793,9 @@ class LoadSpec:
 @dataclass
 class LoadResult:
     """What one agent process did: acknowledged turn ids per ``workflow|agent``, calls
-    that raised (must be none), the longest ``log_turn``, and the wall-clock intervals
-    during which any of its outboxes held records."""
+    that raised (must be none), the longest ``log_turn``, the wall-clock intervals
+    during which any of its outboxes held records, and when replay started moving
+    again (the first record replayed after a pause of :data:`REPLAY_PAUSE_SECONDS`)."""
 
     acked: dict[str, list[int]] = field(default_factory=dict)
     raised: int = 0
@@ -802,6 +803,7 @@ class LoadResult:
     longest: float = 0.0
     longest_by_workflow: dict[str, float] = field(default_factory=dict)
     degraded: list[list[float]] = field(default_factory=list)
+    replay_starts: list[float] = field(default_factory=list)
     pending_after_flush: int = 0
 
     @property
@@ -811,6 +813,9 @@ class LoadResult:
 
 DEGRADED_SAMPLE_SECONDS = 0.02
 """How often an agent process looks whether any of its outboxes holds records."""
+
+REPLAY_PAUSE_SECONDS = 0.5
+"""Replay that moved again after this long without progress counts as resuming."""
 
 
 async def run_load(spec: LoadSpec) -> LoadResult:
@@ -822,10 +827,19 @@ async def run_load(spec: LoadSpec) -> LoadResult:
     stop = asyncio.Event()
     stop_file = Path(spec.stop_file)
     open_since: list[float | None] = [None]
+    # [records replayed so far, wall time of the last progress]
+    replay: list[float] = [0.0, float("-inf")]
 
     def sample() -> None:
-        degraded = any(w.degraded for w in rt.open_writers())
+        writers = rt.open_writers()
+        degraded = any(w.degraded for w in writers)
         now = time.time()
+        replayed = float(sum(w.replayed for w in writers))
+        if replayed > replay[0]:
+            if now - replay[1] > REPLAY_PAUSE_SECONDS:
+                result.replay_starts.append(now)
+            replay[1] = now
+        replay[0] = replayed
         if degraded and open_since[0] is None:
             open_since[0] = now
         elif not degraded and open_since[0] is not None:
@@ -1001,6 +1015,8 @@ class ScenarioResult:
     tally: Tally
     promotion_seconds: list[float] = field(default_factory=list)
     replay_lag_seconds: list[float] = field(default_factory=list)
+    replay_resume_seconds: list[float] = field(default_factory=list)
+    """Per promotion that found records queued: seconds until replay moved again."""
     moved_workflows: int = 0
     longest_elsewhere: float = 0.0
     """The longest ``log_turn`` of a workflow whose slot the fault did not touch (cluster)."""
@@ -1019,6 +1035,7 @@ class ScenarioResult:
             "longest_log_turn_s": round(t.longest, 3),
             "longest_elsewhere_s": round(self.longest_elsewhere, 3),
             "promotion_s": round(max(self.promotion_seconds, default=0.0), 2),
+            "replay_resume_s": round(max(self.replay_resume_seconds, default=0.0), 2),
             "replay_lag_s": round(max(self.replay_lag_seconds, default=0.0), 2),
         }
 
@@ -1133,6 +1150,22 @@ class _Agents:
                 proc.wait()
 
 
+def _replay_resume(
+    promoted_at: float, results: list[LoadResult], fault_at: float | None = None
+) -> float | None:
+    """Seconds from a promotion until some process replayed a queued record again, counting
+    replay that moved after the fault (``fault_at``; default: the promotion) (None: nothing
+    was queued). 0 when replay moved before the bed saw the promotion complete (it polls
+    every node's state)."""
+    if _replay_lag(promoted_at, results) == 0.0:
+        return None
+    since = promoted_at if fault_at is None else fault_at
+    starts = [t for r in results for t in r.replay_starts if t >= since]
+    if not starts:
+        return None
+    return max(0.0, min(starts) - promoted_at)
+
+
 def _replay_lag(promoted_at: float, results: list[LoadResult]) -> float:
     """Seconds from a promotion until no process had records queued (0: none were)."""
     lag = 0.0
@@ -1219,6 +1252,14 @@ def run_scenario(
         say("agents stopped; counting")
         tally = asyncio.run(count_turns(fields, workflows, "s1", results))
         lags = [_replay_lag(at, results) for at in promoted_at]
+        resumes = [
+            r
+            for r in (
+                _replay_resume(at, results, at - took)
+                for at, took in zip(promoted_at, promotions, strict=False)
+            )
+            if r is not None
+        ]
         # The first half of the workflows sit on the failed primary (or the moved
         # slots); the rest only share the cluster with them.
         untouched = workflows[(len(workflows) + 1) // 2 :] if wanted is not None else []
@@ -1241,6 +1282,7 @@ def run_scenario(
         tally=tally,
         promotion_seconds=promotions,
         replay_lag_seconds=lags,
+        replay_resume_seconds=resumes,
         moved_workflows=moved,
         longest_elsewhere=elsewhere,
         seconds=time.monotonic() - started,
@@ -1317,7 +1359,8 @@ TABLE_COLUMNS = (
     ("longest_log_turn_s", "longest log_turn (s)"),
     ("longest_elsewhere_s", "longest, other slots (s)"),
     ("promotion_s", "promotion (s)"),
-    ("replay_lag_s", "replay lag (s)"),
+    ("replay_resume_s", "replay resumed (s)"),
+    ("replay_lag_s", "replay drained (s)"),
 )
 
 

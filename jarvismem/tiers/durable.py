@@ -28,6 +28,12 @@ The rules that keep this safe when processes crash, stall or race:
 * **The caller is never failed by the fallback**: a full outbox or a local
   disk error drops the record with a count and a warning (``health()``
   shows it), instead of raising into ``log_turn``.
+* **A backlog is replayed in runs, not one record per round trip.** Given
+  ``apply_many`` (and ``batchable``, which records it takes), consecutive
+  batchable records are applied by one call (the ledger sends a run of turns
+  as one script call: one round trip). Outcomes are taken in queue order: the
+  records before the first outage are acknowledged, that one and every later
+  one stay queued, so order and exactly-once hold as for single records.
 * **Recovery is noticed, not waited out.** After a long outage the replay
   backoff has grown to its cap (seconds). Given a ``probe`` (a cheap "does the
   backend answer?", such as :func:`jarvismem.backends.redis.recovery_probe`),
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from jarvismem import telemetry
@@ -54,6 +60,10 @@ from jarvismem.resilience import Backoff
 log = telemetry.logger(__name__)
 
 Apply = Callable[[dict[str, Any]], Awaitable[Any]]
+
+ApplyMany = Callable[[list[dict[str, Any]]], Awaitable[Sequence[Any]]]
+"""Applies a run of records in order; returns one outcome per record: its result, or
+the exception it met (an outage's error on every record from the first it stopped)."""
 
 Probe = Callable[[], Awaitable[bool]]
 """Does the backend answer now? (cheap, never raises)"""
@@ -108,6 +118,8 @@ class DurableWriter:
         batch: int = 200,
         probe: Probe | None = None,
         probe_interval: float = PROBE_SECONDS,
+        apply_many: ApplyMany | None = None,
+        batchable: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.name = name
         self.outbox = outbox
@@ -118,6 +130,11 @@ class DurableWriter:
         self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
         self._probe = probe
+        self._apply_many = apply_many
+        self._batchable = batchable
+        # Most records in one apply_many call: halved after a run timed out (a run
+        # too big for the timeout must not stall replay for ever), doubled back after.
+        self._run_cap = self.batch
         self.probe_interval = probe_interval
         # Whether the last backoff pause was ended by the probe (see _backed_off).
         self._probe_woke = False
@@ -321,18 +338,20 @@ class DurableWriter:
                 return
             last: int | None = None
             try:
-                for seq, record in pending:
-                    try:
-                        async with asyncio.timeout(self.timeout):
-                            await self._apply(record)
-                    except Exception as exc:
-                        if is_backend_failure(exc):
-                            raise
+                for run in self._runs(pending):
+                    outcomes = await self._apply_run([record for _, record in run])
+                    for (seq, record), outcome in zip(run, outcomes, strict=True):
+                        if not isinstance(outcome, BaseException):
+                            last = seq
+                            self.replayed += 1
+                            continue
+                        if is_backend_failure(outcome):
+                            raise outcome
                         # Refused for good: out of the queue, into the dead letters.
                         if last is not None:
                             await self.outbox.ack(last)
                             last = None
-                        reason = f"{type(exc).__name__}: {exc}"
+                        reason = f"{type(outcome).__name__}: {outcome}"
                         await self.outbox.dead_letter(seq, record, reason)
                         log.error(
                             "%s: record %d refused for good; moved to %s.dead (%s)",
@@ -341,12 +360,68 @@ class DurableWriter:
                             self.outbox.path.name,
                             reason[:200],
                         )
-                        continue
-                    last = seq
-                    self.replayed += 1
             finally:
                 if last is not None:
                     await self.outbox.ack(last)
+
+    def _runs(self, pending: list[tuple[int, dict[str, Any]]]) -> list[list[Any]]:
+        """``pending`` cut into what one apply call takes: runs of batchable records, or one."""
+        if self._apply_many is None:
+            return [[item] for item in pending]
+        takes = self._batchable
+        runs: list[list[Any]] = []
+        current: list[Any] = []
+        for item in pending:
+            if takes is None or takes(item[1]):
+                if len(current) >= self._run_cap:
+                    runs.append(current)
+                    current = []
+                current.append(item)
+                continue
+            if current:
+                runs.append(current)
+                current = []
+            runs.append([item])
+        if current:
+            runs.append(current)
+        return runs
+
+    async def _apply_run(self, records: list[dict[str, Any]]) -> list[Any]:
+        """One outcome per record (a result or its exception), in order.
+
+        Raises only an outage that stopped the whole call (nothing of it is
+        known to have landed)."""
+        batchable = self._batchable
+        if self._apply_many is None or (batchable is not None and not batchable(records[0])):
+            return [await self._apply_one(records[0])]
+        try:
+            async with asyncio.timeout(self.timeout):
+                outcomes = list(await self._apply_many(records))
+        except Exception as exc:
+            if isinstance(exc, TimeoutError):
+                self._run_cap = max(1, self._run_cap // 2)
+            if is_backend_failure(exc):
+                raise
+            # Refused as a whole: one record at a time finds the one to dead-letter.
+            outcomes = []
+            for record in records:
+                outcomes.append(await self._apply_one(record))
+                if isinstance(outcomes[-1], Exception) and is_backend_failure(outcomes[-1]):
+                    outcomes += [outcomes[-1]] * (len(records) - len(outcomes))
+                    break
+            return outcomes
+        if len(outcomes) != len(records):
+            raise RuntimeError(f"{self.name}: {len(outcomes)} outcomes for {len(records)} records")
+        self._run_cap = min(self.batch, self._run_cap * 2)
+        return outcomes
+
+    async def _apply_one(self, record: dict[str, Any]) -> Any:
+        """``apply(record)`` under the timeout: its result, or the exception it raised."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._apply(record)
+        except Exception as exc:
+            return exc
 
     async def flush(self, timeout: float, *, stop_at_failure: bool = False) -> bool:
         """Wait up to ``timeout`` seconds for the outbox to empty; True if it did.

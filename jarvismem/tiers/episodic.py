@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,55 @@ if ARGV[1] ~= '' then
 end
 return {1, id}
 """
+
+# The same append for a run of turns (an outbox replay), in one script call: one
+# round trip (and one WAIT when replicated) for the run, applied atomically and in
+# order. KEYS: ledger, turn index. ARGV: ttl seconds, maxlen (0 = unbounded), then
+# per turn: index field ("" = no dedupe), the count n of its strings, n field/value
+# strings. Returns one reply per turn: {1, id} appended, {0, id} a duplicate,
+# {2, message} refused (a malformed entry: the other turns still apply).
+# The TTLs are refreshed once, at the end: always a write (the index exists once a
+# deduplicated turn is in it), which the WAIT after it covers, as above.
+_APPEND_MANY_LUA = """
+local maxlen = tonumber(ARGV[2])
+local out = {}
+local i = 3
+while i <= #ARGV do
+  local field = ARGV[i]
+  local first = i + 2
+  local last = i + 1 + tonumber(ARGV[i + 1])
+  i = last + 1
+  local existing = false
+  if field ~= '' then
+    existing = redis.call('HGET', KEYS[2], field)
+  end
+  if existing then
+    out[#out + 1] = {0, existing}
+  else
+    local id
+    if maxlen > 0 then
+      id = redis.pcall('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, first, last))
+    else
+      id = redis.pcall('XADD', KEYS[1], '*', unpack(ARGV, first, last))
+    end
+    if type(id) == 'table' and id.err then
+      out[#out + 1] = {2, id.err}
+    else
+      if field ~= '' then
+        redis.call('HSET', KEYS[2], field, id)
+      end
+      out[#out + 1] = {1, id}
+    end
+  end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[1])
+return out
+"""
+
+REPLAY_CALL_BYTES = 512 * 1024
+"""Most bytes of turns one :meth:`EpisodicLedger.append_encoded_many` script call
+carries: a replay of big turns is split so one call never holds the server long."""
 
 
 INDEX_REFRESH_SECONDS = 60
@@ -121,6 +170,7 @@ class EpisodicLedger:
         self.ttl_seconds = ttl_seconds
         self.max_len = max_len
         self._script = redis.register_script(_APPEND_LUA)
+        self._many_script = redis.register_script(_APPEND_MANY_LUA)
         self._index_key = keyspace.live().workflow_index()
         # Monotonic deadline of the next index refresh (0: refresh on the next append).
         self._index_due = 0.0
@@ -182,6 +232,45 @@ class EpisodicLedger:
             reply = await call
         return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
 
+    async def append_encoded_many(
+        self, turns: Sequence[tuple[list[str], str]]
+    ) -> list[AppendResult | BackendRejectedError | BackendUnavailableError]:
+        """Append a run of pre-encoded turns ``(args, dedupe_field)`` in order (a replay).
+
+        One script call per :data:`REPLAY_CALL_BYTES` of turns instead of one per
+        turn: a backlog drains in a few round trips. Each call is atomic, so a
+        failure never leaves a later turn stored before an earlier one of the
+        same call. Returns one outcome per turn, in order: its
+        :class:`AppendResult`, a :class:`~jarvismem.errors.BackendRejectedError`
+        for a turn the server refused (the rest still applied), or, from the
+        first call that failed for an outage on, the
+        :class:`~jarvismem.errors.BackendUnavailableError` of that call (those
+        turns may or may not have landed: appending them again is safe).
+        """
+        outcomes: list[AppendResult | BackendRejectedError | BackendUnavailableError] = []
+        for chunk in _chunks(turns, REPLAY_CALL_BYTES):
+            args: list[Any] = [self.ttl_seconds, self.max_len]
+            for fields, dedupe_field in chunk:
+                args += [dedupe_field, len(fields), *fields]
+            try:
+                replies = await auto_pipeline(self.redis).evalsha(
+                    self._many_script, [self.key, self.index_key], args, self._append_what
+                )
+            except BackendUnavailableError as exc:
+                outcomes += [exc] * (len(turns) - len(outcomes))
+                return outcomes
+            for reply in replies:
+                status = int(reply[0])
+                if status == 2:
+                    outcomes.append(
+                        BackendRejectedError(f"{self._append_what}: refused ({_text(reply[1])})")
+                    )
+                else:
+                    outcomes.append(AppendResult(id=_text(reply[1]), created=status == 1))
+        if self._indexed and time.monotonic() >= self._index_due:
+            await self._touch_index()
+        return outcomes
+
     async def _touch_index(self) -> None:
         """``ZADD GT`` this workflow's last-write time into the namespace index; never raises."""
         self._index_due = time.monotonic() + INDEX_REFRESH_SECONDS
@@ -242,6 +331,23 @@ class EpisodicLedger:
         async with redis_errors(f"ledger of {self.workflow_id}: find turn"):
             raw = await self.redis.hget(self.index_key, field)
         return None if raw is None else _text(raw)
+
+
+def _chunks(
+    turns: Sequence[tuple[list[str], str]], max_bytes: int
+) -> list[Sequence[tuple[list[str], str]]]:
+    """``turns`` split into runs of about ``max_bytes`` (at least one turn each), in order."""
+    out: list[Sequence[tuple[list[str], str]]] = []
+    start, size = 0, 0
+    for i, (fields, field) in enumerate(turns):
+        weight = len(field) + sum(len(str(value)) for value in fields)
+        if i > start and size + weight > max_bytes:
+            out.append(turns[start:i])
+            start, size = i, 0
+        size += weight
+    if start < len(turns):
+        out.append(turns[start:])
+    return out
 
 
 def stream_id_ms(stream_id: str) -> int | None:

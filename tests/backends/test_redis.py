@@ -491,6 +491,72 @@ async def test_after_a_command_failed_every_retry_the_next_ones_try_once_until_o
     assert calls == [3] and not retry.known_down()
 
 
+@pytest.mark.integration
+async def test_a_cluster_client_never_lets_one_node_s_outage_skip_retries_on_the_others(
+    cluster_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The "known down" window is one per client: on a cluster it would let one dead
+    # node make commands to healthy nodes skip their retries. redis-py's cluster client
+    # gives each node connection a retry of its own and never runs a keyed command,
+    # script or pipeline through the client's retry (only MULTI/EXEC pipelines, which
+    # no turn or checkpoint save uses), so the window cannot reach those commands.
+    # Should a redis-py upgrade start doing so, this fails: make the window per node.
+    consulted: list[int] = []
+    real = _CommandRetry.call_with_retry
+
+    async def spy(self: _CommandRetry, *args: Any, **kwargs: Any) -> Any:
+        consulted.append(1)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(_CommandRetry, "call_with_retry", spy)
+    client = create_redis(
+        make_settings(redis_url=f"redis://127.0.0.1:{cluster_port}/0", redis_cluster=True)
+    )
+    key = "{kd-" + uuid.uuid4().hex[:8] + "}:k"
+    try:
+        assert isinstance(client, RedisCluster) and isinstance(client.retry, _CommandRetry)
+        await client.set(key, "1", px=10_000)
+        await client.eval("return redis.call('GET', KEYS[1])", 1, key)
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.pexpire(key, 10_000)
+            await pipe.execute()
+        script = client.register_script("return redis.call('EXISTS', KEYS[1])")
+        assert await script(keys=[key]) == 1
+        assert consulted == []
+    finally:
+        await client.delete(key)
+        await client.aclose()
+
+
+async def test_a_connection_closed_under_a_command_is_an_outage_not_a_refusal() -> None:
+    # Seen in the HA soak (replicated, cluster kill): redis-py closed a connection
+    # another task was about to write to, and the turn, taken for a refusal, was
+    # dead-lettered: an acknowledged turn lost.
+    conn = aioredis.Connection(host="127.0.0.1", port=closed_port())
+    conn._reader, conn._writer = object(), object()  # type: ignore[assignment]
+
+    async def closed_meanwhile() -> None:  # another task disconnects during this await
+        conn._reader = conn._writer = None
+
+    conn.check_health = closed_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(AttributeError) as caught:
+        await conn.send_packed_command(b"PING\r\n")
+    assert is_transient_redis_error(caught.value)
+    with pytest.raises(BackendUnavailableError, match="ledger of wf: append"):
+        async with redis_errors("ledger of wf: append"):
+            raise caught.value
+    # Our own AttributeError (a bug) is not an outage.
+    try:
+        None.writelines  # type: ignore[attr-defined]  # noqa: B018
+    except AttributeError as ours:
+        assert not is_transient_redis_error(ours)
+
+
+def test_a_slot_no_node_serves_yet_is_an_outage() -> None:
+    assert is_transient_redis_error(redis_exc.SlotNotCoveredError("slot 7 is not covered"))
+
+
 async def test_refused_credentials_do_not_count_as_the_server_being_down() -> None:
     retry = _CommandRetry(NoBackoff(), 3)
     calls, do = _counting([redis_exc.AuthenticationError("WRONGPASS invalid password")])

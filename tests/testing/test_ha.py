@@ -14,6 +14,7 @@ from jarvismem.testing.ha import (
     SentinelBed,
     SentinelProcess,
     _replay_lag,
+    _replay_resume,
     _workflow_ids,
     info,
     key_slot,
@@ -63,6 +64,17 @@ def test_workflow_ids_put_half_inside_what_is_wanted() -> None:
     ids = _workflow_ids(5, lambda wf: workflow_slot(wf) < 8192)
     assert [workflow_slot(wf) < 8192 for wf in ids] == [True, True, True, False, False]
     assert _workflow_ids(3) == ["wf0", "wf1", "wf2"]
+
+
+def test_replay_resume_is_the_first_replay_after_the_fault_measured_from_the_promotion() -> None:
+    results = [
+        LoadResult(degraded=[[10.0, 14.0]], replay_starts=[5.0, 12.4]),
+        LoadResult(degraded=[[10.5, 13.0]], replay_starts=[12.2]),
+    ]
+    assert _replay_resume(12.0, results, fault_at=10.0) == pytest.approx(0.2)
+    # Replay that moved before the bed saw the promotion complete: resumed at once.
+    assert _replay_resume(12.3, results, fault_at=10.0) == 0.0
+    assert _replay_resume(20.0, results) is None  # nothing was queued then
 
 
 def test_replay_lag_is_the_time_a_promotion_found_records_queued() -> None:
@@ -150,10 +162,11 @@ def test_a_soak_row_renders_in_the_table_columns() -> None:
         "longest_log_turn_s": 1.1,
         "longest_elsewhere_s": 1.0,
         "promotion_s": 2.4,
+        "replay_resume_s": 0.1,
         "replay_lag_s": 0.3,
     }
     assert table_row(row) == (
-        "| cluster | primary | kill x3 | 12,345 | 0 | 0 | 0 | 1.1 | 1.0 | 2.4 | 0.3 |"
+        "| cluster | primary | kill x3 | 12,345 | 0 | 0 | 0 | 1.1 | 1.0 | 2.4 | 0.1 | 0.3 |"
     )
     assert table_header().count("|---") == len(row)
 

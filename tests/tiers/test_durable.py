@@ -178,6 +178,146 @@ async def test_a_refused_record_in_the_queue_is_dead_lettered_and_the_rest_repla
     assert writer.health()["dead_lettered"] == 1
 
 
+# --- replay in runs (apply_many) ---------------------------------------------------------------
+
+
+class BatchBackend(FakeBackend):
+    """Also applies runs of records in one call; ``fail_at`` makes one record of a run an outage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[int]] = []
+        self.fail_at: int | None = None
+        self.refuse_whole = False
+
+    async def apply_many(self, records: list[dict[str, Any]]) -> list[Any]:
+        self.calls.append([r["n"] for r in records])
+        if self.down:
+            raise BackendUnavailableError("backend down")
+        if self.refuse_whole and any(r.get("refuse") for r in records):
+            raise BackendRejectedError("the script refused the call")
+        outcomes: list[Any] = []
+        for i, record in enumerate(records):
+            if record["n"] == self.fail_at:
+                self.fail_at = None  # once
+                stop = BackendUnavailableError("connection lost")
+                return outcomes + [stop] * (len(records) - i)
+            if record.get("refuse"):
+                outcomes.append(BackendRejectedError("WRONGTYPE"))
+                continue
+            self.applied.append(record["n"])
+            outcomes.append(f"ok {record['n']}")
+        return outcomes
+
+
+@pytest.fixture
+def batch_backend() -> BatchBackend:
+    return BatchBackend()
+
+
+@pytest.fixture
+async def batch_writer(tmp_path: Path, batch_backend: BatchBackend) -> AsyncIterator[DurableWriter]:
+    box = Outbox(tmp_path / "b.jsonl", max_entries=1000)
+    writer = DurableWriter(
+        "backend[wf]",
+        box,
+        batch_backend.apply,
+        timeout=5.0,
+        apply_many=batch_backend.apply_many,
+        batchable=lambda record: not record.get("lone"),
+    )
+    yield writer
+    await writer.close()
+
+
+async def queue_during_outage(
+    writer: DurableWriter, backend: FakeBackend, records: list[Any]
+) -> None:
+    backend.down = True
+    for record in records:
+        assert await writer.submit(record) is None
+    backend.down = False
+
+
+async def test_a_backlog_is_replayed_in_one_call_per_run_in_order(
+    batch_writer: DurableWriter, batch_backend: BatchBackend
+) -> None:
+    await queue_during_outage(batch_writer, batch_backend, [{"n": n} for n in range(50)])
+    batch_backend.calls.clear()
+    assert await batch_writer.flush(timeout=5.0)
+    assert batch_backend.applied == list(range(50))
+    assert batch_backend.calls == [list(range(50))]  # one call, not fifty
+    assert batch_writer.replayed == 50
+
+
+async def test_a_record_that_is_not_batchable_splits_the_runs_and_keeps_its_place(
+    batch_writer: DurableWriter, batch_backend: BatchBackend
+) -> None:
+    records = [{"n": 0}, {"n": 1}, {"n": 2, "lone": True}, {"n": 3}, {"n": 4}]
+    await queue_during_outage(batch_writer, batch_backend, records)
+    batch_backend.calls.clear()
+    assert await batch_writer.flush(timeout=5.0)
+    assert batch_backend.applied == [0, 1, 2, 3, 4]
+    assert batch_backend.calls == [[0, 1], [3, 4]]
+
+
+async def test_an_outage_inside_a_run_keeps_that_record_and_the_rest_queued_in_order(
+    batch_writer: DurableWriter, batch_backend: BatchBackend
+) -> None:
+    await queue_during_outage(batch_writer, batch_backend, [{"n": n} for n in range(6)])
+    batch_backend.fail_at = 3
+    assert await batch_writer.flush(timeout=5.0)
+    # 0-2 landed and were acknowledged; 3-5 stayed queued and came next: no repeat, no gap.
+    assert batch_backend.applied == [0, 1, 2, 3, 4, 5]
+    assert batch_writer.replayed == 6
+
+
+async def test_a_refused_record_of_a_run_is_dead_lettered_and_the_rest_replayed(
+    batch_writer: DurableWriter, batch_backend: BatchBackend
+) -> None:
+    records = [{"n": 0}, {"n": 1, "refuse": True}, {"n": 2}]
+    await queue_during_outage(batch_writer, batch_backend, records)
+    assert await batch_writer.flush(timeout=5.0)
+    assert batch_backend.applied == [0, 2]
+    assert batch_writer.health()["dead_lettered"] == 1
+
+
+async def test_a_run_refused_as_a_whole_is_replayed_one_by_one_to_find_the_culprit(
+    batch_writer: DurableWriter, batch_backend: BatchBackend
+) -> None:
+    batch_backend.refuse_whole = True
+    records = [{"n": 0}, {"n": 1, "refuse": True}, {"n": 2}]
+    await queue_during_outage(batch_writer, batch_backend, records)
+    assert await batch_writer.flush(timeout=5.0)
+    assert batch_backend.applied == [0, 2]
+    assert batch_writer.health()["dead_lettered"] == 1
+
+
+async def test_a_run_that_timed_out_is_retried_smaller(
+    tmp_path: Path, batch_backend: BatchBackend
+) -> None:
+    sizes: list[int] = []
+
+    async def slow_when_big(records: list[dict[str, Any]]) -> list[Any]:
+        sizes.append(len(records))
+        if len(records) > 4:
+            await asyncio.Event().wait()  # too big for the timeout
+        return await batch_backend.apply_many(records)
+
+    box = Outbox(tmp_path / "t.jsonl", max_entries=1000)
+    writer = DurableWriter(
+        "backend[wf]", box, batch_backend.apply, timeout=0.05, apply_many=slow_when_big
+    )
+    writer._backoff = Backoff(base=0.01, cap=0.01, jitter="none")
+    try:
+        await queue_during_outage(writer, batch_backend, [{"n": n} for n in range(16)])
+        assert await writer.flush(timeout=10.0)
+        assert batch_backend.applied == list(range(16))
+        assert sizes[0] == 16 and min(sizes) <= 4
+    finally:
+        await writer.close()
+
+
 async def test_a_full_outbox_drops_and_counts_without_raising(
     make_writer: MakeWriter, backend: FakeBackend
 ) -> None:

@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from jarvismem.backends.redis_pipeline import auto_pipeline
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidPayloadError
 from jarvismem.keys import KeySpace
-from jarvismem.tiers.episodic import EpisodicLedger, WorkflowIndex, ledger_stats
+from jarvismem.records import encode_fields
+from jarvismem.tiers import episodic
+from jarvismem.tiers.episodic import AppendResult, EpisodicLedger, WorkflowIndex, ledger_stats
 
 
 def ledger(redis: Any, keyspace: KeySpace, workflow_id: str, **kw: Any) -> EpisodicLedger:
@@ -304,3 +307,84 @@ async def test_a_duplicate_append_waits_for_the_replica_to_have_the_earlier_copy
         finally:
             await writer.aclose()
             await replayer.aclose()
+
+
+# --- a replayed run of turns: one script call, in order, exactly once ----------------------------
+
+
+def _turn(led: EpisodicLedger, n: int, agent: str = "a") -> tuple[list[str], str]:
+    fields = encode_fields(
+        {"turn_id": str(n), "step_id": "s", "agent_id": agent, "thought": f"t{n}", "tokens": n}
+    )
+    return fields, KeySpace.turn_field("s", agent, str(n))
+
+
+async def test_a_run_of_turns_lands_in_order_once_each_in_one_round_trip(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    await led.append_encoded(*_turn(led, 2))  # already stored: the run must not repeat it
+    pipeline = auto_pipeline(redis_client)
+    before = pipeline.commands
+    outcomes = await led.append_encoded_many([_turn(led, n) for n in range(1, 6)])
+    assert pipeline.commands - before == 1  # one script call (plus a load, the first time)
+    assert all(isinstance(o, AppendResult) for o in outcomes)
+    assert [o.created for o in outcomes if isinstance(o, AppendResult)] == [
+        True,
+        False,
+        True,
+        True,
+        True,
+    ]
+    stored = [e["turn_id"] for e in await led.full_history()]
+    assert stored == ["2", "1", "3", "4", "5"]
+    assert await redis_client.ttl(led.key) > 0 and await redis_client.ttl(led.index_key) > 0
+    # The same run again (a replay whose reply was lost) stores nothing more.
+    again = await led.append_encoded_many([_turn(led, n) for n in range(1, 6)])
+    assert not any(isinstance(o, AppendResult) and o.created for o in again)
+    assert await led.length() == 5
+
+
+async def test_a_run_stores_what_single_appends_store(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    one, many = ledger(redis_client, keyspace, "wf-one"), ledger(redis_client, keyspace, "wf-many")
+    for n in range(3):
+        await one.append_encoded(*_turn(one, n))
+    await many.append_encoded_many([_turn(many, n) for n in range(3)])
+    strip = lambda e: {k: v for k, v in e.items() if k != "id"}  # noqa: E731
+    assert [strip(e) for e in await one.full_history()] == [
+        strip(e) for e in await many.full_history()
+    ]
+    assert await one.find_turn("s", "a", 1) and await many.find_turn("s", "a", 1)
+
+
+async def test_a_malformed_turn_of_a_run_is_refused_alone(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    outcomes = await led.append_encoded_many([_turn(led, 1), ([], "s|a|bad"), _turn(led, 3)])
+    assert isinstance(outcomes[1], BackendRejectedError)
+    assert isinstance(outcomes[0], AppendResult) and isinstance(outcomes[2], AppendResult)
+    assert [e["turn_id"] for e in await led.full_history()] == ["1", "3"]
+
+
+async def test_a_big_run_is_split_into_several_calls_still_in_order(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(episodic, "REPLAY_CALL_BYTES", 200)
+    led = ledger(redis_client, keyspace, workflow_id)
+    pipeline = auto_pipeline(redis_client)
+    before = pipeline.commands
+    await led.append_encoded_many([_turn(led, n) for n in range(10)])
+    assert pipeline.commands - before > 2
+    assert [e["turn_id"] for e in await led.full_history()] == [str(n) for n in range(10)]
+
+
+async def test_an_outage_fails_every_turn_of_the_run_from_the_failed_call_on(
+    unreachable_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(unreachable_redis, keyspace, workflow_id)
+    outcomes = await led.append_encoded_many([_turn(led, n) for n in range(3)])
+    assert len(outcomes) == 3
+    assert all(isinstance(o, BackendUnavailableError) for o in outcomes)

@@ -78,6 +78,15 @@ class _RedisApplier:
             )
         raise BackendRejectedError(f"unknown outbox record op {op!r}")
 
+    async def turns(self, records: list[dict[str, Any]]) -> list[Any]:
+        """A run of queued turns, replayed as one ledger script call (one round trip)."""
+        return await self.ledger.append_encoded_many([(r["args"], r["field"]) for r in records])
+
+
+def _is_turn(record: dict[str, Any]) -> bool:
+    """Turns replay in runs; a checkpoint keeps its place between them, alone."""
+    return record.get("op") == "turn"
+
 
 class _BlobApplier:
     """Applies the blob outbox records of one workflow (scratchpad appends)."""
@@ -138,6 +147,10 @@ class WorkflowState:
                 # One PING prober per client: replay resumes as soon as Redis answers
                 # again, not when a backoff grown during the outage runs out.
                 probe=recovery_probe(redis),
+                # A backlog of turns drains in runs, one script call each, instead of one
+                # round trip per turn while live writes queue behind it.
+                apply_many=self._redis_applier.turns,
+                batchable=_is_turn,
             )
         if blob is not None:
             if blob_outbox is None:

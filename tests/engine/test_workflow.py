@@ -116,6 +116,36 @@ async def test_the_redis_applier_replays_turns_and_checkpoints(
         await apply({"op": "drop-table"})
 
 
+async def test_a_backlog_of_queued_turns_replays_in_one_script_call(
+    redis_client: Any, make_state: Factory
+) -> None:
+    state = make_state(redis=redis_client)
+    writer, ledger = state.redis_writer, state.ledger
+    assert writer is not None and ledger is not None
+    await writer.outbox.load()
+    for n in range(1, 6):  # what an outage leaves queued
+        entry = {"turn_id": str(n), "step_id": "s1", "agent_id": "a1", "thought": f"t{n}"}
+        field = KeySpace.turn_field("s1", "a1", str(n))
+        assert await writer.outbox.put({"op": "turn", "args": encode_fields(entry), "field": field})
+    runs: list[int] = []
+    singles: list[str] = []
+    many, one = ledger.append_encoded_many, ledger.append_encoded
+
+    async def counted_many(turns: Any) -> Any:
+        runs.append(len(turns))
+        return await many(turns)
+
+    async def counted_one(args: Any, field: str) -> Any:
+        singles.append(field)
+        return await one(args, field)
+
+    ledger.append_encoded_many = counted_many  # type: ignore[method-assign]
+    ledger.append_encoded = counted_one  # type: ignore[method-assign]
+    assert await writer.flush(timeout=10)
+    assert (runs, singles) == ([5], [])
+    assert [e["turn_id"] for e in await ledger.tail(10)] == ["1", "2", "3", "4", "5"]
+
+
 async def test_the_blob_applier_refuses_unknown_records(blob_storage: Any) -> None:
     apply = _BlobApplier(blob_storage)
     assert await apply({"op": "append", "path": "x.txt", "data": "hi"})

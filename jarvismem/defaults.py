@@ -258,6 +258,10 @@ take ~4 MiB, so this leaves room for large batches and still bounds memory."""
 RECALL_HYBRID_CANDIDATES: Final = 50
 """Lexical and vector candidates each that hybrid recall fuses (at least ``limit``)."""
 
+RECALL_QUERY_EMBED_TIMEOUT: Final = 5.0
+"""Longest wait for a recall's query embedding, in seconds; past it the recall is
+lexical (an embeddings endpoint's own retries could otherwise hold a turn for minutes)."""
+
 RECALL_EMBED_RETRY_BASE: Final = 1.0
 """First wait before background embedding retries after a failure, in seconds (doubling)."""
 
@@ -309,6 +313,7 @@ __all__ = [
     "RECALL_EMBED_RETRY_CAP",
     "RECALL_HYBRID_CANDIDATES",
     "RECALL_NAMESPACE",
+    "RECALL_QUERY_EMBED_TIMEOUT",
     "REDACTION_KEYS",
     "REDACT_CHECKPOINTS",
     "REDIS_CONNECT_RETRIES",

@@ -30,7 +30,8 @@ scale and of BM25's; a normalised-score sum beat reciprocal-rank fusion there
 0.5-2, and recency only breaks near-ties (questions there span the whole history,
 0.05 costs 0.002 of R@10; in an agent's memory the newer of two close facts is the
 one to show). An entry not yet embedded ranks on its lexical score (and recency)
-alone; when the embedder is down the recall is the lexical one.
+alone; when the embedder is down, or the query embedding takes longer than
+``query_timeout``, the recall is the lexical one.
 """
 
 from __future__ import annotations
@@ -93,9 +94,13 @@ class HybridRecallStore:
         batch_size: int = defaults.EMBEDDINGS_BATCH,
         retry_base: float = defaults.RECALL_EMBED_RETRY_BASE,
         retry_cap: float = defaults.RECALL_EMBED_RETRY_CAP,
+        query_timeout: float = defaults.RECALL_QUERY_EMBED_TIMEOUT,
     ) -> None:
         if candidates < 1 or batch_size < 1:
             raise InvalidPayloadError("candidates and batch_size must be >= 1")
+        if query_timeout <= 0:
+            raise InvalidPayloadError("query_timeout must be > 0")
+        self.query_timeout = query_timeout
         self.inner = inner
         self.embedder = embedder
         self.vectors: VectorStore = vectors if vectors is not None else InMemoryVectorStore()
@@ -232,9 +237,10 @@ class HybridRecallStore:
 
     async def _embed_query(self, query: str) -> Sequence[float] | None:
         try:
-            [vector] = await self.embedder.embed([query])
+            async with asyncio.timeout(self.query_timeout):
+                [vector] = await self.embedder.embed([query])
             return vector
-        except Exception as exc:  # recall stays lexical while the embedder is down
+        except Exception as exc:  # recall stays lexical while the embedder is down or slow
             log.warning("hybrid recall: query embedding failed (%s); lexical only", exc)
             return None
 

@@ -126,7 +126,7 @@ async def test_malformed_answers_raise_llm_error(
     make_embedder: MakeEmbedder, fake_llm: FakeLLMServer, mode: str
 ) -> None:
     fake_llm.mode = mode
-    with pytest.raises(LLMError, match="malformed|0 vectors for 1"):
+    with pytest.raises(LLMError, match=r"malformed|0 vectors for 1"):
         await make_embedder(max_retries=0).embed(["x"])
 
 

@@ -15,18 +15,18 @@ embedder. Pending entries left by a crash or an outage are drained by the first
 store to start (on its first write or recall) in any process.
 
 **Recalling.** The query is embedded once. Candidates are the lexical top
-``candidates`` (``inner.recall`` with that limit) and the vector top ``candidates``;
-each gets
+``candidates`` (``inner.recall`` with that limit) and the vector top ``candidates``
+(the cosine of every candidate is used, not only of the vector top); each gets
 
     score = lexical_weight  * bm25 / max bm25 among the candidates
           + semantic_weight * max(0, cosine) / max cosine among the candidates
           + recency_weight  * (updated_at - oldest) / (newest - oldest)
 
 and the ``limit`` best come back (ties: newer, then smaller id). The defaults
-(1.0, 1.5, 0.05) were chosen on the LoCoMo dev set (docs/recall.md): dividing each
+(1.0, 1.5, 0.05) were chosen on the LoCoMo dev set (README, *Hybrid recall*): dividing each
 signal by its best value makes the weights independent of the embedder's cosine
 scale and of BM25's; a normalised-score sum beat reciprocal-rank fusion there
-(R@10 0.649 vs 0.581 with all-MiniLM-L6-v2), semantic weight 1.5 was the best of
+(R@10 0.641 against 0.581 for RRF, both with all-MiniLM-L6-v2), semantic weight 1.5 was the best of
 0.5-2, and recency only breaks near-ties (questions there span the whole history,
 0.05 costs 0.002 of R@10; in an agent's memory the newer of two close facts is the
 one to show). An entry not yet embedded ranks on its lexical score (and recency)
@@ -79,6 +79,7 @@ class HybridRecallStore:
     ``vectors``: where vectors and pending entries live (default: in memory; give a
     :class:`~jarvismem.recall.vectors.RedisVectorStore` for durability).
     ``candidates``: how many lexical and vector candidates each are fused.
+    ``owns_embedder``: :meth:`aclose` closes the embedder too (its ``aclose()``, if any).
     Close with :meth:`aclose` (stops the background embedding; pending entries stay
     recorded for the next start).
     """
@@ -95,12 +96,14 @@ class HybridRecallStore:
         retry_base: float = defaults.RECALL_EMBED_RETRY_BASE,
         retry_cap: float = defaults.RECALL_EMBED_RETRY_CAP,
         query_timeout: float = defaults.RECALL_QUERY_EMBED_TIMEOUT,
+        owns_embedder: bool = False,
     ) -> None:
         if candidates < 1 or batch_size < 1:
             raise InvalidPayloadError("candidates and batch_size must be >= 1")
         if query_timeout <= 0:
             raise InvalidPayloadError("query_timeout must be > 0")
         self.query_timeout = query_timeout
+        self.owns_embedder = owns_embedder
         self.inner = inner
         self.embedder = embedder
         self.vectors: VectorStore = vectors if vectors is not None else InMemoryVectorStore()
@@ -232,6 +235,9 @@ class HybridRecallStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._drains.clear()
+        close = getattr(self.embedder, "aclose", None)
+        if self.owns_embedder and close is not None:
+            await close()
 
     # --- recalling ----------------------------------------------------------------------
 
@@ -255,7 +261,15 @@ class HybridRecallStore:
         )
         hits: list[VectorHit] = []
         if query_vector is not None:
-            hits = await self.vectors.search(scope, query_vector, self.embedder.name, wanted)
+            # The lexical candidates' similarities too: an entry found both ways must
+            # get both signals even when it is outside the vector top ``wanted``.
+            hits = await self.vectors.search(
+                scope,
+                query_vector,
+                self.embedder.name,
+                wanted,
+                include=[r.entry.id for r in lexical if r.score > 0],
+            )
         return fuse(lexical, hits, request.limit, self.weights)
 
 

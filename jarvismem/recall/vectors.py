@@ -82,9 +82,16 @@ class VectorStore(Protocol):
         ...
 
     async def search(
-        self, scope: str, query: Sequence[float], name: str, limit: int
+        self,
+        scope: str,
+        query: Sequence[float],
+        name: str,
+        limit: int,
+        include: Sequence[str] = (),
     ) -> list[VectorHit]:
-        """The ``limit`` entries of ``scope`` most similar to ``query`` (``name``'s vectors)."""
+        """The ``limit`` entries of ``scope`` most similar to ``query`` (``name``'s vectors),
+        most similar first, then the similarity of each id of ``include`` not among
+        them that has a vector (so a fusion can weigh its lexical candidates too)."""
         ...
 
 
@@ -146,9 +153,11 @@ class _Matrix:
         self.ids.pop()
         self.entries.pop()
 
-    def search(self, query: Sequence[float], limit: int) -> list[VectorHit]:
+    def search(
+        self, query: Sequence[float], limit: int, include: Sequence[str] = ()
+    ) -> list[VectorHit]:
         count = len(self.ids)
-        if count == 0 or limit <= 0:
+        if count == 0:
             return []
         q = np.asarray(query, dtype=np.float32)
         if q.shape[0] != self.matrix.shape[1]:
@@ -156,11 +165,19 @@ class _Matrix:
                 f"query has {q.shape[0]} dimensions; the stored vectors have {self.matrix.shape[1]}"
             )
         sims = self.matrix[:count] @ q
-        if count > limit:
+        if limit <= 0:
+            top = np.arange(0)
+        elif count > limit:
             top = np.argpartition(-sims, limit - 1)[:limit]
         else:
             top = np.arange(count)
         order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), self.ids[i]))
+        chosen = set(order)
+        for entry_id in include:
+            row = self.rows.get(entry_id)
+            if row is not None and row not in chosen:
+                chosen.add(row)
+                order.append(row)
         return [
             VectorHit(MemoryEntry.model_validate_json(self.entries[i]), float(sims[i]))
             for i in order
@@ -216,11 +233,16 @@ class InMemoryVectorStore:
             self._drop(scope, entry_id)
 
     async def search(
-        self, scope: str, query: Sequence[float], name: str, limit: int
+        self,
+        scope: str,
+        query: Sequence[float],
+        name: str,
+        limit: int,
+        include: Sequence[str] = (),
     ) -> list[VectorHit]:
-        """Brute-force cosine over ``scope``'s vectors made by ``name``."""
+        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``)."""
         matrix = self._vectors.get(scope, {}).get(name)
-        return matrix.search(query, limit) if matrix is not None else []
+        return matrix.search(query, limit, include) if matrix is not None else []
 
 
 # KEYS[1] vectors, KEYS[2] version, KEYS[3] pending; ARGV[1] id, ARGV[2] entry JSON
@@ -377,9 +399,14 @@ class RedisVectorStore:
                 matrix.remove(entry_id)
 
     async def search(
-        self, scope: str, query: Sequence[float], name: str, limit: int
+        self,
+        scope: str,
+        query: Sequence[float],
+        name: str,
+        limit: int,
+        include: Sequence[str] = (),
     ) -> list[VectorHit]:
-        """Brute-force cosine over ``scope``'s vectors made by ``name``.
+        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``).
 
         One ``GET`` of the version when the cache is current; the whole scope
         (one script) when another process changed it.
@@ -402,7 +429,9 @@ class RedisVectorStore:
                 cached = (int(raw_version), matrices)
                 self._cache[scope] = cached
         matrix = cached[1].get(name)
-        return await _search_off_loop(matrix, query, limit) if matrix is not None else []
+        if matrix is None:
+            return []
+        return await _search_off_loop(matrix, query, limit, include)
 
 
 _SEARCH_INLINE_ROWS = 20_000
@@ -410,7 +439,9 @@ _SEARCH_INLINE_ROWS = 20_000
 for 384 dimensions); a larger scope's matrix product runs in a worker thread."""
 
 
-async def _search_off_loop(matrix: _Matrix, query: Sequence[float], limit: int) -> list[VectorHit]:
+async def _search_off_loop(
+    matrix: _Matrix, query: Sequence[float], limit: int, include: Sequence[str]
+) -> list[VectorHit]:
     if len(matrix.ids) <= _SEARCH_INLINE_ROWS:
-        return matrix.search(query, limit)
-    return await asyncio.to_thread(matrix.search, query, limit)
+        return matrix.search(query, limit, include)
+    return await asyncio.to_thread(matrix.search, query, limit, include)

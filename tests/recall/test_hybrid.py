@@ -300,3 +300,26 @@ class TestHybridRedis(_HybridConformance):
             HashedEmbedder(),
             vectors=RedisVectorStore(redis_client, keyspace),
         )
+
+
+async def test_a_lexical_candidate_outside_the_vector_top_keeps_its_similarity() -> None:
+    # candidates=1: the vector top holds only the closest entry (the pasta one). The
+    # pizza entry matches both query words and is close in meaning too: it must be
+    # scored on meaning as well, or it would lose to an entry found one way only.
+    store = hybrid(candidates=1, weights=FusionWeights(recency=0.0))
+    await write_all(store, "pizza dinner in the car", "pasta dinner ate")
+    assert await store.flush(10)
+    assert (await recall(store, "pizza dinner", 1)) == ["pizza dinner in the car"]
+
+
+async def test_aclose_closes_an_owned_embedder_only() -> None:
+    class Closable(ConceptEmbedder):
+        closed = False
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    borrowed, owned = Closable(), Closable()
+    await hybrid(embedder=borrowed).aclose()
+    await hybrid(embedder=owned, owns_embedder=True).aclose()
+    assert (borrowed.closed, owned.closed) == (False, True)

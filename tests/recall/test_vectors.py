@@ -166,3 +166,11 @@ def test_a_record_round_trips() -> None:
     name, entry_json, vector = decode_record(encode_record(e, NAME, [0.5, -0.25]))
     assert name == NAME and MemoryEntry.model_validate_json(entry_json) == e
     assert vector.tolist() == [0.5, -0.25]
+
+
+async def test_search_also_scores_the_included_ids(store: VectorStore) -> None:
+    await embedded(store, entry("mem_near"), unit(1, 0))
+    await embedded(store, entry("mem_far"), unit(0, 1))
+    hits = await store.search(SCOPE, unit(1, 0), NAME, 1, include=["mem_far", "mem_none"])
+    assert [h.entry.id for h in hits] == ["mem_near", "mem_far"]
+    assert hits[1].similarity == pytest.approx(0.0, abs=1e-6)

@@ -14,16 +14,32 @@ embedder fails, the entries stay pending and the task retries after a backoff
 embedder. Pending entries left by a crash or an outage are drained by the first
 store to start (on its first write or recall) in any process.
 
-**Recalling.** The query is embedded once. Candidates are the lexical top
-``candidates`` (``inner.recall`` with that limit) and the vector top ``candidates``
-(the cosine of every candidate is used, not only of the vector top); each gets
+**Recalling.** The query is embedded once. Candidates are the lexical matches
+(the inner store's top ``candidates``, asked with ``min_score`` just above 0: matches
+only, no fill) and the vector top ``candidates`` of positive cosine (the cosine of
+every lexical candidate is used too, not only of the vector top); both keep to the
+request's ``filter``. Each candidate (a *match*, by words or by meaning) scores
 
     score = lexical_weight  * bm25 / max bm25 among the candidates
-          + semantic_weight * max(0, cosine) / max cosine among the candidates
+          + semantic_weight * cosine / max cosine among the candidates
           + recency_weight  * (updated_at - oldest) / (newest - oldest)
 
-and the ``limit`` best come back (ties: newer, then smaller id). The defaults
-(1.0, 1.5, 0.05) were chosen on the LoCoMo dev set (README, *Hybrid recall*): dividing each
+(recency over the candidates), so a match scores above 0 and at most the sum of
+the weights (2.55 by default). The score ranks the results of one recall: each
+signal is relative to the best candidate of that recall, so a query unrelated to
+everything still has a best match near the top of the scale. ``min_score``
+applies to this score. Matches come highest score first (ties: newer, then smaller
+id). When fewer than ``limit`` entries match and ``min_score`` is 0, the list is
+filled up with the newest entries of the scope (passing the filter) that match
+neither way, each with score 0: the recency fill of the lexical stores
+(:mod:`jarvismem.recall.stores`), so recall returns ``limit`` results whenever the
+scope holds that many. What differs from the lexical ranking rule: meaning brings
+entries that share no word with the query, so a query without a shared word ranks
+by meaning rather than falling back to the newest entries; and recency is part of
+the score, so entries equally relevant by words and meaning score apart, the newer
+higher (rather than tying).
+
+The defaults (1.0, 1.5, 0.05) were chosen on the LoCoMo dev set (docs/recall.md): dividing each
 signal by its best value makes the weights independent of the embedder's cosine
 scale and of BM25's; a normalised-score sum beat reciprocal-rank fusion there
 (R@10 0.641 against 0.581 for RRF, both with all-MiniLM-L6-v2), semantic weight 1.5 was the best of
@@ -31,7 +47,7 @@ scale and of BM25's; a normalised-score sum beat reciprocal-rank fusion there
 0.05 costs 0.002 of R@10; in an agent's memory the newer of two close facts is the
 one to show). An entry not yet embedded ranks on its lexical score (and recency)
 alone; when the embedder is down, or the query embedding takes longer than
-``query_timeout``, the recall is the lexical one.
+``query_timeout``, the recall is the lexical one (with fused scores).
 """
 
 from __future__ import annotations
@@ -48,7 +64,7 @@ from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.errors import InvalidPayloadError, JarvisMemError
 from jarvismem.keys import KeySpace
 from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
-from jarvismem.recall.stores import DeletableRecallStore, RecallStore
+from jarvismem.recall.stores import DeletableRecallStore, RecallStore, passes
 from jarvismem.recall.vectors import InMemoryVectorStore, VectorHit, VectorStore
 from jarvismem.resilience import Backoff
 
@@ -251,14 +267,21 @@ class HybridRecallStore:
             return None
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
-        """Lexical and vector candidates fused (module docstring); at most ``request.limit``."""
+        """Matches by fused score, then the recency fill (module docstring, *Recalling*)."""
         await self._start()
         wanted = max(self.candidates, request.limit)
         scope = KeySpace.recall_scope(request.namespace, request.agent_id, request.session_id)
+        # min_score just above 0: the inner store's exact top ``wanted`` lexical matches
+        # with their BM25 scores and no recency fill (its fill entries would otherwise
+        # pass for candidates); the fill, when one is needed, is asked for below.
         query_vector, lexical = await asyncio.gather(
             self._embed_query(request.query),
-            self.inner.recall(request.model_copy(update={"limit": wanted})),
+            self.inner.recall(
+                request.model_copy(update={"limit": wanted, "min_score": _MATCHES_ONLY})
+            ),
         )
+        # An inner store that ignores min_score or filter (a remote one) is held to them.
+        lexical = [r for r in lexical if r.score > 0 and passes(r.entry, request.filter)]
         hits: list[VectorHit] = []
         if query_vector is not None:
             # The lexical candidates' similarities too: an entry found both ways must
@@ -268,9 +291,38 @@ class HybridRecallStore:
                 query_vector,
                 self.embedder.name,
                 wanted,
-                include=[r.entry.id for r in lexical if r.score > 0],
+                include=[r.entry.id for r in lexical],
+                where=request.filter,
             )
-        return fuse(lexical, hits, request.limit, self.weights)
+        fused = fuse(lexical, hits, wanted, self.weights)
+        results = [r for r in fused if r.score >= request.min_score][: request.limit]
+        if len(results) < request.limit and request.min_score <= 0:
+            results += await self._fill(request, results, len(fused) - len(lexical))
+        return results
+
+    async def _fill(
+        self, request: RecallRequest, matches: list[RecallResult], meaning_only: int
+    ) -> list[RecallResult]:
+        """The newest entries that match neither way, score 0, up to ``request.limit``.
+
+        They come from the inner store's own recency fill: asked for ``meaning_only``
+        more than the limit, its fill holds enough entries that are not already
+        matches by meaning (its lexical matches are all among ``matches`` here).
+        """
+        found = await self.inner.recall(
+            request.model_copy(update={"limit": request.limit + meaning_only, "min_score": 0.0})
+        )
+        taken = {r.entry.id for r in matches}
+        fill = [
+            RecallResult(entry=r.entry, score=0.0)
+            for r in found
+            if r.score == 0 and r.entry.id not in taken and passes(r.entry, request.filter)
+        ]
+        return fill[: request.limit - len(matches)]
+
+
+_MATCHES_ONLY = 1e-9
+"""The inner recall's ``min_score``: every lexical match scores above it, the fill (0) not."""
 
 
 def fuse(
@@ -279,16 +331,23 @@ def fuse(
     limit: int,
     weights: FusionWeights = DEFAULT_WEIGHTS,
 ) -> list[RecallResult]:
-    """The hybrid ranking of the module docstring over lexical results and vector hits."""
+    """The hybrid ranking of the module docstring over lexical results and vector hits.
+
+    The matches only: lexical results scoring above 0 and vector hits of positive
+    similarity; each scores above 0 (with weights above 0), highest first, ties
+    to the newer entry, then the smaller id.
+    """
     entries: dict[str, MemoryEntry] = {}
     bm25: dict[str, float] = {}
     cosine: dict[str, float] = {}
     for result in lexical:
-        entries[result.entry.id] = result.entry
-        bm25[result.entry.id] = result.score
+        if result.score > 0:
+            entries[result.entry.id] = result.entry
+            bm25[result.entry.id] = result.score
     for hit in semantic:
-        entries.setdefault(hit.entry.id, hit.entry)
-        cosine[hit.entry.id] = max(0.0, hit.similarity)
+        if hit.similarity > 0:
+            entries.setdefault(hit.entry.id, hit.entry)
+            cosine[hit.entry.id] = hit.similarity
     if not entries:
         return []
     top_bm25 = max(bm25.values(), default=0.0)

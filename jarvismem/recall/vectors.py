@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -88,10 +89,15 @@ class VectorStore(Protocol):
         name: str,
         limit: int,
         include: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
         """The ``limit`` entries of ``scope`` most similar to ``query`` (``name``'s vectors),
         most similar first, then the similarity of each id of ``include`` not among
-        them that has a vector (so a fusion can weigh its lexical candidates too)."""
+        them that has a vector (so a fusion can weigh its lexical candidates too).
+
+        ``where``: only entries whose metadata holds every ``key: value`` pair take
+        part (a recall's ``filter``), so the ``limit`` best are the best that pass.
+        """
         ...
 
 
@@ -117,6 +123,9 @@ class _Matrix:
     version: int = 0
     ids: list[str] = field(default_factory=list)
     entries: list[str] = field(default_factory=list)  # entry JSON, parsed only for hits
+    # Each row's metadata, parsed from its JSON the first time a filtered search
+    # looks at the row (None until then): filters cost nothing when unused.
+    metadata: list[dict[str, str] | None] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     matrix: Any = None
 
@@ -136,8 +145,10 @@ class _Matrix:
             self.rows[entry_id] = row
             self.ids.append(entry_id)
             self.entries.append(entry_json)
+            self.metadata.append(None)
         else:
             self.entries[row] = entry_json
+            self.metadata[row] = None
         self.matrix[row] = vector
 
     def remove(self, entry_id: str) -> None:
@@ -148,13 +159,29 @@ class _Matrix:
         if row != last:  # move the last row into the hole
             moved = self.ids[last]
             self.ids[row], self.entries[row] = moved, self.entries[last]
+            self.metadata[row] = self.metadata[last]
             self.matrix[row] = self.matrix[last]
             self.rows[moved] = row
         self.ids.pop()
         self.entries.pop()
+        self.metadata.pop()
+
+    def passes(self, row: int, where: Mapping[str, str] | None) -> bool:
+        """Whether row ``row``'s metadata holds every pair of ``where``."""
+        if not where:
+            return True
+        metadata = self.metadata[row]
+        if metadata is None:
+            metadata = json.loads(self.entries[row]).get("metadata") or {}
+            self.metadata[row] = metadata
+        return all(metadata.get(key) == value for key, value in where.items())
 
     def search(
-        self, query: Sequence[float], limit: int, include: Sequence[str] = ()
+        self,
+        query: Sequence[float],
+        limit: int,
+        include: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
         count = len(self.ids)
         if count == 0:
@@ -166,16 +193,25 @@ class _Matrix:
             )
         sims = self.matrix[:count] @ q
         if limit <= 0:
-            top = np.arange(0)
+            top: list[int] = []
+        elif where:
+            # The best rows that pass, most similar first: a full sort (10,000 rows:
+            # well under a millisecond), then metadata read only until enough pass.
+            top = []
+            for i in np.argsort(-sims, kind="stable").tolist():
+                if self.passes(i, where):
+                    top.append(i)
+                    if len(top) >= limit:
+                        break
         elif count > limit:
-            top = np.argpartition(-sims, limit - 1)[:limit]
+            top = np.argpartition(-sims, limit - 1)[:limit].tolist()
         else:
-            top = np.arange(count)
-        order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), self.ids[i]))
+            top = list(range(count))
+        order = sorted(top, key=lambda i: (-float(sims[i]), self.ids[i]))
         chosen = set(order)
         for entry_id in include:
             row = self.rows.get(entry_id)
-            if row is not None and row not in chosen:
+            if row is not None and row not in chosen and self.passes(row, where):
                 chosen.add(row)
                 order.append(row)
         return [
@@ -239,10 +275,12 @@ class InMemoryVectorStore:
         name: str,
         limit: int,
         include: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
-        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``)."""
+        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``),
+        only entries passing ``where``."""
         matrix = self._vectors.get(scope, {}).get(name)
-        return matrix.search(query, limit, include) if matrix is not None else []
+        return matrix.search(query, limit, include, where) if matrix is not None else []
 
 
 # KEYS[1] vectors, KEYS[2] version, KEYS[3] pending; ARGV[1] id, ARGV[2] entry JSON
@@ -405,8 +443,10 @@ class RedisVectorStore:
         name: str,
         limit: int,
         include: Sequence[str] = (),
+        where: Mapping[str, str] | None = None,
     ) -> list[VectorHit]:
-        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``).
+        """Brute-force cosine over ``scope``'s vectors made by ``name`` (+ ``include``),
+        only entries passing ``where``.
 
         One ``GET`` of the version when the cache is current; the whole scope
         (one script) when another process changed it.
@@ -431,7 +471,7 @@ class RedisVectorStore:
         matrix = cached[1].get(name)
         if matrix is None:
             return []
-        return await _search_off_loop(matrix, query, limit, include)
+        return await _search_off_loop(matrix, query, limit, include, where)
 
 
 _SEARCH_INLINE_ROWS = 20_000
@@ -440,8 +480,12 @@ for 384 dimensions); a larger scope's matrix product runs in a worker thread."""
 
 
 async def _search_off_loop(
-    matrix: _Matrix, query: Sequence[float], limit: int, include: Sequence[str]
+    matrix: _Matrix,
+    query: Sequence[float],
+    limit: int,
+    include: Sequence[str],
+    where: Mapping[str, str] | None,
 ) -> list[VectorHit]:
     if len(matrix.ids) <= _SEARCH_INLINE_ROWS:
-        return matrix.search(query, limit, include)
-    return await asyncio.to_thread(matrix.search, query, limit, include)
+        return matrix.search(query, limit, include, where)
+    return await asyncio.to_thread(matrix.search, query, limit, include, where)

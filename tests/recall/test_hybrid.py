@@ -58,13 +58,18 @@ class ConceptEmbedder:
 
 
 class HashedEmbedder:
-    """The fake LLM's hashed bag of words, as an in-process embedder."""
+    """The fake LLM's hashed bag of words, as an in-process embedder.
+
+    4,096 buckets: the conformance corpus's words never share one, so "similar in
+    meaning" is exactly "shares a word" (stopwords included) and the contract's
+    exact expectations hold; the fake server's 64 buckets would mix unrelated words.
+    """
 
     name = "test:hashed"
-    dimensions = 64
+    dimensions = 4096
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        return [hashed_embedding(t) for t in texts]
+        return [hashed_embedding(t, self.dimensions) for t in texts]
 
 
 def hybrid(inner: RecallStore | None = None, embedder: Any = None, **kw: Any) -> HybridRecallStore:
@@ -147,10 +152,16 @@ def test_fuse_normalises_each_signal_by_its_best_value() -> None:
     assert fuse([], [], 5) == []
 
 
-def test_fuse_ignores_negative_similarity() -> None:
-    a = _entry(1, 100)
-    [result] = fuse([], [VectorHit(a, -0.3)], 5, FusionWeights(recency=0.0))
-    assert result.score == 0.0
+def test_fuse_keeps_matches_only_each_scoring_above_zero() -> None:
+    a, b, c = _entry(1, 100), _entry(2, 200), _entry(3, 300)
+    # No similarity, or a negative one, is no match by meaning; a lexical score of 0
+    # (an inner store's fill) is no match by words.
+    assert fuse([], [VectorHit(a, -0.3), VectorHit(b, 0.0)], 5) == []
+    assert fuse([RecallResult(entry=c, score=0.0)], [], 5) == []
+    found = fuse([RecallResult(entry=a, score=2.0)], [VectorHit(c, 0.5), VectorHit(b, -1)], 5)
+    assert [r.entry.id for r in found] == ["mem_3", "mem_1"]
+    # The oldest match, found by words only, still scores above 0.
+    assert all(r.score > 0 for r in found), found
 
 
 async def test_the_query_is_embedded_once_per_recall() -> None:
@@ -272,13 +283,16 @@ async def test_delete_needs_an_inner_store_that_can_delete() -> None:
 
 
 class _HybridConformance(RecallStoreConformance):
-    """Honest differences: meaning brings entries that share no word with the query
-    (no "only matches" rule), and a query matching no word ranks by meaning rather
-    than falling back to the newest entries. ``seed`` waits for the embeddings, so
-    the ranking checks run on the hybrid ranking, not the lexical one."""
+    """Honest differences: a query sharing no word with the scope still ranks by
+    meaning rather than falling back to the newest entries (``falls_back_to_newest``),
+    and recency is part of the fused score, so equally relevant entries do not tie:
+    the newer scores higher (``ties_by_recency``, checked below by
+    :func:`test_equally_relevant_entries_come_newest_first`). The recency fill,
+    filters, ``min_score``, stems and dates (through the inner store) hold. ``seed``
+    waits for the embeddings, so the ranking checks run on the hybrid ranking."""
 
-    ranks_only_matches: ClassVar[bool] = False
     falls_back_to_newest: ClassVar[bool] = False
+    ties_by_recency: ClassVar[bool] = False
 
     async def seed(self, store: RecallStore, requests: list[WriteRequest]) -> list[MemoryEntry]:
         entries = await super().seed(store, requests)
@@ -323,3 +337,125 @@ async def test_aclose_closes_an_owned_embedder_only() -> None:
     await hybrid(embedder=borrowed).aclose()
     await hybrid(embedder=owned, owns_embedder=True).aclose()
     assert (borrowed.closed, owned.closed) == (False, True)
+
+
+# --- the contract's hybrid details ---------------------------------------------------------
+
+
+async def test_equally_relevant_entries_come_newest_first() -> None:
+    store = hybrid()
+    written = await write_all(store, *["identical words here"] * 4)
+    assert await store.flush(10)
+    found = await store.recall(RecallRequest(agent_id=AGENT, query="words", limit=4))
+    assert [r.entry.id for r in found] == [e.id for e in reversed(written)]
+    assert all(r.score > 0 for r in found)
+    first = await store.recall(RecallRequest(agent_id=AGENT, query="words", limit=1))
+    assert [r.entry.id for r in first] == [written[-1].id]
+    await store.aclose()
+
+
+async def test_a_filter_applies_to_entries_found_by_meaning_only() -> None:
+    store = hybrid()
+    for content, who in (
+        ("I drove my new sedan to work", "ann"),
+        ("the automobile needs new tyres", "bob"),
+        ("a vehicle blocked the road", "ann"),
+        ("We adopted a puppy last spring", "bob"),
+    ):
+        await store.write(WriteRequest(agent_id=AGENT, content=content, metadata={"who": who}))
+    assert await store.flush(10)
+    found = await store.recall(
+        RecallRequest(agent_id=AGENT, query="automobile", limit=2, filter={"who": "ann"})
+    )
+    # Both of ann's car entries, found by meaning; bob's exact word match is left out.
+    assert {r.entry.content for r in found} == {
+        "I drove my new sedan to work",
+        "a vehicle blocked the road",
+    }
+    assert all(r.score > 0 and r.entry.metadata == {"who": "ann"} for r in found)
+    await store.aclose()
+
+
+async def test_a_filter_reaches_past_many_closer_entries_that_fail_it() -> None:
+    store = hybrid(candidates=2)
+    for i in range(30):
+        await store.write(
+            WriteRequest(agent_id=AGENT, content=f"sedan car {i}", metadata={"n": "x"})
+        )
+    await store.write(
+        WriteRequest(agent_id=AGENT, content="an old vehicle and a dog", metadata={"n": "y"})
+    )
+    assert await store.flush(10)
+    found = await store.recall(
+        RecallRequest(agent_id=AGENT, query="automobile", limit=1, filter={"n": "y"})
+    )
+    assert [r.entry.content for r in found] == ["an old vehicle and a dog"]
+    assert found[0].score > 0
+    await store.aclose()
+
+
+async def test_matches_by_meaning_come_before_the_recency_fill() -> None:
+    store = hybrid()
+    await write_all(store, "We adopted a puppy", "I drove my sedan", "grey weather", "cold tea")
+    assert await store.flush(10)
+    found = await store.recall(RecallRequest(agent_id=AGENT, query="automobile", limit=4))
+    # The ConceptEmbedder's constant axis makes every entry a little similar: give
+    # the store a query vector with nothing in common with the unrelated entries.
+    assert found[0].entry.content == "I drove my sedan"
+    assert len(found) == 4
+
+    class Orthogonal(ConceptEmbedder):
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            vectors = await super().embed(texts)
+            return [[*v[:-1], 0.0] if any(v[:-1]) else v for v in vectors]
+
+    strict = hybrid(embedder=Orthogonal())
+    await write_all(strict, "We adopted a puppy", "I drove my sedan", "grey weather", "cold tea")
+    assert await strict.flush(10)
+    found = await strict.recall(RecallRequest(agent_id=AGENT, query="automobile", limit=3))
+    assert [r.entry.content for r in found] == ["I drove my sedan", "cold tea", "grey weather"]
+    assert found[0].score > 0 and [r.score for r in found[1:]] == [0.0, 0.0]
+    only = await strict.recall(
+        RecallRequest(agent_id=AGENT, query="automobile", limit=3, min_score=1e-9)
+    )
+    assert [r.entry.content for r in only] == ["I drove my sedan"]
+    await strict.aclose()
+    await store.aclose()
+
+
+async def test_min_score_applies_to_the_fused_score() -> None:
+    store = hybrid(weights=FusionWeights(recency=0.0))
+    await write_all(store, "pizza night with friends", "pasta dinner at home", "grey weather")
+    assert await store.flush(10)
+    everything = await store.recall(RecallRequest(agent_id=AGENT, query="pizza", limit=3))
+    # Found both ways: the best of each signal (1.0 + 1.5); by meaning only: less.
+    assert everything[0].entry.content == "pizza night with friends"
+    assert everything[0].score == pytest.approx(2.5)
+    assert 0 < everything[1].score < 1.5
+    kept = await store.recall(
+        RecallRequest(agent_id=AGENT, query="pizza", limit=3, min_score=everything[1].score + 0.01)
+    )
+    assert [r.entry.content for r in kept] == ["pizza night with friends"]
+    await store.aclose()
+
+
+async def test_the_inner_store_is_asked_for_matches_only_then_for_the_fill() -> None:
+    class Recording(InMemoryRecallStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[tuple[int, float]] = []
+
+        async def recall(self, request: RecallRequest) -> list[RecallResult]:
+            self.asked.append((request.limit, request.min_score))
+            return await super().recall(request)
+
+    inner = Recording()
+    store = hybrid(inner, candidates=20)
+    await write_all(store, *CORPUS)
+    assert await store.flush(10)
+    inner.asked.clear()
+    await store.recall(RecallRequest(agent_id=AGENT, query="sedan", limit=3))
+    assert inner.asked[0] == (20, pytest.approx(1e-9))
+    # Every entry is a little similar to "sedan" (the constant axis): no fill asked.
+    assert len(inner.asked) == 1
+    await store.aclose()

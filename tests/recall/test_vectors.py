@@ -57,6 +57,23 @@ async def test_search_ranks_by_cosine(store: VectorStore) -> None:
     assert hits[0].entry.content == "some fact"
 
 
+async def test_search_with_where_keeps_to_the_metadata_and_reaches_past_closer_rows(
+    store: VectorStore,
+) -> None:
+    for i in range(20):  # closer to the query, but the wrong label
+        e = MemoryEntry(agent_id="agent-1", id=f"mem_n{i}", content="x", metadata={"k": "no"})
+        await embedded(store, e, unit(1, 0.01 * i, 0))
+    far = MemoryEntry(agent_id="agent-1", id="mem_far", content="x", metadata={"k": "yes"})
+    await embedded(store, far, unit(0.2, 1, 0))
+    hits = await store.search(SCOPE, unit(1, 0, 0), NAME, 1, where={"k": "yes"})
+    assert [h.entry.id for h in hits] == ["mem_far"]
+    # ``include`` keeps to ``where`` too; without ``where`` the closest rows win.
+    hits = await store.search(SCOPE, unit(1, 0, 0), NAME, 1, ["mem_n3"], where={"k": "yes"})
+    assert [h.entry.id for h in hits] == ["mem_far"]
+    assert [h.entry.id for h in await store.search(SCOPE, unit(1, 0, 0), NAME, 1)] == ["mem_n0"]
+    assert await store.search(SCOPE, unit(1, 0, 0), NAME, 3, where={"k": "maybe"}) == []
+
+
 async def test_search_sees_only_the_scope_and_the_embedder(store: VectorStore) -> None:
     await embedded(store, entry("mem_x"), unit(1, 0))
     other = KeySpace.recall_scope("default", "agent-2", None)

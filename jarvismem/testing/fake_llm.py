@@ -41,7 +41,7 @@ import re
 import struct
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from jarvismem.testing._fake_server import FakeHttpServer, RecordedRequest, Request, Response
@@ -66,15 +66,21 @@ EMBEDDING_DIMENSIONS = 64
 _WORD_RE = re.compile(r"[^\W_]+")
 
 
-def hashed_embedding(text: str, dimensions: int = EMBEDDING_DIMENSIONS) -> list[float]:
+def hashed_embedding(
+    text: str, dimensions: int = EMBEDDING_DIMENSIONS, aliases: Mapping[str, str] | None = None
+) -> list[float]:
     """A deterministic, L2-normalised hashed bag of lower-cased words of ``text``.
 
     Each word adds +1 or -1 (by a hash bit) to one of ``dimensions`` buckets, so
     texts sharing words have a positive cosine and texts sharing none are near
-    0. A text without a word maps to the first unit vector.
+    0. A text without a word maps to the first unit vector. ``aliases`` maps a
+    word to the word it is hashed as, so a test can give two different words one
+    meaning (``{"automobile": "car", "sedan": "car"}``).
     """
     vector = [0.0] * dimensions
     for word in _WORD_RE.findall(text.lower()):
+        if aliases:
+            word = aliases.get(word, word)
         digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
         bucket = int.from_bytes(digest[:4], "little") % dimensions
         vector[bucket] += 1.0 if digest[4] & 1 else -1.0
@@ -112,6 +118,8 @@ class FakeLLMServer(FakeHttpServer):
         self.mode: str = "ok"
         self.huge_chars = 200_000
         self.embedding_dimensions = EMBEDDING_DIMENSIONS
+        # Words embedded as another word (see hashed_embedding): "meaning" for tests.
+        self.embedding_aliases: dict[str, str] = {}
         self._failures: list[tuple[int, float | None]] = []
         self._embedding_failures: list[tuple[int, float | None]] = []
         super().__init__(host=host, port=port)
@@ -213,7 +221,7 @@ class FakeLLMServer(FakeHttpServer):
         data: list[dict[str, Any]] = []
         if self.mode != "empty":
             for index, text in enumerate(texts):
-                vector = hashed_embedding(text, dimensions)
+                vector = hashed_embedding(text, dimensions, self.embedding_aliases)
                 embedding: Any = vector
                 if encoding == "base64":
                     packed = struct.pack(f"<{len(vector)}f", *vector)

@@ -107,6 +107,15 @@ def test_embeddings_of_texts_sharing_words_are_closer(llm: FakeLLMServer) -> Non
     assert sum(x * y for x, y in zip(a, c, strict=True)) < 0.5
 
 
+def test_embedding_aliases_give_different_words_one_meaning(llm: FakeLLMServer) -> None:
+    llm.embedding_aliases = {"automobile": "car", "sedan": "car"}
+    body = _embed(llm, input=["automobile", "my red sedan", "car"]).json()
+    automobile, sedan, car = (d["embedding"] for d in body["data"])
+    assert automobile == car == hashed_embedding("car")
+    assert sum(x * y for x, y in zip(automobile, sedan, strict=True)) > 0.5
+    assert hashed_embedding("automobile") != car  # without the alias: another word
+
+
 def test_embeddings_take_a_string_dimensions_and_base64(llm: FakeLLMServer) -> None:
     import base64
     import struct

@@ -294,10 +294,14 @@ class HybridRecallStore:
                 include=[r.entry.id for r in lexical],
                 where=request.filter,
             )
-        fused = fuse(lexical, hits, wanted, self.weights)
-        results = [r for r in fused if r.score >= request.min_score][: request.limit]
+        # Scores descend, so cutting at the limit, then dropping those under min_score,
+        # keeps what dropping, then cutting would.
+        fused = fuse(lexical, hits, request.limit, self.weights)
+        results = [r for r in fused if r.score >= request.min_score]
         if len(results) < request.limit and request.min_score <= 0:
-            results += await self._fill(request, results, len(fused) - len(lexical))
+            found_by_words = {r.entry.id for r in lexical}
+            meaning_only = {h.entry_id for h in hits if h.similarity > 0} - found_by_words
+            results += await self._fill(request, results, len(meaning_only))
         return results
 
     async def _fill(
@@ -337,32 +341,42 @@ def fuse(
     similarity; each scores above 0 (with weights above 0), highest first, ties
     to the newer entry, then the smaller id.
     """
+    # Vector hits' entries are parsed only for the results returned: the entry of
+    # an id found by words comes with the lexical result, the rest need ``updated_at``.
     entries: dict[str, MemoryEntry] = {}
+    hits: dict[str, VectorHit] = {}
+    updated: dict[str, int] = {}
     bm25: dict[str, float] = {}
     cosine: dict[str, float] = {}
     for result in lexical:
         if result.score > 0:
             entries[result.entry.id] = result.entry
+            updated[result.entry.id] = result.entry.updated_at
             bm25[result.entry.id] = result.score
     for hit in semantic:
         if hit.similarity > 0:
-            entries.setdefault(hit.entry.id, hit.entry)
-            cosine[hit.entry.id] = hit.similarity
-    if not entries:
+            if hit.entry_id not in updated:
+                hits[hit.entry_id] = hit
+                updated[hit.entry_id] = hit.updated_at
+            cosine[hit.entry_id] = hit.similarity
+    if not updated:
         return []
     top_bm25 = max(bm25.values(), default=0.0)
     top_cosine = max(cosine.values(), default=0.0)
-    times = [e.updated_at for e in entries.values()]
-    oldest, span = min(times), max(times) - min(times)
+    oldest = min(updated.values())
+    span = max(updated.values()) - oldest
     scores: dict[str, float] = {}
-    for entry_id, entry in entries.items():
+    for entry_id, updated_at in updated.items():
         score = 0.0
         if top_bm25 > 0:
             score += weights.lexical * bm25.get(entry_id, 0.0) / top_bm25
         if top_cosine > 0:
             score += weights.semantic * cosine.get(entry_id, 0.0) / top_cosine
         if span > 0:
-            score += weights.recency * (entry.updated_at - oldest) / span
+            score += weights.recency * (updated_at - oldest) / span
         scores[entry_id] = score
-    ordered = sorted(entries, key=lambda i: (-scores[i], -entries[i].updated_at, i))
+    ordered = sorted(updated, key=lambda i: (-scores[i], -updated[i], i))[:limit]
+    for entry_id in ordered:
+        if entry_id not in entries:
+            entries[entry_id] = hits[entry_id].entry
     return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]

@@ -46,12 +46,47 @@ __all__ = ["InMemoryVectorStore", "RedisVectorStore", "VectorHit", "VectorStore"
 _SEP = "\x1f"  # unit separator: never in an embedder name; JSON escapes it in content
 
 
-@dataclass(frozen=True, slots=True)
 class VectorHit:
-    """An entry found by vector search and its cosine similarity to the query."""
+    """An entry found by vector search and its cosine similarity to the query.
 
-    entry: MemoryEntry
-    similarity: float
+    A search makes hits from the stored entry JSON and parses it only when asked
+    (:attr:`entry`; :attr:`updated_at` reads one field): a recall ranks up to a
+    hundred hits and returns ten, and a full parse costs ~30 us.
+    """
+
+    __slots__ = ("_entry", "_json", "entry_id", "similarity")
+
+    def __init__(
+        self,
+        entry: MemoryEntry | None,
+        similarity: float,
+        *,
+        entry_id: str | None = None,
+        entry_json: str | None = None,
+    ) -> None:
+        if entry is None and (entry_id is None or entry_json is None):
+            raise ValueError("a VectorHit needs an entry, or an entry id and its JSON")
+        self._entry = entry
+        self._json = entry_json
+        self.entry_id: str = entry.id if entry is not None else entry_id  # type: ignore[assignment]
+        self.similarity = similarity
+
+    @property
+    def entry(self) -> MemoryEntry:
+        """The entry (parsed from its stored JSON on first use)."""
+        if self._entry is None:
+            self._entry = MemoryEntry.model_validate_json(self._json or "")
+        return self._entry
+
+    @property
+    def updated_at(self) -> int:
+        """The entry's ``updated_at`` (without parsing the whole entry)."""
+        if self._entry is not None:
+            return self._entry.updated_at
+        return int(json.loads(self._json or "{}")["updated_at"])
+
+    def __repr__(self) -> str:
+        return f"VectorHit({self.entry_id!r}, {self.similarity:.4f})"
 
 
 @runtime_checkable
@@ -215,7 +250,7 @@ class _Matrix:
                 chosen.add(row)
                 order.append(row)
         return [
-            VectorHit(MemoryEntry.model_validate_json(self.entries[i]), float(sims[i]))
+            VectorHit(None, float(sims[i]), entry_id=self.ids[i], entry_json=self.entries[i])
             for i in order
         ]
 

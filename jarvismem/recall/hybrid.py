@@ -39,13 +39,14 @@ by meaning rather than falling back to the newest entries; and recency is part o
 the score, so entries equally relevant by words and meaning score apart, the newer
 higher (rather than tying).
 
-The defaults (1.0, 1.5, 0.05) were chosen on the LoCoMo dev set (docs/recall.md): dividing each
-signal by its best value makes the weights independent of the embedder's cosine
-scale and of BM25's; a normalised-score sum beat reciprocal-rank fusion there
-(R@10 0.641 against 0.581 for RRF, both with all-MiniLM-L6-v2), semantic weight 1.5 was the best of
-0.5-2, and recency only breaks near-ties (questions there span the whole history,
-0.05 costs 0.002 of R@10; in an agent's memory the newer of two close facts is the
-one to show). An entry not yet embedded ranks on its lexical score (and recency)
+The defaults (1.0, 1.5, 0.05; 50 candidates) were chosen on the LoCoMo dev set
+and re-checked after the lexical changes (docs/recall.md): dividing each signal by
+its best value makes the weights independent of the embedder's cosine scale and of
+BM25's; a normalised-score sum beats reciprocal-rank fusion there (R@10 0.690
+against 0.614 with all-MiniLM-L6-v2); semantic weights 1.0-1.75 all reach
+0.690-0.693, 1.5 stayed; recency only breaks near-ties (questions there span the
+whole history, 0.05 costs 0.002 of R@10; in an agent's memory the newer of two
+close facts is the one to show). An entry not yet embedded ranks on its lexical score (and recency)
 alone; when the embedder is down, or the query embedding takes longer than
 ``query_timeout``, the recall is the lexical one (with fused scores).
 """

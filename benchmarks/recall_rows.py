@@ -107,6 +107,29 @@ class Bm25Baseline:
         self._index = None
 
 
+class TimedEmbedder:
+    """An embedder passed through, the wall time of each of its calls recorded:
+    the hybrid rows report the query embedding apart from the rest of a recall."""
+
+    def __init__(self, embedder: Any) -> None:
+        self.inner = embedder
+        self.name = embedder.name
+        self.dimensions = embedder.dimensions
+        self.seconds: list[float] = []
+
+    async def embed(self, texts: Any) -> Any:
+        """The inner embedder's vectors; the call's duration appended to ``seconds``."""
+        start = time.perf_counter()
+        try:
+            return await self.inner.embed(texts)
+        finally:
+            self.seconds.append(time.perf_counter() - start)
+
+    async def aclose(self) -> None:
+        """Close the inner embedder when it can be closed."""
+        await _close(self.inner)
+
+
 class StoreRetriever:
     """A jarvismem recall store (optionally wrapped for hybrid retrieval).
 
@@ -124,8 +147,11 @@ class StoreRetriever:
         namespace: str,
         measure: Callable[[str], Awaitable[int]] | None = None,
         cleanup: Callable[[str], Awaitable[None]] | None = None,
+        embedder: TimedEmbedder | None = None,
     ) -> None:
         self._make = make
+        self._embedder = embedder
+        self.query_embed_seconds: list[float] = []
         self._namespace = namespace
         self._measure = measure
         self._cleanup = cleanup
@@ -172,12 +198,19 @@ class StoreRetriever:
         return Built(seconds, len(requests), size, "tracemalloc")
 
     async def search(self, question: str, limit: int) -> list[str]:
-        """``store.recall`` in the conversation's scope; results mapped to dia_ids."""
+        """``store.recall`` in the conversation's scope; results mapped to dia_ids.
+
+        A hybrid store's query embedding (the embedder calls made during the
+        recall: the writes' embedding was flushed before) is timed apart.
+        """
+        calls = len(self._embedder.seconds) if self._embedder is not None else 0
         results = await self._store.recall(
             RecallRequest(
                 agent_id=self._agent, namespace=self._namespace, query=question, limit=limit
             )
         )
+        if self._embedder is not None:
+            self.query_embed_seconds += self._embedder.seconds[calls:]
         return [r.entry.metadata.get("dia_id", "") for r in results]
 
     async def close(self) -> None:
@@ -243,8 +276,11 @@ def occurred_at_supported() -> bool:
     return "occurred_at" in WriteRequest.model_fields
 
 
-def hybrid_factory(embedder_name: str | None) -> Callable[[Any], Any]:
-    """A function wrapping a store for hybrid retrieval, or :class:`Unavailable`."""
+def hybrid_factory(
+    embedder_name: str | None,
+) -> tuple[Callable[..., Any], TimedEmbedder]:
+    """A function wrapping a store for hybrid retrieval (``wrap(inner, vectors=None)``)
+    and its timed embedder, or :class:`Unavailable`."""
     try:
         hybrid = importlib.import_module("jarvismem.recall.hybrid")
         factory = importlib.import_module("jarvismem.backends.embeddings.factory")
@@ -257,10 +293,12 @@ def hybrid_factory(embedder_name: str | None) -> Callable[[Any], Any]:
     except Exception as exc:  # any failure to make one is this row's note, not a crash
         raise Unavailable(f"hybrid mode: no embedder {embedder_name!r} ({exc})") from None
 
-    def wrap(inner: Any) -> Any:
-        return store_class(inner, embedder)
+    timed = TimedEmbedder(embedder)
 
-    return wrap
+    def wrap(inner: Any, vectors: Any = None) -> Any:
+        return store_class(inner, timed, vectors=vectors)
+
+    return wrap, timed
 
 
 class RedisTarget:
@@ -320,24 +358,31 @@ async def make_retriever(
     store: str, mode: str, redis: RedisTarget, embedder: str | None
 ) -> StoreRetriever:
     """The retriever of one jarvismem row; :class:`Unavailable` when it cannot run."""
-    wrap: Callable[[Any], Any] = lambda inner: inner  # noqa: E731
+    wrap: Callable[..., Any] | None = None
+    timed: TimedEmbedder | None = None
     if mode == "hybrid":
-        wrap = hybrid_factory(embedder)
+        wrap, timed = hybrid_factory(embedder)
     elif mode != "lexical":
         raise Unavailable(f"unknown mode {mode!r} (lexical, hybrid)")
     namespace = new_namespace(f"{store}-{mode}")
     if store == "memory":
 
         async def make_memory() -> Any:
-            return wrap(InMemoryRecallStore())
+            inner = InMemoryRecallStore()
+            return inner if wrap is None else wrap(inner)
 
-        return StoreRetriever(make_memory, namespace)
+        return StoreRetriever(make_memory, namespace, embedder=timed)
     if store == "redis":
         client = await redis.client()
         keyspace = KeySpace(namespace)
 
         async def make_redis() -> Any:
-            return wrap(RedisRecallStore(client, keyspace))
+            inner = RedisRecallStore(client, keyspace)
+            if wrap is None:
+                return inner
+            # Vectors in Redis beside the index, as the runtime keeps them.
+            vectors = importlib.import_module("jarvismem.recall.vectors")
+            return wrap(inner, vectors.RedisVectorStore(client, keyspace))
 
-        return StoreRetriever(make_redis, namespace, redis.memory, redis.delete)
+        return StoreRetriever(make_redis, namespace, redis.memory, redis.delete, embedder=timed)
     raise Unavailable(f"unknown store {store!r} (memory, redis)")

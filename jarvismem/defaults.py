@@ -253,6 +253,40 @@ RECALL_INDEXED_METADATA: Final[tuple[str, ...]] = ()
 """Metadata keys whose values the lexical recall stores index like content (none:
 metadata is filtered on, not searched)."""
 
+# --- recall embeddings and hybrid retrieval (issue 19) ---------------------------------------
+
+RECALL_EMBEDDER: Final = "none"
+"""Embedder of hybrid recall: ``none`` (lexical only), ``openai`` or ``minilm`` (offline)."""
+
+EMBEDDINGS_MODEL: Final = "text-embedding-3-small"
+"""Model asked of an OpenAI-compatible ``/embeddings`` endpoint."""
+
+EMBEDDINGS_TIMEOUT: Final = 30.0
+"""Deadline of one embeddings HTTP attempt, in seconds."""
+
+EMBEDDINGS_MAX_RETRIES: Final = 3
+"""Extra embeddings attempts after a 429, a 5xx, a timeout or a connection error."""
+
+EMBEDDINGS_BATCH: Final = 64
+"""Most texts sent in one embeddings request (and embedded in one background batch)."""
+
+EMBEDDINGS_MAX_RESPONSE_BYTES: Final = 64 * 1024 * 1024
+"""Largest embeddings response body read: 64 vectors of 3,072 floats as JSON text
+take ~4 MiB, so this leaves room for large batches and still bounds memory."""
+
+RECALL_HYBRID_CANDIDATES: Final = 50
+"""Lexical and vector candidates each that hybrid recall fuses (at least ``limit``)."""
+
+RECALL_QUERY_EMBED_TIMEOUT: Final = 5.0
+"""Longest wait for a recall's query embedding, in seconds; past it the recall is
+lexical (an embeddings endpoint's own retries could otherwise hold a turn for minutes)."""
+
+RECALL_EMBED_RETRY_BASE: Final = 1.0
+"""First wait before background embedding retries after a failure, in seconds (doubling)."""
+
+RECALL_EMBED_RETRY_CAP: Final = 60.0
+"""Longest wait between two background embedding attempts, in seconds."""
+
 __all__ = [
     "ATHENA_HTTP_TIMEOUT",
     "ATHENA_INCLUDE_GRAPH_HITS",
@@ -267,6 +301,11 @@ __all__ = [
     "COMPACTION_TOKEN_THRESHOLD",
     "CONTEXT_TTL_DAYS",
     "CONTEXT_TTL_SECONDS",
+    "EMBEDDINGS_BATCH",
+    "EMBEDDINGS_MAX_RESPONSE_BYTES",
+    "EMBEDDINGS_MAX_RETRIES",
+    "EMBEDDINGS_MODEL",
+    "EMBEDDINGS_TIMEOUT",
     "FSYNC_APPENDS",
     "INLINE_WRITE_MAX_BYTES",
     "LEDGER_MAX_LEN",
@@ -288,8 +327,13 @@ __all__ = [
     "OUTBOX_POLL_SECONDS",
     "PROMPT_BUDGET_CHARS",
     "RECALL_CONTENT_MAX_CHARS",
+    "RECALL_EMBEDDER",
+    "RECALL_EMBED_RETRY_BASE",
+    "RECALL_EMBED_RETRY_CAP",
+    "RECALL_HYBRID_CANDIDATES",
     "RECALL_INDEXED_METADATA",
     "RECALL_NAMESPACE",
+    "RECALL_QUERY_EMBED_TIMEOUT",
     "REDACTION_KEYS",
     "REDACT_CHECKPOINTS",
     "REDIS_CONNECT_RETRIES",

@@ -326,6 +326,36 @@ class KeySpace:
         """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
         return self._recall(scope_key, "postings")
 
+    # --- recall vectors (hybrid retrieval; issue 19) ------------------------------------
+
+    def recall_vectors(self, scope_key: str) -> str:
+        """Hash entry id -> embedder name, entry JSON and float32 vector of one scope.
+
+        Shares the scope's hash tag with :meth:`recall_entries`, so one script can
+        touch the vectors, the version and the pending texts of a scope.
+        """
+        return self._recall(scope_key, "vectors")
+
+    def recall_vectors_version(self, scope_key: str) -> str:
+        """Counter bumped by every change of :meth:`recall_vectors` (cache validation)."""
+        return self._recall(scope_key, "vecver")
+
+    def recall_embed_pending(self, scope_key: str) -> str:
+        """Hash entry id -> text still to embed (written right after the lexical write)."""
+        return self._recall(scope_key, "embed-pending")
+
+    def recall_embed_pending_scopes(self) -> str:
+        """Set of the scope keys that have texts still to embed (drained on start).
+
+        One key per namespace, outside every scope's hash tag: updated by its own command.
+        """
+        return f"{KEY_PREFIX}:{self.namespace}:recall-embed-pending"
+
+    @staticmethod
+    def scope_of_recall_key(scope_key: str) -> str:
+        """``scope_key`` checked (a scope key as :meth:`recall_scope` makes it)."""
+        return _check_scope(scope_key)
+
     @staticmethod
     def recall_scope(namespace: str, agent_id: str, session_id: str | None) -> str:
         """Scope key of recall entries; ``_`` stands for agent-wide scope."""

@@ -168,6 +168,33 @@ class Settings(BaseSettings):
         defaults.LLM_MAX_RETRIES, ge=0, description="Retries on 429/5xx/timeouts."
     )
 
+    # --- recall embeddings and hybrid retrieval (issue 19) -------------------------
+    recall_embedder: Literal["none", "openai", "minilm"] = Field(
+        defaults.RECALL_EMBEDDER,
+        description="Hybrid recall's embedder: none (BM25 only), openai (EMBEDDINGS_* "
+        "endpoint) or minilm (offline, the [embeddings] extra).",
+    )
+    embeddings_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible embeddings base URL (…/v1), for RECALL_EMBEDDER=openai.",
+    )
+    embeddings_api_key: SecretStr | None = Field(
+        None, description="Bearer key for the embeddings endpoint."
+    )
+    embeddings_model: str = Field(defaults.EMBEDDINGS_MODEL, description="Embedding model name.")
+    embeddings_dimensions: int | None = Field(
+        None, ge=1, description="Vector size asked of the model; unset: the model's own."
+    )
+    embeddings_timeout: float = Field(
+        defaults.EMBEDDINGS_TIMEOUT, gt=0, description="Per embeddings request, seconds."
+    )
+    embeddings_max_retries: int = Field(
+        defaults.EMBEDDINGS_MAX_RETRIES, ge=0, description="Retries on 429/5xx/timeouts."
+    )
+    embeddings_batch: int = Field(
+        defaults.EMBEDDINGS_BATCH, ge=1, description="Most texts per embeddings request."
+    )
+
     # --- per-tier timeouts in rehydrate_bundle / health ----------------------------
     tier_timeout_working: float = Field(
         defaults.TIER_TIMEOUT_WORKING, gt=0, description="Scratchpad read timeout, s."
@@ -326,7 +353,7 @@ class Settings(BaseSettings):
             raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
         return value
 
-    @field_validator("athena_url", "llm_base_url")
+    @field_validator("athena_url", "llm_base_url", "embeddings_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
         if value in (None, ""):

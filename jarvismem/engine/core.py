@@ -19,6 +19,8 @@ from typing import Any, Self
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.embeddings.factory import create_embedder
+from jarvismem.backends.embeddings.protocol import Embedder
 from jarvismem.backends.llm import Summarizer, as_summarizer, create_summarizer
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import is_embedded, redis_destination
@@ -27,9 +29,11 @@ from jarvismem.engine.poller import PolledEngine, poll_outboxes
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import ConfigError
 from jarvismem.keys import KeySpace, destination_digest, validate_id
+from jarvismem.recall.hybrid import HybridRecallStore
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.recall.stores import RecallStore
+from jarvismem.recall.vectors import RedisVectorStore
 from jarvismem.redaction import (
     Redactor,
     key_matcher_for,
@@ -60,6 +64,20 @@ def shared_summarizer(settings: Settings) -> Summarizer:
     return cached[1]
 
 
+# The same for the recall embedder (RECALL_EMBEDDER): a drop-in view's private engine
+# would otherwise load the offline model's weights, or open an HTTP client, per view.
+_shared_embedders: dict[int, tuple[Settings, Embedder | None]] = {}
+
+
+def shared_embedder(settings: Settings) -> Embedder | None:
+    """One recall embedder per settings object per process (None: lexical recall)."""
+    cached = _shared_embedders.get(id(settings))
+    if cached is None or cached[0] is not settings:
+        cached = (settings, create_embedder(settings))
+        _shared_embedders[id(settings)] = cached
+    return cached[1]
+
+
 class MemoryEngine:
     """Owns the clients and shared state behind every memory view of a process.
 
@@ -74,7 +92,9 @@ class MemoryEngine:
             JarvisCore's LLM client shape (``async generate(prompt=, temperature=,
             max_tokens=)``) is taken too (see :func:`~jarvismem.backends.llm.as_summarizer`).
         redactor: applied before anything is stored; by default per ``settings``.
-        recall_store: where remembered facts go; by default BM25 in Redis (with Redis).
+        recall_store: where remembered facts go; by default BM25 in Redis (with Redis),
+            wrapped in a :class:`~jarvismem.recall.hybrid.HybridRecallStore` (vectors
+            in Redis beside the index) when ``RECALL_EMBEDDER`` names an embedder.
         policy: the recall policy; by default :class:`MemoryPolicy`'s defaults.
         owns_clients: close the clients (and summarizer) in :meth:`close`.
         recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
@@ -119,11 +139,24 @@ class MemoryEngine:
         self.is_secret_key: Callable[[str], bool] = (
             key_matcher_for(names) if settings.redaction_enabled else never_secret
         )
+        self._hybrid: HybridRecallStore | None = None
         if recall_store is None and redis is not None:
             # The embedded default: BM25 over an inverted index in Redis.
             recall_store = RedisRecallStore(
                 redis, self.keyspace, indexed_metadata=settings.recall_indexed_metadata_keys
             )
+            embedder = create_embedder(settings) if owns_clients else shared_embedder(settings)
+            if embedder is not None:
+                # Meaning as well as words; the engine made this store, so close()
+                # stops its background embedding (pending entries stay in Redis).
+                self._hybrid = HybridRecallStore(
+                    recall_store,
+                    embedder,
+                    vectors=RedisVectorStore(redis, self.keyspace),
+                    batch_size=settings.embeddings_batch,
+                    owns_embedder=owns_clients,
+                )
+                recall_store = self._hybrid
         self.recall_store = recall_store
         self.policy = policy if policy is not None else MemoryPolicy()
         self.owns_clients = owns_clients
@@ -327,6 +360,8 @@ class MemoryEngine:
         for box in list(self._outboxes.values()):
             await box.close()
         self._recent.clear()
+        if self._hybrid is not None:  # before Redis closes: it stops the embedding tasks
+            await self._hybrid.aclose()
         if self.owns_clients:
             if self.athena is not None:
                 await self.athena.aclose()

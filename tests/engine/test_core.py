@@ -144,3 +144,50 @@ def test_defaults_follow_the_settings(settings: Settings) -> None:
     )
     assert engine.keyspace.namespace == settings.jarvismem_namespace
     assert engine.policy is not None
+
+
+async def test_recall_embedder_setting_makes_the_runtime_recall_by_meaning(
+    workflow_id: str, settings: Settings, real_redis: Any
+) -> None:
+    # End to end through the settings: RECALL_EMBEDDER=openai and EMBEDDINGS_BASE_URL
+    # make the runtime's recall store hybrid, vectors in Redis, embeddings over HTTP
+    # from the fake server (whose aliases give "automobile" and "sedan" one meaning).
+    from jarvismem.recall.hybrid import HybridRecallStore
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.testing.fake_llm import FakeLLMServer
+    from tests.conftest import REAL_REDIS_URL
+
+    with FakeLLMServer() as llm:
+        llm.embedding_aliases = {"automobile": "car", "sedan": "car"}
+        s = settings.model_copy(
+            update={
+                "redis_url": REAL_REDIS_URL,
+                "recall_embedder": "openai",
+                "embeddings_base_url": llm.url,
+                "embeddings_batch": 8,
+                # The fake's 64 default buckets would let unrelated words collide.
+                "embeddings_dimensions": 4096,
+            }
+        )
+        rt = await MemoryRuntime.from_env(s, require_redis=True)
+        store = rt.recall_store
+        assert isinstance(store, HybridRecallStore) and store.batch_size == 8
+        view = rt.memory(workflow_id, "s1", "a1")
+        entry = await view.remember("I drove my new sedan to work")
+        await view.remember("The weather was grey all week")
+        await view.remember("We ate pasta for dinner")
+        assert await store.flush(10)
+        found = await view.recall("which automobile", min_score=1e-9)
+        assert [r.entry.content for r in found] == ["I drove my new sedan to work"]
+        assert llm.embedding_requests(), "the embeddings went over HTTP"
+        scope = rt.keyspace.recall_scope(entry.namespace, entry.agent_id, entry.session_id)
+        vectors = rt.keyspace.recall_vectors(scope)
+        assert await real_redis.hlen(vectors) == 3
+        await rt.close()
+        assert store._closed  # the engine stopped the background embedding
+
+    lexical = await MemoryRuntime.from_env(
+        settings.model_copy(update={"redis_url": REAL_REDIS_URL}), require_redis=True
+    )
+    assert not isinstance(lexical.recall_store, HybridRecallStore)
+    await lexical.close()

@@ -7,7 +7,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from jarvismem.testing.fake_llm import FakeLLMServer, default_answer
+from jarvismem.testing.fake_llm import (
+    EMBEDDING_DIMENSIONS,
+    FakeLLMServer,
+    default_answer,
+    hashed_embedding,
+)
 
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "a\n\nb\nc\nd"}]
 
@@ -72,3 +77,81 @@ def test_reset_forgets_requests_failures_and_mode(llm: FakeLLMServer) -> None:
     llm.reset()
     assert llm.requests == [] and llm.mode == "ok"
     assert _complete(llm, messages=MESSAGES).status_code == 200
+
+
+# --- /v1/embeddings ------------------------------------------------------------------------
+
+
+def _embed(llm: FakeLLMServer, **body: object) -> httpx.Response:
+    return httpx.post(llm.url + "/embeddings", json={"model": "e", **body}, timeout=10)
+
+
+def test_embeddings_answer_in_the_openai_wire_format(llm: FakeLLMServer) -> None:
+    reply = _embed(llm, input=["red apple", "green apple", "blue car"])
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["object"] == "list" and body["model"] == "e" and "usage" in body
+    assert [d["index"] for d in body["data"]] == [0, 1, 2]
+    assert all(d["object"] == "embedding" for d in body["data"])
+    vectors = [d["embedding"] for d in body["data"]]
+    assert vectors[0] == hashed_embedding("red apple")
+    assert all(len(v) == EMBEDDING_DIMENSIONS for v in vectors)
+    assert all(abs(sum(x * x for x in v) - 1.0) < 1e-9 for v in vectors)
+    [request] = llm.embedding_requests()
+    assert request.json["input"] == ["red apple", "green apple", "blue car"]
+
+
+def test_embeddings_of_texts_sharing_words_are_closer(llm: FakeLLMServer) -> None:
+    a, b, c = (hashed_embedding(t) for t in ("red apple pie", "green apple pie", "blue car"))
+    assert sum(x * y for x, y in zip(a, b, strict=True)) > 0.5
+    assert sum(x * y for x, y in zip(a, c, strict=True)) < 0.5
+
+
+def test_embedding_aliases_give_different_words_one_meaning(llm: FakeLLMServer) -> None:
+    llm.embedding_aliases = {"automobile": "car", "sedan": "car"}
+    body = _embed(llm, input=["automobile", "my red sedan", "car"]).json()
+    automobile, sedan, car = (d["embedding"] for d in body["data"])
+    assert automobile == car == hashed_embedding("car")
+    assert sum(x * y for x, y in zip(automobile, sedan, strict=True)) > 0.5
+    assert hashed_embedding("automobile") != car  # without the alias: another word
+
+
+def test_embeddings_take_a_string_dimensions_and_base64(llm: FakeLLMServer) -> None:
+    import base64
+    import struct
+
+    single = _embed(llm, input="one text", dimensions=8).json()["data"]
+    assert len(single) == 1 and len(single[0]["embedding"]) == 8
+    packed = _embed(llm, input=["one text"], dimensions=8, encoding_format="base64").json()
+    raw = base64.b64decode(packed["data"][0]["embedding"])
+    assert list(struct.unpack("<8f", raw)) == pytest.approx(single[0]["embedding"])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"input": []},
+        {"input": [""]},
+        {"input": [1, 2]},
+        {"input": "x", "dimensions": 0},
+        {"input": "x", "encoding_format": "int8"},
+    ],
+)
+def test_bad_embedding_requests_are_400(llm: FakeLLMServer, body: dict[str, object]) -> None:
+    reply = _embed(llm, **body)
+    assert reply.status_code == 400 and reply.json()["error"]["message"]
+
+
+def test_embedding_faults_are_separate_from_chat_faults(llm: FakeLLMServer) -> None:
+    llm.fail_next(1, status=429, retry_after=2, endpoint="embeddings")
+    assert _complete(llm, messages=MESSAGES).status_code == 200
+    failed = _embed(llm, input="x")
+    assert failed.status_code == 429 and failed.headers["retry-after"] == "2"
+    assert _embed(llm, input="x").status_code == 200
+    llm.mode = "error"
+    assert _embed(llm, input="x").status_code == 500
+    llm.mode = "garbage"
+    assert _embed(llm, input="x").headers["content-type"] == "text/html"
+    llm.mode = "empty"
+    assert _embed(llm, input="x").json()["data"] == []

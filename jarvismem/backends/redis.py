@@ -34,6 +34,7 @@ from redis.exceptions import (
     NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     RedisError,
     ResponseError,
     SlotNotCoveredError,
@@ -406,7 +407,8 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
             if is_auth_error(exc):
                 await client.aclose()
                 raise ConfigError(auth_refused_message(url, exc)) from None
-            if not isinstance(exc, TimeoutError | RedisConnectionError | OSError):
+            unreachable = isinstance(exc, TimeoutError | RedisConnectionError | OSError)
+            if not (unreachable or cluster_unreachable(exc)):
                 if isinstance(exc, RedisError):
                     # Any other reply (a server error): waiting will not help.
                     await client.aclose()
@@ -439,7 +441,8 @@ async def ping_redis(client: RedisClient, url: str | None) -> None:
     except Exception as exc:
         if is_auth_error(exc):
             raise ConfigError(auth_refused_message(url or "", exc)) from None
-        if isinstance(exc, TimeoutError | RedisConnectionError | OSError) and url:
+        unreachable = isinstance(exc, TimeoutError | RedisConnectionError | OSError)
+        if (unreachable or cluster_unreachable(exc)) and url:
             raise BackendUnavailableError(unreachable_hint(url, exc)) from None
         if is_redis_failure(exc):
             raise translate_redis_error(exc, "PING") from None
@@ -501,9 +504,27 @@ def closed_under_command(exc: BaseException) -> bool:
     return innermost is not None and os.path.abspath(innermost).startswith(_REDIS_PACKAGE)
 
 
+def cluster_unreachable(exc: BaseException) -> bool:
+    """True for the cluster client's "Redis Cluster cannot be connected" error.
+
+    redis-py raises it (a ``RedisClusterException``, outside its ``RedisError``
+    hierarchy) when no node it knows answers while it loads the cluster layout:
+    at start with every seed down, or mid-failover. An outage, not a refusal; left
+    untranslated it escaped the tiers as a raw library error.
+    """
+    if not isinstance(exc, RedisClusterException) or isinstance(exc, SlotNotCoveredError):
+        return False
+    cause = exc.__cause__ or exc.__context__
+    return "cannot be connected" in str(exc) or isinstance(
+        cause, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError
+    )
+
+
 def is_transient_redis_error(exc: BaseException) -> bool:
     """True when ``exc`` (from redis-py) is an outage worth retrying later."""
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError):
+        return True
+    if cluster_unreachable(exc):
         return True
     if isinstance(exc, SlotNotCoveredError) or closed_under_command(exc):
         # No node serves the slot yet (mid-failover); a connection closed under us.
@@ -537,8 +558,12 @@ _FAILURES = (RedisError, TimeoutError, OSError)
 def is_redis_failure(exc: BaseException) -> bool:
     """A failure of a Redis call, to translate: redis-py's errors, timeouts, socket
     errors, and the outages redis-py raises outside its hierarchy (see
-    :func:`closed_under_command`, ``SlotNotCoveredError``)."""
-    return isinstance(exc, (*_FAILURES, SlotNotCoveredError)) or closed_under_command(exc)
+    :func:`closed_under_command`, :func:`cluster_unreachable`, ``SlotNotCoveredError``)."""
+    return (
+        isinstance(exc, (*_FAILURES, SlotNotCoveredError))
+        or closed_under_command(exc)
+        or cluster_unreachable(exc)
+    )
 
 
 class redis_errors:

@@ -186,6 +186,17 @@ async def test_cluster_mode_builds_a_cluster_client_without_connecting() -> None
     assert client.get_nodes() == []
 
 
+async def test_a_cluster_whose_seed_is_down_at_start_up_is_unavailable_with_a_hint() -> None:
+    port = closed_port()
+    settings = make_settings(
+        redis_url=f"redis://127.0.0.1:{port}", redis_cluster=True, redis_connect_retries=0
+    )
+    with pytest.raises(
+        BackendUnavailableError, match=f"is redis-server running on 127.0.0.1:{port}"
+    ):
+        await connect_redis(settings)
+
+
 def test_cluster_mode_refuses_a_unix_socket_at_start_up() -> None:
     with pytest.raises(ConfigError, match="REDIS_CLUSTER"):
         make_settings(redis_url="unix:///tmp/r.sock", redis_cluster=True)
@@ -555,6 +566,22 @@ async def test_a_connection_closed_under_a_command_is_an_outage_not_a_refusal() 
 
 def test_a_slot_no_node_serves_yet_is_an_outage() -> None:
     assert is_transient_redis_error(redis_exc.SlotNotCoveredError("slot 7 is not covered"))
+
+
+async def test_a_cluster_with_no_reachable_node_is_an_outage_not_a_raw_library_error() -> None:
+    # redis-py raises RedisClusterException (outside RedisError) when no seed answers:
+    # untranslated, it escaped the tiers instead of queueing the write.
+    client = RedisCluster(host="127.0.0.1", port=closed_port())
+    try:
+        with pytest.raises(BackendUnavailableError, match="ledger of wf: append"):
+            async with redis_errors("ledger of wf: append"):
+                await client.set("jm:never", b"1")
+    finally:
+        await client.aclose()
+    # Other cluster-client errors (a node that is not in cluster mode) stay refusals.
+    assert not is_transient_redis_error(
+        redis_exc.RedisClusterException("Cluster mode is not enabled on this node")
+    )
 
 
 async def test_refused_credentials_do_not_count_as_the_server_being_down() -> None:

@@ -143,6 +143,10 @@ COMPACTION_CHUNK_CHARS: Final = 12_000
 COMPACTION_LOCK_TTL: Final = 120.0
 """Expiry of a compactor's lock, in seconds (a crashed compactor frees it)."""
 
+COMPACTION_WORKER: Final = "process"
+"""Where the extractive summarizer runs: ``process`` (a child process per agent
+process, off the kernel's event loop) or ``loop`` (on the event loop, in slices)."""
+
 # --- scratchpad rendering ---------------------------------------------------------------------
 
 SCRATCHPAD_BUDGET_CHARS: Final = 8000
@@ -299,6 +303,7 @@ __all__ = [
     "COMPACTION_EVERY_TURNS",
     "COMPACTION_LOCK_TTL",
     "COMPACTION_TOKEN_THRESHOLD",
+    "COMPACTION_WORKER",
     "CONTEXT_TTL_DAYS",
     "CONTEXT_TTL_SECONDS",
     "EMBEDDINGS_BATCH",

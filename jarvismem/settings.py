@@ -230,6 +230,14 @@ class Settings(BaseSettings):
     compaction_lock_ttl: float = Field(
         defaults.COMPACTION_LOCK_TTL, gt=0, description="Compactor lock expiry, s."
     )
+    compaction_worker: Literal["process", "loop"] = Field(
+        defaults.COMPACTION_WORKER,
+        description=(
+            "Where the extractive summarizer runs: process (one child process per agent "
+            "process, off the event loop; falls back to loop if it fails) or loop (on the "
+            "event loop, in 0.5 ms slices)."
+        ),
+    )
 
     # --- scratchpad rendering ------------------------------------------------------------
     scratchpad_budget_chars: int = Field(

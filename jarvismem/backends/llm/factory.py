@@ -14,7 +14,9 @@ def create_summarizer(settings: Settings) -> Summarizer:
     """An :class:`LLMSummarizer` when ``LLM_BASE_URL`` is set, else an extractive one.
 
     The LLM summarizer owns its new client: close it with ``await summarizer.aclose()``.
+    The extractive one runs in the process's summary worker unless
+    ``COMPACTION_WORKER=loop``.
     """
     if settings.llm_base_url:
         return LLMSummarizer(ChatCompletionsClient.from_settings(settings), owns_client=True)
-    return ExtractiveSummarizer()
+    return ExtractiveSummarizer(offload=settings.compaction_worker == "process")

@@ -25,11 +25,15 @@ from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
+from jarvismem import telemetry
 from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.backends.llm.protocol import Summarizer
 from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
+from jarvismem.backends.llm.worker import SummaryWorker, WorkerUnavailable, default_worker
 from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidPayloadError, LLMError
+
+log = telemetry.logger(__name__)
 
 __all__ = [
     "GENERATE_TEMPERATURE",
@@ -462,14 +466,35 @@ class ExtractiveSummarizer:
     the counts stay true as the summary rolls on. The markers count against
     ``max_chars``.
 
-    The work is pure CPU, linear in the input, and runs on the event loop in
-    slices of at most :data:`SLICE_SECONDS` with a yield to the loop between
-    them: the loop's other tasks (an agent's ``log_turn``) are never held up
-    for longer than a slice. (A worker thread would not help: the loop would
-    then wait for the GIL, up to the interpreter's 5 ms switch interval.)
+    The work is pure CPU and linear in the input. With ``offload=True`` (what
+    ``COMPACTION_WORKER=process``, the default, makes) it runs in the process's
+    summary worker (:mod:`~jarvismem.backends.llm.worker`), a child process, so the
+    kernel's event loop only ships the text there and back. Without it, or while
+    the worker cannot answer (it died, stalled, or could not start), it runs on
+    the event loop in slices of at most :data:`SLICE_SECONDS` with a yield to the
+    loop between them: the loop's other tasks (an agent's ``log_turn``) are never
+    held up for longer than a slice. Both give the same summary. (A worker thread
+    would not help: the loop would then wait for the GIL, up to the interpreter's
+    5 ms switch interval.)
+
+    ``worker``: the worker to use with ``offload`` (default: the process's one,
+    :func:`~jarvismem.backends.llm.worker.default_worker`).
     """
 
     name = "extractive"
+
+    def __init__(self, *, offload: bool = False, worker: SummaryWorker | None = None) -> None:
+        self.offload = offload
+        self._worker = worker
+
+    @property
+    def worker(self) -> SummaryWorker | None:
+        """The worker summaries go to, or None when they are computed in-process."""
+        if not self.offload:
+            return None
+        if self._worker is None:
+            self._worker = default_worker()
+        return self._worker
 
     async def summarize(
         self, text: str, *, previous_summary: str | None = None, max_chars: int = SUMMARY_MAX_CHARS
@@ -477,6 +502,13 @@ class ExtractiveSummarizer:
         """Return the selected lines and omission markers, at most ``max_chars`` long."""
         if max_chars < 1:
             raise InvalidPayloadError("max_chars must be >= 1")
+        worker = self.worker
+        if worker is not None and worker.available():
+            try:
+                return await asyncio.to_thread(worker.summarize, text, previous_summary, max_chars)
+            except WorkerUnavailable as exc:
+                # Nothing is lost: the same summary is computed here, in slices.
+                log.warning("summary worker unavailable, summarizing in-process: %s", exc)
         steps = self._steps(text, previous_summary, max_chars)
         # Start on a fresh turn of the loop: the caller may have worked since it
         # last yielded (another summary, a page of rendering), and a slice

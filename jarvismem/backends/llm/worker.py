@@ -1,0 +1,331 @@
+"""A child process that runs the extractive summarizer off the kernel's event loop.
+
+Compaction with the extractive summarizer is pure CPU (tokenizing, tf-idf, ranking:
+about 100 µs per ledger turn). On the kernel's event loop it took a third of the
+loop's time even in slices; in a worker thread it would fight the loop for the GIL.
+So it runs in one child process per agent process, started on first use as a
+fresh interpreter running :mod:`~jarvismem.backends.llm.worker_child` (never by
+``fork``: a fork of a process with threads may inherit a held lock; and not by
+``multiprocessing``, whose spawn would re-run the user's ``__main__``).
+
+The wire is the child's stdin and stdout: each frame a 4-byte big-endian length and a
+JSON body. A request is ``[text, previous_summary, max_chars]``; a reply is
+``{"ok": summary}`` or ``{"error": "..."}``. The child writes ``{"ready": pid}`` once
+it has imported the summarizer. It exits when its stdin closes (the parent exited,
+crashed, or closed it), so it never outlives its agent.
+
+:class:`SummaryWorker` is the parent's side. Its calls block (they are run with
+``asyncio.to_thread``: the waiting thread holds no GIL) and are serialised by a lock,
+so any event loop or thread of the process can use the one worker. Every read and
+write has a deadline; a worker that is dead, stopped, slow past its deadline or that
+answers nonsense is killed and :class:`WorkerUnavailable` raised, and the caller
+summarizes on its own loop instead: a compaction is never lost to the worker. A
+worker that failed to start is not tried again for :data:`RESTART_BACKOFF` seconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CALL_TIMEOUT",
+    "HEADER",
+    "MAX_FRAME",
+    "RESTART_BACKOFF",
+    "START_TIMEOUT",
+    "SummaryWorker",
+    "WorkerUnavailable",
+    "default_worker",
+    "frame",
+]
+
+HEADER = struct.Struct(">I")
+"""A frame's length prefix."""
+
+MAX_FRAME = 256 * 1024 * 1024
+"""Largest frame either side accepts: a bound on what a corrupt length can make it allocate."""
+
+START_TIMEOUT = 60.0
+"""Seconds a new worker has to import the summarizer and say it is ready (it imports
+jarvismem: under 1 s on an idle machine, several on a loaded one)."""
+
+CALL_TIMEOUT = 10.0
+"""Seconds a summary may take in the worker, plus one per 100 KB of input."""
+
+RESTART_BACKOFF = 30.0
+"""Seconds after a failed start before the worker is started again."""
+
+
+class WorkerUnavailable(Exception):
+    """The worker could not give a summary: the caller summarizes in-process."""
+
+
+class _WorkerGone(WorkerUnavailable):
+    """The worker's pipe closed: it died (before or during the call)."""
+
+
+def _package_root() -> str:
+    # The directory holding the jarvismem package, so the child imports the same
+    # code as the parent even when the parent found it through a sys.path entry the
+    # child would not have (a test runner's rootdir, an editable checkout).
+    return str(Path(__file__).resolve().parents[3])
+
+
+def _deadline_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise WorkerUnavailable("the summary worker did not answer in time")
+    return left
+
+
+def _write_all(fd: int, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        _, ready, _ = select.select([], [fd], [], _deadline_left(deadline))
+        if not ready:
+            continue
+        try:
+            sent = os.write(fd, view)
+        except BlockingIOError:
+            continue
+        except OSError as exc:  # BrokenPipeError: the worker is gone
+            raise _WorkerGone(f"the summary worker's pipe failed: {exc}") from exc
+        view = view[sent:]
+
+
+def _read_exact(fd: int, size: int, deadline: float) -> bytes:
+    parts: list[bytes] = []
+    left = size
+    while left:
+        ready, _, _ = select.select([fd], [], [], _deadline_left(deadline))
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, min(left, 1 << 20))
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise _WorkerGone(f"the summary worker's pipe failed: {exc}") from exc
+        if not chunk:
+            raise _WorkerGone("the summary worker exited")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _readframe(fd: int, deadline: float) -> Any:
+    (size,) = HEADER.unpack(_read_exact(fd, HEADER.size, deadline))
+    if size > MAX_FRAME:
+        raise WorkerUnavailable(f"the summary worker sent a frame of {size} bytes")
+    try:
+        return json.loads(_read_exact(fd, size, deadline))
+    except ValueError as exc:
+        raise WorkerUnavailable(f"the summary worker sent a bad frame: {exc}") from exc
+
+
+def frame(body: Any) -> bytes:
+    """``body`` as one frame: its JSON's length (4 bytes, big-endian), then the JSON."""
+    data = json.dumps(body, ensure_ascii=False).encode()
+    return HEADER.pack(len(data)) + data
+
+
+class SummaryWorker:
+    """The parent's handle on one summary worker process (started on first call).
+
+    ``command``: the argv that starts the child (default: this interpreter running
+    this module); ``call_timeout``: the base deadline of one summary, seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        command: list[str] | None = None,
+        start_timeout: float = START_TIMEOUT,
+        call_timeout: float = CALL_TIMEOUT,
+        restart_backoff: float = RESTART_BACKOFF,
+    ) -> None:
+        self._command = command
+        self.start_timeout = start_timeout
+        self.call_timeout = call_timeout
+        self.restart_backoff = restart_backoff
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = os.getpid()
+        self._retry_at = 0.0
+        self.starts = 0
+        """Workers started so far (a restart after a crash counts)."""
+
+    @property
+    def pid(self) -> int | None:
+        """The running worker's process id, or None when none runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def available(self) -> bool:
+        """False while a failed start's back-off lasts (callers skip the worker then)."""
+        return time.monotonic() >= self._retry_at
+
+    def summarize(self, text: str, previous_summary: str | None, max_chars: int) -> str:
+        """The extractive summary of ``text``, computed in the worker (blocking).
+
+        Raises :class:`WorkerUnavailable` when the worker cannot answer; the caller
+        then computes the same summary itself.
+        """
+        deadline_s = self.call_timeout + (len(text) + len(previous_summary or "")) / 100_000
+        request = frame([text, previous_summary, max_chars])
+        with self._lock:
+            # A worker that died since the last call (killed, OOM) is seen only when
+            # its pipe closes: one new worker gets the request again (a summary is a
+            # pure function of it). A stall is not retried: it already took its time.
+            for attempt in (1, 2):
+                proc = self._running()
+                assert proc.stdin is not None and proc.stdout is not None
+                deadline = time.monotonic() + deadline_s
+                try:
+                    _write_all(proc.stdin.fileno(), request, deadline)
+                    reply = _readframe(proc.stdout.fileno(), deadline)
+                    break
+                except _WorkerGone:
+                    self._kill()
+                    if attempt == 2:
+                        raise
+                except WorkerUnavailable:
+                    self._kill()
+                    raise
+            if isinstance(reply, dict) and isinstance(reply.get("ok"), str):
+                return str(reply["ok"])
+            if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+                # The summarizer itself raised: the in-process retry raises the same.
+                raise WorkerUnavailable(f"the summary worker failed: {reply['error']}")
+            self._kill()
+            raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
+
+    def close(self) -> None:
+        """Stop the worker: close its stdin (it exits), kill it if it does not."""
+        with self._lock:
+            self._kill(graceful=True)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._owner != os.getpid():
+            self._forget()
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            return proc
+        if proc is not None:
+            self._kill()
+        if not self.available():
+            raise WorkerUnavailable("the summary worker failed to start recently")
+        try:
+            return self._start()
+        except WorkerUnavailable:
+            self._retry_at = time.monotonic() + self.restart_backoff
+            raise
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        command = self._command or [sys.executable, "-m", "jarvismem.backends.llm.worker_child"]
+        if not command[0]:
+            raise WorkerUnavailable("no Python interpreter to start the summary worker with")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_package_root(), env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+                # Its own session: a Ctrl-C meant for the agent does not kill the
+                # worker mid-summary with a traceback; it exits when stdin closes.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise WorkerUnavailable(f"the summary worker could not start: {exc}") from exc
+        assert proc.stdin is not None and proc.stdout is not None
+        os.set_blocking(proc.stdin.fileno(), False)
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._proc = proc
+        self._owner = os.getpid()
+        self.starts += 1
+        try:
+            hello = _readframe(proc.stdout.fileno(), time.monotonic() + self.start_timeout)
+        except WorkerUnavailable:
+            self._kill()
+            raise
+        if not (isinstance(hello, dict) and hello.get("ready") == proc.pid):
+            self._kill()
+            raise WorkerUnavailable(f"the summary worker did not start: {hello!r:.200}")
+        return proc
+
+    def _kill(self, *, graceful: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        if graceful:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a kill not reaped in 5 s
+            pass
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+    def _forget(self) -> None:
+        # In a forked child: the worker and its pipes belong to the parent. Close our
+        # copies of the pipe ends (so the parent's worker still sees EOF when the
+        # parent goes) without signalling or reaping the parent's worker. Nothing is
+        # buffered in them (frames go out with os.write), so closing writes nothing.
+        proc, self._proc = self._proc, None
+        self._owner = os.getpid()
+        if proc is None:
+            return
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    def _after_fork(self) -> None:
+        # A thread of the parent may have held the lock when it forked.
+        self._lock = threading.Lock()
+        self._forget()
+
+
+_default: SummaryWorker | None = None
+_default_lock = threading.Lock()
+
+
+def default_worker() -> SummaryWorker:
+    """The process's one summary worker (not started until its first summary)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            worker = SummaryWorker()
+            os.register_at_fork(after_in_child=worker._after_fork)
+            atexit.register(worker.close)
+            _default = worker
+        return _default

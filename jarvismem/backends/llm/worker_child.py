@@ -1,0 +1,57 @@
+"""The summary worker's own process: serves extractive summaries on stdin/stdout.
+
+Started by :class:`~jarvismem.backends.llm.worker.SummaryWorker` as
+``python -m jarvismem.backends.llm.worker_child``; the frames are described there. It
+exits when its stdin closes, so it never outlives the agent process that started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import IO, Any
+
+from jarvismem.backends.llm.summarizers import ExtractiveSummarizer
+from jarvismem.backends.llm.worker import HEADER, MAX_FRAME, frame
+
+__all__ = ["main", "serve"]
+
+
+def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
+    """Answer each request frame on ``stdin`` with a reply frame on ``stdout`` until EOF."""
+    summarizer = ExtractiveSummarizer()
+
+    def send(body: Any) -> None:
+        stdout.write(frame(body))
+        stdout.flush()
+
+    send({"ready": os.getpid()})
+    while True:
+        header = stdin.read(HEADER.size)
+        if len(header) < HEADER.size:
+            return  # the parent closed our stdin: it is done or gone
+        (size,) = HEADER.unpack(header)
+        if size > MAX_FRAME:
+            return  # not a frame of ours: the parent kills and replaces us
+        body = stdin.read(size)
+        if len(body) < size:
+            return
+        try:
+            text, previous, max_chars = json.loads(body)
+            summary = summarizer.summarize_now(text, previous_summary=previous, max_chars=max_chars)
+            send({"ok": summary})
+        except Exception as exc:  # the parent retries in-process and raises it there
+            send({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def main() -> None:
+    """Serve summaries on stdin/stdout until stdin closes."""
+    # The frames own the real stdout; anything else printed (a warning) goes to stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, out)
+
+
+if __name__ == "__main__":
+    main()

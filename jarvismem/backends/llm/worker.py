@@ -175,6 +175,16 @@ class SummaryWorker:
         """False while a failed start's back-off lasts (callers skip the worker then)."""
         return time.monotonic() >= self._retry_at
 
+    def start(self) -> int:
+        """Start the worker now if it is not running (blocking); returns its pid.
+
+        Optional: the first summary starts it otherwise (the interpreter's start and
+        its imports, under a second, then delay that summary). Raises
+        :class:`WorkerUnavailable` when it cannot start.
+        """
+        with self._lock:
+            return self._running().pid
+
     def summarize(self, text: str, previous_summary: str | None, max_chars: int) -> str:
         """The extractive summary of ``text``, computed in the worker (blocking).
 

@@ -250,3 +250,18 @@ async def test_a_worker_dying_mid_call_is_retried_once_then_the_loop_summarizes(
         assert worker.starts == 2  # one retry on a new worker, not a loop of restarts
     finally:
         worker.close()
+
+
+def test_start_starts_once_and_the_first_summary_reuses_it(worker: SummaryWorker) -> None:
+    pid = worker.start()
+    assert pid == worker.pid and pid != os.getpid()
+    assert worker.start() == pid  # idempotent
+    assert worker.summarize("[turn 1] started early.", None, 100) == "[turn 1] started early."
+    assert worker.pid == pid and worker.starts == 1
+
+
+def test_start_reports_a_worker_that_cannot_start() -> None:
+    worker = SummaryWorker(command=[sys.executable, "-c", "pass"])
+    with pytest.raises(WorkerUnavailable):
+        worker.start()
+    assert not worker.available()

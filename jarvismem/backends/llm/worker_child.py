@@ -1,8 +1,9 @@
 """The summary worker's own process: serves extractive summaries on stdin/stdout.
 
-Started by :class:`~jarvismem.backends.llm.worker.SummaryWorker` as
-``python -m jarvismem.backends.llm.worker_child``; the frames are described there. It
-exits when its stdin closes, so it never outlives the agent process that started it.
+Started by :class:`~jarvismem.backends.llm.worker.SummaryWorker`; the frames are
+described there. It exits when its stdin closes, so it never outlives the agent
+process that started it. It imports only :mod:`~jarvismem.backends.llm.extractive`
+and what that needs (see :data:`~jarvismem.backends.llm.worker.CHILD_BOOT`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 from typing import IO, Any
 
-from jarvismem.backends.llm.summarizers import ExtractiveSummarizer
+from jarvismem.backends.llm.extractive import ExtractiveSummarizer
 from jarvismem.backends.llm.worker import HEADER, MAX_FRAME, frame
 
 __all__ = ["main", "serve"]

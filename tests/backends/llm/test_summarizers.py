@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from jarvismem.backends.llm import summarizers
+from jarvismem.backends.llm import extractive
 from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.backends.llm.summarizers import (
     ExtractiveSummarizer,
@@ -267,7 +267,7 @@ async def test_extractive_yields_to_the_event_loop_while_it_works(
 ) -> None:
     # A slice of zero: yield at every step, so the count below depends on the
     # work's structure, never on the machine's speed.
-    monkeypatch.setattr(summarizers, "SLICE_SECONDS", 0.0)
+    monkeypatch.setattr(extractive, "SLICE_SECONDS", 0.0)
     lines = [f"[turn {i}] billing deploy {i % 7} staging database {i % 5}" for i in range(400)]
     text = "\n".join(lines)
     done, ticks = asyncio.Event(), [0]

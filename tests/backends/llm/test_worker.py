@@ -16,7 +16,6 @@ from collections.abc import Iterator
 import pytest
 
 from jarvismem.backends.llm import ExtractiveSummarizer, create_summarizer
-from jarvismem.backends.llm import summarizers as summarizers_module
 from jarvismem.backends.llm.worker import SummaryWorker, WorkerUnavailable, default_worker
 from jarvismem.settings import Settings
 
@@ -227,8 +226,12 @@ def test_a_bad_worker_setting_is_refused() -> None:
         Settings(_env_file=None, compaction_worker="thread")
 
 
-def test_the_module_logs_through_telemetry() -> None:
-    assert summarizers_module.log.name == "jarvismem.backends.llm.summarizers"
+def test_the_worker_process_is_small(worker: SummaryWorker) -> None:
+    # It loads the extractive summarizer alone, not all of jarvismem.
+    pid = worker.start()
+    with open(f"/proc/{pid}/status") as f:
+        rss_kb = int(f.read().split("VmRSS:")[1].split()[0])
+    assert rss_kb < 30_000, rss_kb
 
 
 async def test_a_worker_dying_mid_call_is_retried_once_then_the_loop_summarizes() -> None:

@@ -73,6 +73,12 @@ COMPACT_MIN_BYTES = 1 << 20
 and they make up at least half of it (a fully drained file is emptied at once)."""
 
 
+def _forget_unchanged(shared: SharedState, loop: asyncio.AbstractEventLoop) -> None:
+    # The loop's next turn: the next stale() stats the file again.
+    if shared.unchanged_in is loop:
+        shared.unchanged_in = None
+
+
 class Outbox:
     """A durable FIFO of JSON records on the local disk.
 
@@ -140,18 +146,37 @@ class Outbox:
 
         Another process appended records (a leftover of a crashed peer, or a
         peer's outage) or delivered some; :meth:`refresh` re-reads. Cheap
-        enough to call on every write: a metadata syscall, no read, no lock.
+        enough to call on every write: a metadata syscall, no read, no lock, and
+        at most one per outbox per turn of the event loop (an unchanged file is
+        not looked at again until the loop's next turn).
         """
         s = self._shared
         if not s.loaded:
             return True
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and s.unchanged_in is loop:
+            # Seen unchanged earlier in this same turn of this event loop. Nothing
+            # this process does in one turn can follow from a peer's write made
+            # meanwhile (hearing of it takes I/O, which the loop does between
+            # turns), so the check is as good as a new stat. With many agents
+            # ready in the same turn this is one stat for all their writes.
+            return False
         try:
             size = os.stat(s.path).st_size
         except FileNotFoundError:
             size = 0
         except OSError:
             return False
-        return size != s.known_size
+        if size != s.known_size:
+            return True
+        holder = s.unchanged_in
+        if loop is not None and (holder is None or holder.is_closed()):
+            s.unchanged_in = loop
+            loop.call_soon(_forget_unchanged, s, loop)
+        return False
 
     async def put(self, record: dict[str, Any]) -> bool:
         """Append ``record`` durably. False when the outbox is full (the drop is counted).

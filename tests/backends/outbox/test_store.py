@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -82,11 +83,119 @@ async def test_stale_sees_a_peers_append(open_outbox: OpenOutbox, outbox_path: P
     ob = open_outbox()
     assert ob.stale()  # never read: stale by definition
     await ob.put({"i": 0})
+    await asyncio.sleep(0)  # a new turn of the loop: the file is looked at again
     assert not ob.stale()
     append_raw(outbox_path, b'{"seq":99,"rec":{"i":99}}\n')
+    await asyncio.sleep(0)
     assert ob.stale()
     assert await ob.refresh() == 2
     assert await pending_ids(ob) == [0, 99]
+
+
+class _StatCounter:
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = os.stat
+        target = os.fspath(path.resolve())
+
+        def counting(p: object, *args: object, **kwargs: object) -> os.stat_result:
+            if os.fspath(p) == target:  # type: ignore[arg-type]
+                self.calls += 1
+            return real(p, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "stat", counting)
+
+
+async def test_stale_looks_once_per_turn_of_the_loop(
+    open_outbox: OpenOutbox, outbox_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ob, other = open_outbox(), open_outbox()  # two objects, one file: shared state
+    await ob.put({"i": 0})
+    await asyncio.sleep(0)
+    stats = _StatCounter(outbox_path, monkeypatch)
+    # 64 agents' writes ready in one turn: one stat between them.
+    assert not any(box.stale() for _ in range(32) for box in (ob, other))
+    assert stats.calls == 1
+    await asyncio.sleep(0)
+    assert not ob.stale()
+    assert stats.calls == 2
+
+
+async def test_a_peers_append_in_the_same_turn_is_seen_at_the_next(
+    open_outbox: OpenOutbox, outbox_path: Path
+) -> None:
+    ob = open_outbox()
+    await ob.put({"i": 0})
+    await asyncio.sleep(0)
+    assert not ob.stale()
+    append_raw(outbox_path, b'{"seq":99,"rec":{"i":99}}\n')
+    # Concurrent with this turn's writes, so as good as not yet happened...
+    assert not ob.stale()
+    await asyncio.sleep(0)
+    assert ob.stale()  # ...and seen from the next turn on
+
+
+async def test_a_peers_append_we_heard_of_is_always_seen(
+    open_outbox: OpenOutbox, outbox_path: Path
+) -> None:
+    # The promise the once-per-turn look keeps: a peer that appends and then tells
+    # us (any I/O: here a socket) is seen, however recently we looked.
+    ob = open_outbox()
+    await ob.put({"i": 0})
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=ours)
+    try:
+        for n in range(20):
+            assert not ob.stale()  # looked at in this turn, found unchanged
+
+            def peer(n: int = n) -> None:
+                append_raw(outbox_path, b'{"seq":%d,"rec":{"i":%d}}\n' % (100 + n, 100 + n))
+                theirs.sendall(b"x")
+
+            await asyncio.to_thread(peer)
+            assert await reader.readexactly(1) == b"x"
+            assert ob.stale(), n
+            await ob.refresh()
+    finally:
+        writer.close()
+        theirs.close()
+    assert await pending_ids(ob) == [0, *range(100, 120)]
+
+
+def test_stale_without_a_running_loop_looks_every_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "o.jsonl"
+
+    async def prepare() -> Outbox:
+        box = Outbox(path)
+        await box.put({"i": 0})
+        return box
+
+    ob = asyncio.run(prepare())
+    stats = _StatCounter(path, monkeypatch)
+    assert not ob.stale() and not ob.stale()
+    assert stats.calls == 2
+    append_raw(path, b'{"seq":99,"rec":{"i":99}}\n')
+    assert ob.stale()
+    asyncio.run(ob.close())
+
+
+async def test_each_event_loop_looks_for_itself(open_outbox: OpenOutbox, outbox_path: Path) -> None:
+    # Two loops (threads) on one outbox: one loop's "unchanged" is not the other's.
+    ob = open_outbox()
+    await ob.put({"i": 0})
+    await asyncio.sleep(0)
+    assert not ob.stale()  # this loop looked, in this turn
+    append_raw(outbox_path, b'{"seq":99,"rec":{"i":99}}\n')
+
+    def other_loop() -> bool:
+        async def check() -> bool:
+            return ob.stale()
+
+        return asyncio.run(check())
+
+    assert await asyncio.to_thread(other_loop)
 
 
 async def test_a_closed_outbox_refuses_use(open_outbox: OpenOutbox) -> None:

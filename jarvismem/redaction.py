@@ -356,7 +356,15 @@ class PatternRedactor:
         self,
         patterns: Iterable[tuple[re.Pattern[str], Replacement]] | None = None,
         triggers: Iterable[tuple[str, ...]] | None = None,
+        *,
+        names: tuple[str, ...] | None = None,
     ) -> None:
+        self.names = names
+        """The ``REDACTION_KEYS`` list this redactor is :func:`build_redactor` of, so
+        ``redactor_for(names)`` makes the same one in another process (the summary
+        worker redacts with it); None for a redactor of other patterns."""
+        if patterns is None:
+            self.names = SECRET_KEY_NAMES
         self._patterns = DEFAULT_PATTERNS if patterns is None else tuple(patterns)
         if triggers is None:
             triggers = DEFAULT_TRIGGERS if self._patterns == DEFAULT_PATTERNS else ()
@@ -395,8 +403,9 @@ class PatternRedactor:
 
 def build_redactor(names: Iterable[str] = SECRET_KEY_NAMES) -> PatternRedactor:
     """The default redactor with key=value names from ``names`` (``REDACTION_KEYS``)."""
-    rules = build_patterns(names)
-    return PatternRedactor([(p, r) for p, r, _ in rules], [t for _, _, t in rules])
+    key_names = tuple(names)
+    rules = build_patterns(key_names)
+    return PatternRedactor([(p, r) for p, r, _ in rules], [t for _, _, t in rules], names=key_names)
 
 
 _DEFAULT_RULES = build_patterns(SECRET_KEY_NAMES)
@@ -413,7 +422,7 @@ def no_redaction(text: str) -> str:
     return text
 
 
-default_redactor: Redactor = PatternRedactor(DEFAULT_PATTERNS)
+default_redactor: Redactor = PatternRedactor(DEFAULT_PATTERNS, names=SECRET_KEY_NAMES)
 
 is_secret_key: Callable[[str], bool] = secret_key_matcher()
 """The matcher of the default names."""

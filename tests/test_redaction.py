@@ -575,3 +575,23 @@ def test_structured_values_never_keep_a_secret(
     assert inner == (hidden if hidden is None or hidden == "" else REDACTED)
     # Ordinary data passes through unchanged.
     assert out["payload"] == redact_value(ordinary, no_redaction, never_secret)
+
+
+def test_a_built_redactor_names_its_key_list_so_another_process_can_rebuild_it() -> None:
+    from jarvismem.redaction import (
+        SECRET_KEY_NAMES,
+        PatternRedactor,
+        build_redactor,
+        default_redactor,
+        redactor_for,
+    )
+
+    names = ("password", "zebra_pin")
+    built = build_redactor(iter(names))  # any iterable; kept as a tuple
+    assert built.names == names
+    assert isinstance(default_redactor, PatternRedactor)
+    assert default_redactor.names == SECRET_KEY_NAMES
+    text = "zebra_pin=12345678 and password: hunter2hunter2"
+    assert redactor_for(built.names)(text) == built(text) != text
+    custom = PatternRedactor([(re.compile("a"), "b")])
+    assert custom.names is None  # other patterns: nothing to rebuild it from

@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion
 from jarvismem.backends.llm import Summarizer, as_summarizer, truncate
+from jarvismem.backends.llm.worker import SummaryWorker, WorkerUnavailable
 from jarvismem.backends.redis import redis_errors
 from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import COMPACTION_CHUNK_CHARS, SUMMARY_MAX_CHARS
@@ -827,7 +828,8 @@ class LongTermMemory:
         if max_tokens is not None:
             # ~4 characters per token: the summary JarvisCore's limit allows.
             max_chars = min(max_chars, 4 * max_tokens)
-        lines = await self._render(entries)
+        worker = getattr(llm, "worker", None)
+        lines = await self._render(entries, worker if isinstance(worker, SummaryWorker) else None)
         if previous is not None:
             previous = truncate(previous, chunk_chars)
         if not any(line.strip() for line in lines):
@@ -836,7 +838,9 @@ class LongTermMemory:
         summary = await llm.summarize(text, previous_summary=previous, max_chars=max_chars)
         return truncate(summary, max_chars)
 
-    async def _render(self, entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    async def _render(
+        self, entries: Sequence[Mapping[str, Any]], worker: SummaryWorker | None = None
+    ) -> list[str]:
         """The entries as redacted lines, one per entry.
 
         Rendered and redacted a batch of entries at a time, yielding to the
@@ -845,19 +849,50 @@ class LongTermMemory:
         batch is redacted as one text (the redactor's literal pre-check then
         runs once per batch); an entry is one line, so a secret never spans
         two batches.
+
+        With the summarizer's ``worker`` (the extractive summarizer's process) and a
+        redactor it can rebuild (:attr:`~jarvismem.redaction.PatternRedactor.names`),
+        the batches are redacted there, in one round trip: redaction is most of a
+        compaction's CPU left on the loop. The same batches, the same redactor, so
+        the same lines; if the worker cannot answer they are redacted here.
         """
+        redactor = self.redactor
+        names = getattr(redactor, "names", None)
+        offload = (
+            worker is not None
+            and isinstance(names, tuple)
+            and worker.available()
+            and len(entries) > _RENDER_BATCH
+        )
+        batches: list[str] = []
         lines: list[str] = []
         await asyncio.sleep(0)  # a fresh turn of the loop: see the summarizer's slices
         slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
         for start in range(0, len(entries), _RENDER_BATCH):
             batch = [render_entry(entry) for entry in entries[start : start + _RENDER_BATCH]]
-            if self.redactor is not None:
-                batch = self.redactor("\n".join(batch)).split("\n")
-            lines += batch
+            if offload:
+                batches.append("\n".join(batch))
+            elif redactor is not None:
+                lines += redactor("\n".join(batch)).split("\n")
+            else:
+                lines += batch
             if time.perf_counter() >= slice_end:
                 await asyncio.sleep(0)
                 slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
-        return lines
+        if not offload:
+            return lines
+        assert worker is not None and redactor is not None and isinstance(names, tuple)
+        try:
+            redacted = await asyncio.to_thread(worker.redact, batches, names)
+        except WorkerUnavailable as exc:
+            log.warning("summary worker unavailable, redacting in-process: %s", exc)
+            redacted = []
+            for text in batches:
+                redacted.append(redactor(text))
+                if time.perf_counter() >= slice_end:
+                    await asyncio.sleep(0)
+                    slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
+        return [line for text in redacted for line in text.split("\n")]
 
     async def _reduce(self, lines: list[str], llm: Summarizer, chunk_chars: int) -> str:
         """Map-reduce ``lines`` until they fit in one chunk; returns that text."""

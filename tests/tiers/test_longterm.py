@@ -366,3 +366,108 @@ async def test_a_blob_without_summary_is_remembered_for_a_bounded_time(
     await redis_client.delete(keyspace.ltm_summary(workflow_id + "-c"))
     record = await other.load_summary_record(strict=True)
     assert record is not None and record.text == "x"
+
+
+# --- redaction in the summary worker -------------------------------------------------------
+
+
+def _secret_entries() -> list[dict[str, Any]]:
+    from tests.secret_corpus import SECRETS
+
+    return [
+        {"id": f"{i}-0", "turn_id": str(i), "thought": text, "action": f"step {i}", "result": "ok"}
+        for i, (_, text, _) in enumerate(SECRETS, 1)
+    ]
+
+
+class _LineRecorder:
+    """A summarizer that records the text it is given and keeps every line."""
+
+    name = "recorder"
+
+    def __init__(self, worker: Any = None) -> None:
+        self.worker = worker
+        self.texts: list[str] = []
+
+    async def summarize(
+        self, text: str, *, previous_summary: str | None = None, max_chars: int = 4000
+    ) -> str:
+        self.texts.append(text)
+        return text[:max_chars]
+
+
+async def test_the_worker_redacts_the_same_lines_as_the_loop(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from jarvismem.backends.llm.worker import SummaryWorker
+    from jarvismem.redaction import PatternRedactor, build_redactor
+    from tests.secret_corpus import SECRETS
+
+    # A key name of the user's own (REDACTION_KEYS): the worker must redact with it.
+    redactor = build_redactor(("password", "api_key", "zebra_pin"))
+    entries = [
+        *_secret_entries(),
+        {"id": "99-0", "turn_id": "99", "thought": "zebra_pin=9876543210abc", "action": "a"},
+    ]
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
+    on_loop = _LineRecorder()
+    await ltm.compress(entries, on_loop, chunk_chars=10**6)
+    worker = SummaryWorker()
+    try:
+        # Prove the work left this process: the redactor here refuses to run.
+        def refuse(self: PatternRedactor, text: str) -> str:
+            raise AssertionError("redacted in-process")
+
+        monkeypatch.setattr(PatternRedactor, "__call__", refuse)
+        offloaded = _LineRecorder(worker)
+        await ltm.compress(entries, offloaded, chunk_chars=10**6)
+    finally:
+        worker.close()
+    assert offloaded.texts == on_loop.texts
+    assert "9876543210abc" not in offloaded.texts[0]
+    redacted_here = [s for _, _, s in SECRETS if s not in on_loop.texts[0]]
+    assert len(redacted_here) > len(SECRETS) // 2  # the comparison is not vacuous
+
+
+async def test_a_failing_worker_leaves_redaction_to_the_loop(
+    local_blob: LocalBlobStorage,
+    keyspace: KeySpace,
+    workflow_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import sys
+
+    from jarvismem.backends.llm.worker import SummaryWorker
+    from jarvismem.redaction import build_redactor
+    from tests.secret_corpus import SECRETS
+
+    redactor = build_redactor()
+    entries = _secret_entries()
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
+    on_loop = _LineRecorder()
+    await ltm.compress(entries, on_loop, chunk_chars=10**6)
+    broken = SummaryWorker(command=[sys.executable, "-c", "import sys; sys.exit(1)"])
+    with caplog.at_level(logging.WARNING):
+        fallback = _LineRecorder(broken)
+        await ltm.compress(entries, fallback, chunk_chars=10**6)
+    assert "redacting in-process" in caplog.text
+    assert fallback.texts == on_loop.texts
+    for _, _, secret in SECRETS:
+        assert secret not in fallback.texts[0]
+
+
+async def test_a_redactor_the_worker_cannot_rebuild_runs_on_the_loop(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    from jarvismem.backends.llm.worker import SummaryWorker
+
+    # A custom callable has no REDACTION_KEYS to rebuild it from: never sent away.
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("x", "_"))
+    worker = SummaryWorker()
+    summarizer = _LineRecorder(worker)
+    await ltm.compress(turns(20, width=5), summarizer, chunk_chars=10**6)
+    assert "x" not in summarizer.texts[0] and "_____" in summarizer.texts[0]
+    assert worker.starts == 0

@@ -9,8 +9,11 @@ fresh interpreter running :mod:`~jarvismem.backends.llm.worker_child` (never by
 ``multiprocessing``, whose spawn would re-run the user's ``__main__``).
 
 The wire is the child's stdin and stdout: each frame a 4-byte big-endian length and a
-JSON body. A request is ``[text, previous_summary, max_chars]``; a reply is
-``{"ok": summary}`` or ``{"error": "..."}``. The child writes ``{"ready": pid}`` once
+JSON body. A request is ``{"op": "summarize", "text": ..., "previous": ...,
+"max_chars": ...}`` or ``{"op": "redact", "names": [...], "texts": [...]}`` (the
+compaction's rendered ledger lines, redacted with ``redactor_for(names)``: the other
+large piece of CPU work of a compaction); a reply is ``{"ok": result}`` or
+``{"error": "..."}``. The child writes ``{"ready": pid}`` once
 it has imported the summarizer. It exits when its stdin closes (the parent exited,
 crashed, or closed it), so it never outlives its agent.
 
@@ -213,8 +216,48 @@ class SummaryWorker:
         Raises :class:`WorkerUnavailable` when the worker cannot answer; the caller
         then computes the same summary itself.
         """
-        deadline_s = self.call_timeout + (len(text) + len(previous_summary or "")) / 100_000
-        request = frame([text, previous_summary, max_chars])
+        reply = self._call(
+            {"op": "summarize", "text": text, "previous": previous_summary, "max_chars": max_chars},
+            len(text) + len(previous_summary or ""),
+        )
+        if not isinstance(reply, str):
+            self._discard()
+            raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
+        return reply
+
+    def redact(self, texts: list[str], names: tuple[str, ...]) -> list[str]:
+        """``texts`` redacted by ``redactor_for(names)``, in the worker (blocking).
+
+        Raises :class:`WorkerUnavailable` when the worker cannot answer; the caller
+        then redacts them itself.
+        """
+        reply = self._call(
+            {"op": "redact", "names": list(names), "texts": texts}, sum(map(len, texts))
+        )
+        if not (
+            isinstance(reply, list)
+            and len(reply) == len(texts)
+            and all(isinstance(t, str) for t in reply)
+        ):
+            self._discard()
+            raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
+        return reply
+
+    def close(self) -> None:
+        """Stop the worker: close its stdin (it exits), kill it if it does not."""
+        with self._lock:
+            self._kill(graceful=True)
+
+    # --- internals -------------------------------------------------------------------
+
+    def _discard(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def _call(self, body: dict[str, Any], size: int) -> Any:
+        """Send one request, return the ``ok`` value of its reply."""
+        deadline_s = self.call_timeout + size / 100_000
+        request = frame(body)
         with self._lock:
             # A worker that died since the last call (killed, OOM) is seen only when
             # its pipe closes: one new worker gets the request again (a summary is a
@@ -234,20 +277,13 @@ class SummaryWorker:
                 except WorkerUnavailable:
                     self._kill()
                     raise
-            if isinstance(reply, dict) and isinstance(reply.get("ok"), str):
-                return str(reply["ok"])
+            if isinstance(reply, dict) and "ok" in reply:
+                return reply["ok"]
             if isinstance(reply, dict) and isinstance(reply.get("error"), str):
-                # The summarizer itself raised: the in-process retry raises the same.
+                # The work itself raised: the in-process retry raises the same.
                 raise WorkerUnavailable(f"the summary worker failed: {reply['error']}")
             self._kill()
             raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
-
-    def close(self) -> None:
-        """Stop the worker: close its stdin (it exits), kill it if it does not."""
-        with self._lock:
-            self._kill(graceful=True)
-
-    # --- internals -------------------------------------------------------------------
 
     def _running(self) -> subprocess.Popen[bytes]:
         if self._owner != os.getpid():

@@ -2,8 +2,9 @@
 
 Started by :class:`~jarvismem.backends.llm.worker.SummaryWorker`; the frames are
 described there. It exits when its stdin closes, so it never outlives the agent
-process that started it. It imports only :mod:`~jarvismem.backends.llm.extractive`
-and what that needs (see :data:`~jarvismem.backends.llm.worker.CHILD_BOOT`).
+process that started it. It imports only :mod:`~jarvismem.backends.llm.extractive`,
+:mod:`~jarvismem.redaction` and what they need (see
+:data:`~jarvismem.backends.llm.worker.CHILD_BOOT`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import IO, Any
 
 from jarvismem.backends.llm.extractive import ExtractiveSummarizer
 from jarvismem.backends.llm.worker import HEADER, MAX_FRAME, frame
+from jarvismem.redaction import redactor_for
 
 __all__ = ["main", "serve"]
 
@@ -39,9 +41,19 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
         if len(body) < size:
             return
         try:
-            text, previous, max_chars = json.loads(body)
-            summary = summarizer.summarize_now(text, previous_summary=previous, max_chars=max_chars)
-            send({"ok": summary})
+            request = json.loads(body)
+            if request["op"] == "redact":
+                redact = redactor_for(tuple(request["names"]))
+                send({"ok": [redact(text) for text in request["texts"]]})
+            elif request["op"] == "summarize":
+                summary = summarizer.summarize_now(
+                    request["text"],
+                    previous_summary=request["previous"],
+                    max_chars=request["max_chars"],
+                )
+                send({"ok": summary})
+            else:
+                send({"error": f"unknown op {request['op']!r}"})
         except Exception as exc:  # the parent retries in-process and raises it there
             send({"error": f"{type(exc).__name__}: {exc}"})
 

@@ -268,3 +268,34 @@ def test_start_reports_a_worker_that_cannot_start() -> None:
     with pytest.raises(WorkerUnavailable):
         worker.start()
     assert not worker.available()
+
+
+def test_a_redact_reply_of_the_wrong_length_kills_the_worker() -> None:
+    code = (
+        "import json, os, struct, sys\n"
+        "out = sys.stdout.buffer\n"
+        "def send(body):\n"
+        "    data = json.dumps(body).encode()\n"
+        "    out.write(struct.pack('>I', len(data)) + data); out.flush()\n"
+        "send({'ready': os.getpid()})\n"
+        "size = struct.unpack('>I', sys.stdin.buffer.read(4))[0]\n"
+        "sys.stdin.buffer.read(size)\n"
+        "send({'ok': ['only one']})\n"
+        "sys.stdin.buffer.read()\n"
+    )
+    worker = SummaryWorker(command=[sys.executable, "-c", code])
+    try:
+        with pytest.raises(WorkerUnavailable, match="unexpected reply"):
+            worker.redact(["one", "two"], ("password",))
+        assert worker.pid is None
+    finally:
+        worker.close()
+
+
+def test_redact_in_the_worker_matches_the_redactor(worker: SummaryWorker) -> None:
+    from jarvismem.redaction import redactor_for
+    from tests.secret_corpus import SECRETS
+
+    texts = [text for _, text, _ in SECRETS]
+    names = ("password", "zebra_pin")
+    assert worker.redact(texts, names) == [redactor_for(names)(t) for t in texts]

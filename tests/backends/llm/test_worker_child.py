@@ -17,6 +17,10 @@ def _read(stream: Any) -> Any:
     return json.loads(stream.read(size))
 
 
+def _summarize(text: str, previous: str | None, max_chars: int) -> bytes:
+    return frame({"op": "summarize", "text": text, "previous": previous, "max_chars": max_chars})
+
+
 def _child() -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "jarvismem.backends.llm.worker_child"],
@@ -32,8 +36,8 @@ def test_the_child_answers_requests_in_order_and_exits_on_eof() -> None:
     assert _read(proc.stdout) == {"ready": proc.pid}
     text = "[turn 1] the cache shard failed.\n[turn 2] rollback of the cache shard worked."
     local = ExtractiveSummarizer()
-    proc.stdin.write(frame([text, None, 60]) + frame([text, "older summary line.", 4000]))
-    proc.stdin.write(frame(["x", None, 0]) + frame([text, None, 60]))
+    proc.stdin.write(_summarize(text, None, 60) + _summarize(text, "older summary line.", 4000))
+    proc.stdin.write(_summarize("x", None, 0) + _summarize(text, None, 60))
     proc.stdin.flush()
     assert _read(proc.stdout) == {"ok": local.summarize_now(text, max_chars=60)}
     assert _read(proc.stdout) == {
@@ -53,7 +57,7 @@ def test_a_malformed_request_gets_an_error_frame() -> None:
     assert proc.stdin is not None and proc.stdout is not None
     _read(proc.stdout)
     body = b"{not json"
-    proc.stdin.write(HEADER.pack(len(body)) + body + frame(["[turn 1] ok.", None, 100]))
+    proc.stdin.write(HEADER.pack(len(body)) + body + _summarize("[turn 1] ok.", None, 100))
     proc.stdin.flush()
     assert "JSONDecodeError" in _read(proc.stdout)["error"]
     assert _read(proc.stdout) == {"ok": "[turn 1] ok."}
@@ -69,3 +73,22 @@ def test_a_truncated_request_ends_the_child() -> None:
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert proc.stdout.read() == b""  # nothing half-answered
+
+
+def test_the_child_redacts_with_the_named_redactor() -> None:
+    from jarvismem.redaction import build_redactor
+    from tests.secret_corpus import SECRETS
+
+    texts = [text for _, text, _ in SECRETS]
+    names = ("password", "client_secret")
+    proc = _child()
+    assert proc.stdin is not None and proc.stdout is not None
+    _read(proc.stdout)
+    proc.stdin.write(frame({"op": "redact", "names": list(names), "texts": texts}))
+    proc.stdin.write(frame({"op": "shred", "texts": texts}))
+    proc.stdin.flush()
+    redactor = build_redactor(names)
+    assert _read(proc.stdout) == {"ok": [redactor(t) for t in texts]}
+    assert "unknown op 'shred'" in _read(proc.stdout)["error"]
+    proc.stdin.close()
+    assert proc.wait(timeout=30) == 0

@@ -456,7 +456,11 @@ async def test_log_turn_sends_the_ledger_append_before_the_scratchpad_write(
     mem = make_memory(redis=real_redis, blob=local_blob)
     await mem.log_turn(0, "warm", "up", "x")  # the script loaded, the file created
     events: list[str] = []
-    send, append = real_redis.execute_command, local_blob.append
+    send, append, append_now = (
+        real_redis.execute_command,
+        local_blob.append,
+        local_blob.append_now,
+    )
 
     async def spy_send(*args: Any, **kw: Any) -> Any:
         events.append("ledger sent")
@@ -466,11 +470,18 @@ async def test_log_turn_sends_the_ledger_append_before_the_scratchpad_write(
         events.append("scratchpad written")
         return await append(*args, **kw)
 
+    def spy_append_now(*args: Any, **kw: Any) -> bool:
+        done: bool = append_now(*args, **kw)
+        if done:  # written at once, without awaiting (else append follows)
+            events.append("scratchpad written")
+        return done
+
     real_redis.execute_command, local_blob.append = spy_send, spy_append
+    local_blob.append_now = spy_append_now
     try:
         await mem.log_turn(1, "t", "a", "r")
     finally:
-        del real_redis.execute_command, local_blob.append
+        del real_redis.execute_command, local_blob.append, local_blob.append_now
     assert events == ["ledger sent", "scratchpad written"]
 
 

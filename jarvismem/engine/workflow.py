@@ -20,7 +20,7 @@ from jarvismem.redaction import Redactor
 from jarvismem.settings import Settings
 from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.compaction import CompactionPolicy, Compactor
-from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.durable import NOT_NOW, DurableWriter
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 
@@ -100,6 +100,13 @@ class _BlobApplier:
         await self.blob.append(record["path"], record["data"].encode("utf-8"))
         return True
 
+    def now(self, record: dict[str, Any]) -> Any:
+        """The append done at once when the storage can (local, into the page cache)."""
+        append_now = getattr(self.blob, "append_now", None)
+        if append_now is None or record.get("op") != "append":
+            return NOT_NOW
+        return True if append_now(record["path"], record["data"].encode("utf-8")) else NOT_NOW
+
 
 class WorkflowState:
     """What every view of one workflow shares inside a process.
@@ -155,11 +162,13 @@ class WorkflowState:
         if blob is not None:
             if blob_outbox is None:
                 raise ValueError("a workflow with blob storage needs its blob outbox")
+            applier = _BlobApplier(blob)
             self.blob_writer = DurableWriter(
                 f"blob[{workflow_id}]",
                 blob_outbox,
-                _BlobApplier(blob),
+                applier,
                 timeout=s.tier_timeout_working,
+                apply_now=applier.now,
             )
         if redis is not None and blob is not None:
             self.ltm = LongTermMemory(

@@ -68,6 +68,20 @@ the exception it met (an outage's error on every record from the first it stoppe
 Probe = Callable[[], Awaitable[bool]]
 """Does the backend answer now? (cheap, never raises)"""
 
+
+class _NotNow:
+    def __repr__(self) -> str:
+        return "NOT_NOW"
+
+
+NOT_NOW: Any = _NotNow()
+"""What an :data:`ApplyNow` returns when the record needs the awaited path."""
+
+ApplyNow = Callable[[dict[str, Any]], Any]
+"""Applies a record at once, without awaiting, when it can (a local append into the
+page cache); returns its result, or :data:`NOT_NOW` to take the awaited ``apply``.
+It raises what ``apply`` would raise for the same record."""
+
 PROBE_SECONDS = 0.1
 """How often a backed-off writer with a probe asks whether its backend is back."""
 
@@ -120,10 +134,12 @@ class DurableWriter:
         probe_interval: float = PROBE_SECONDS,
         apply_many: ApplyMany | None = None,
         batchable: Callable[[dict[str, Any]], bool] | None = None,
+        apply_now: ApplyNow | None = None,
     ) -> None:
         self.name = name
         self.outbox = outbox
         self._apply = apply
+        self._apply_now = apply_now
         self.timeout = timeout
         self.max_backoff = max_backoff
         # No jitter: one deliverer per outbox on the machine, nothing to spread.
@@ -186,6 +202,11 @@ class DurableWriter:
             await self.notice()
         if not self.degraded:
             try:
+                if self._apply_now is not None:
+                    # Done without awaiting (nothing to time out): no timer per write.
+                    result = self._apply_now(record)
+                    if result is not NOT_NOW:
+                        return result
                 # asyncio.timeout, not wait_for: no extra task on the hot path.
                 async with asyncio.timeout(self.timeout):
                     return await self._apply(record)

@@ -24,6 +24,7 @@ from jarvismem.errors import (
 )
 from jarvismem.resilience import Backoff
 from jarvismem.tiers.durable import (
+    NOT_NOW,
     REPLAY_BACKOFF_BASE,
     DurableWriter,
     is_backend_failure,
@@ -135,6 +136,56 @@ async def test_an_outage_queues_writes_and_replays_them_in_order(
     assert writer.last_error is None
     logged = [r.getMessage() for r in caplog.records]
     assert sum("queueing writes in the local outbox" in line for line in logged) == 1
+
+
+class NowBackend(FakeBackend):
+    """A backend that can apply some records at once (``now`` ones), as a local append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_calls = 0
+        self.awaited: list[int] = []
+
+    def apply_now(self, record: dict[str, Any]) -> Any:
+        self.now_calls += 1
+        if record.get("caller_bug"):
+            raise InvalidPayloadError("bad value")
+        if self.down:
+            raise BackendUnavailableError("backend down")
+        if not record.get("now"):
+            return NOT_NOW
+        self.applied.append(record["n"])
+        return f"now {record['n']}"
+
+    async def apply(self, record: dict[str, Any]) -> str:
+        self.awaited.append(record["n"])
+        return await super().apply(record)
+
+
+async def test_a_write_applied_at_once_skips_the_awaited_path(tmp_path: Path) -> None:
+    backend = NowBackend()
+    writer = DurableWriter(
+        "now[wf]", Outbox(tmp_path / "o.jsonl"), backend.apply, timeout=5.0,
+        apply_now=backend.apply_now,
+    )  # fmt: skip
+    try:
+        assert await writer.submit({"n": 1, "now": True}) == "now 1"
+        assert await writer.submit({"n": 2}) == "ok 2"  # NOT_NOW: awaited as before
+        assert backend.applied == [1, 2] and backend.awaited == [2]
+        with pytest.raises(InvalidPayloadError):  # raised at once, as from apply
+            await writer.submit({"n": 3, "now": True, "caller_bug": True})
+        backend.down = True
+        assert await writer.submit({"n": 4, "now": True}) is None  # an outage: queued
+        assert writer.degraded
+        calls = backend.now_calls
+        # Degraded: new writes queue behind the backlog, never applied at once.
+        backend.down = False
+        assert await writer.submit({"n": 5, "now": True}) is None
+        assert backend.now_calls == calls
+        assert await writer.flush(timeout=5.0)
+        assert backend.applied == [1, 2, 4, 5]  # replayed in order, by the awaited path
+    finally:
+        await writer.close()
 
 
 async def test_a_hung_backend_times_out_into_the_queue(

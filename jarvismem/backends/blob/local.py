@@ -503,12 +503,7 @@ class LocalBlobStorage:
         """
         validate_blob_path(path)
         payload = as_blob_bytes(data)
-        if (
-            not self._append_busy
-            and not self._fsync_appends
-            and 0 < len(payload) <= self._inline_max
-            and self._append_inline(path, payload)
-        ):
+        if self._append_now(path, payload):
             return
         if self._append_busy:
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -523,6 +518,25 @@ class LocalBlobStorage:
                 asyncio.get_running_loop().create_task(self._drain_appends())
             else:
                 self._append_busy = False
+
+    def append_now(self, path: str, data: bytes) -> bool:
+        """:meth:`append` done at once, without awaiting, or False (then call :meth:`append`).
+
+        True when the bytes went in on the loop: a small append, no fsync asked,
+        no thread hop of an earlier append still in flight (order), the file there
+        and its lock free (see :meth:`_append_inline`). Raises what :meth:`append`
+        raises for a bad path.
+        """
+        validate_blob_path(path)
+        return self._append_now(path, as_blob_bytes(data))
+
+    def _append_now(self, path: str, payload: bytes) -> bool:
+        return (
+            not self._append_busy
+            and not self._fsync_appends
+            and 0 < len(payload) <= self._inline_max
+            and self._append_inline(path, payload)
+        )
 
     async def _drain_appends(self) -> None:
         """Write every queued append, one thread hop per batch, until none is left."""

@@ -129,6 +129,29 @@ async def test_small_appends_skip_the_worker_thread_and_big_ones_use_it(
     assert thread_hops.count == 3
 
 
+async def test_append_now_writes_at_once_or_says_to_await(
+    tmp_path: Path, thread_hops: ThreadHops
+) -> None:
+    store = LocalBlobStorage(tmp_path / "root", inline_append_max_bytes=64)
+    assert not store.append_now("a.jsonl", b"first\n")  # no file yet: the awaited path
+    assert not (tmp_path / "root" / "a.jsonl").exists()  # and nothing written
+    await store.append("a.jsonl", b"first\n")
+    assert store.append_now("a.jsonl", b"now\n")
+    assert not store.append_now("a.jsonl", b"x" * 100)  # over the inline limit
+    # An append on its thread hop: a later one must not overtake it.
+    thread_hops.count = 0
+    big = asyncio.ensure_future(store.append("a.jsonl", b"y" * 100 + b"\n"))
+    await asyncio.sleep(0)
+    assert not store.append_now("a.jsonl", b"after\n")
+    await big
+    await store.append("a.jsonl", b"after\n")
+    assert await store.read("a.jsonl") == b"first\nnow\n" + b"y" * 100 + b"\nafter\n"
+    with pytest.raises(InvalidBlobPathError):
+        store.append_now("../escape.jsonl", b"x\n")
+    synced = LocalBlobStorage(tmp_path / "root", fsync_appends=True)
+    assert not synced.append_now("a.jsonl", b"z\n")  # fsync wanted: the thread does it
+
+
 async def test_hot_reads_skip_the_worker_thread_and_missing_blobs_are_not_found(
     tmp_path: Path, thread_hops: ThreadHops
 ) -> None:

@@ -413,16 +413,27 @@ class Bench:
                 mem = rt.memory(wf, STEP, "agent-1")
                 bundle = await mem.rehydrate_bundle(ledger_tail=10)
                 _check_bundle(bundle, size)
+                # The raw round trip it is judged against, on the same stream and in
+                # the same moments (one raw XREVRANGE before each rehydrate): a
+                # baseline measured minutes earlier swung 0.16-0.29 ms between runs.
+                key = self.keyspace.ledger(wf)
                 lat: list[float] = []
+                raw: list[float] = []
+                raw_wall = 0.0
                 clock = time.perf_counter
                 t_start = clock()
                 for _ in range(n_reps):
                     t0 = clock()
+                    await self.redis.xrevrange(key, count=10)
+                    t1 = clock()
                     await mem.rehydrate_bundle(ledger_tail=10)
-                    lat.append(clock() - t0)
+                    lat.append(clock() - t1)
+                    raw.append(t1 - t0)
+                    raw_wall += t1 - t0
                 summary = self.measure(
-                    f"{label} rehydrate_bundle @ {size:,}", lat, clock() - t_start
+                    f"{label} rehydrate_bundle @ {size:,}", lat, clock() - t_start - raw_wall
                 )
+                self.measure(f"{label} raw XREVRANGE COUNT 10 @ {size:,}", raw, raw_wall)
                 p50s[size] = summary["median_ms"]
                 await self.redis.delete(self.keyspace.ledger(wf))
                 if local_root is not None:
@@ -593,8 +604,15 @@ class Bench:
                 for size in sizes:
                     name = f"S3 p50 @ {size:,} / raw XREVRANGE p50"
                     rep.ratios[name] = _ratio(p50[size], raw_rev["median_ms"])
+                    # The target's ratio: to the raw XREVRANGE of the same stream,
+                    # interleaved with the rehydrates (the line above: to the one
+                    # measured with the baselines, kept for comparison).
+                    same = f"S3 p50 @ {size:,} / interleaved raw XREVRANGE p50"
+                    rep.ratios[same] = _ratio(
+                        p50[size], m[f"S3 raw XREVRANGE COUNT 10 @ {size:,}"]["median_ms"]
+                    )
                     rep.targets.append(
-                        Target(f"S3 @ {size:,} <= 3 x raw XREVRANGE", rep.ratios[name], 3.0, "<=")
+                        Target(f"S3 @ {size:,} <= 3 x raw XREVRANGE", rep.ratios[same], 3.0, "<=")
                     )
                 name = f"S3 p50 @ {sizes[-1]:,} / p50 @ {sizes[0]:,}"
                 rep.ratios[name] = _ratio(p50[sizes[-1]], p50[sizes[0]])

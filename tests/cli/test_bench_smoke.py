@@ -35,6 +35,8 @@ EXPECTED_MEASUREMENTS = (
     "S2/compaction off 64 agents x 20 turns",
     "S3 rehydrate_bundle @ 100",
     "S3 rehydrate_bundle @ 5,000",
+    "S3 raw XREVRANGE COUNT 10 @ 100",
+    "S3 raw XREVRANGE COUNT 10 @ 5,000",
     "S4 sequential log_turn, Athena on",
     "S7 sequential log_turn with lag monitor, compaction on",
     "S7 sequential log_turn with lag monitor, compaction off",
@@ -50,12 +52,14 @@ EXPECTED_RATIOS = (
     "S2 64 agents / raw 64-task concurrent XADD throughput",
     "S2 64 agents, compaction off / raw concurrent XADD throughput",
     "S3 p50 @ 100 / raw XREVRANGE p50",
+    "S3 p50 @ 100 / interleaved raw XREVRANGE p50",
     "S3 p50 @ 5,000 / p50 @ 100",
     "S4 p50 / S1 p50",
     "S7 extractive µs per turn @ 1,000 / @ 200",
     "S7 fake LLM µs per turn @ 1,000 / @ 200",
 )
 EXPECTED_FIGURES = (
+    "wall time of summary worker start, s",
     "S7 loop lag p99 during S1 x 500, compaction on, ms",
     "S7 loop lag p99 during extractive compaction of 1,000, ms",
     "S7 loop lag p99 during fake LLM compaction of 1,000, ms",

@@ -31,6 +31,23 @@ def _text(seed: int, lines: int = 60) -> str:
     return "\n".join(out)
 
 
+# The start of a fake worker: it says it is ready like the real one, then does what
+# the test appends (misbehaves).
+FAKE_READY = (
+    "import json, os, struct, sys\n"
+    "out = sys.stdout.buffer\n"
+    "def send(body):\n"
+    "    data = json.dumps(body).encode()\n"
+    "    out.write(struct.pack('>I', len(data)) + data); out.flush()\n"
+    "send({'ready': os.getpid()})\n"
+)
+
+
+def fake_worker(then: str) -> SummaryWorker:
+    """A worker whose process is :data:`FAKE_READY` followed by ``then``."""
+    return SummaryWorker(command=[sys.executable, "-c", FAKE_READY + then])
+
+
 @pytest.fixture
 def worker() -> Iterator[SummaryWorker]:
     w = SummaryWorker(call_timeout=10.0, restart_backoff=30.0)
@@ -141,17 +158,12 @@ async def test_a_worker_that_cannot_start_falls_back_and_backs_off(
 
 
 async def test_a_worker_answering_garbage_is_killed_and_the_loop_summarizes() -> None:
-    # A child that says it is ready, then answers every request with a non-frame.
-    code = (
-        "import json, os, struct, sys\n"
-        "out = sys.stdout.buffer\n"
-        "body = json.dumps({'ready': os.getpid()}).encode()\n"
-        "out.write(struct.pack('>I', len(body)) + body); out.flush()\n"
+    # A child that says it is ready, then answers a request with a non-frame.
+    worker = fake_worker(
         "sys.stdin.buffer.read(4)\n"
         "out.write(struct.pack('>I', 5) + b'nope!'); out.flush()\n"
         "sys.stdin.buffer.read()\n"
     )
-    worker = SummaryWorker(command=[sys.executable, "-c", code])
     try:
         summarizer = ExtractiveSummarizer(offload=True, worker=worker)
         text = _text(5)
@@ -236,15 +248,7 @@ def test_the_worker_process_is_small(worker: SummaryWorker) -> None:
 
 async def test_a_worker_dying_mid_call_is_retried_once_then_the_loop_summarizes() -> None:
     # Each worker says it is ready, reads the request's header, and dies.
-    code = (
-        "import json, os, struct, sys\n"
-        "out = sys.stdout.buffer\n"
-        "body = json.dumps({'ready': os.getpid()}).encode()\n"
-        "out.write(struct.pack('>I', len(body)) + body); out.flush()\n"
-        "sys.stdin.buffer.read(4)\n"
-        "os._exit(1)\n"
-    )
-    worker = SummaryWorker(command=[sys.executable, "-c", code])
+    worker = fake_worker("sys.stdin.buffer.read(4)\nos._exit(1)\n")
     try:
         summarizer = ExtractiveSummarizer(offload=True, worker=worker)
         text = _text(7)
@@ -271,19 +275,12 @@ def test_start_reports_a_worker_that_cannot_start() -> None:
 
 
 def test_a_redact_reply_of_the_wrong_length_kills_the_worker() -> None:
-    code = (
-        "import json, os, struct, sys\n"
-        "out = sys.stdout.buffer\n"
-        "def send(body):\n"
-        "    data = json.dumps(body).encode()\n"
-        "    out.write(struct.pack('>I', len(data)) + data); out.flush()\n"
-        "send({'ready': os.getpid()})\n"
+    worker = fake_worker(
         "size = struct.unpack('>I', sys.stdin.buffer.read(4))[0]\n"
         "sys.stdin.buffer.read(size)\n"
         "send({'ok': ['only one']})\n"
         "sys.stdin.buffer.read()\n"
     )
-    worker = SummaryWorker(command=[sys.executable, "-c", code])
     try:
         with pytest.raises(WorkerUnavailable, match="unexpected reply"):
             worker.redact(["one", "two"], ("password",))

@@ -148,7 +148,7 @@ def _read_exact(fd: int, size: int, deadline: float) -> bytes:
     return b"".join(parts)
 
 
-def _readframe(fd: int, deadline: float) -> Any:
+def _read_frame(fd: int, deadline: float) -> Any:
     (size,) = HEADER.unpack(_read_exact(fd, HEADER.size, deadline))
     if size > MAX_FRAME:
         raise WorkerUnavailable(f"the summary worker sent a frame of {size} bytes")
@@ -168,7 +168,9 @@ class SummaryWorker:
     """The parent's handle on one summary worker process (started on first call).
 
     ``command``: the argv that starts the child (default: this interpreter running
-    this module); ``call_timeout``: the base deadline of one summary, seconds.
+    :data:`CHILD_BOOT`); ``start_timeout``: seconds the child has to say it is ready;
+    ``call_timeout``: the base deadline of one request, seconds (plus one per 100 KB
+    of text); ``restart_backoff``: seconds before a failed start is tried again.
     """
 
     def __init__(
@@ -268,7 +270,7 @@ class SummaryWorker:
                 deadline = time.monotonic() + deadline_s
                 try:
                     _write_all(proc.stdin.fileno(), request, deadline)
-                    reply = _readframe(proc.stdout.fileno(), deadline)
+                    reply = _read_frame(proc.stdout.fileno(), deadline)
                     break
                 except _WorkerGone:
                     self._kill()
@@ -324,7 +326,7 @@ class SummaryWorker:
         self._owner = os.getpid()
         self.starts += 1
         try:
-            hello = _readframe(proc.stdout.fileno(), time.monotonic() + self.start_timeout)
+            hello = _read_frame(proc.stdout.fileno(), time.monotonic() + self.start_timeout)
         except WorkerUnavailable:
             self._kill()
             raise

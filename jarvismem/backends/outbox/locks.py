@@ -70,8 +70,8 @@ class SharedState:
     # Puts handed to a worker thread and not finished: while any is in flight,
     # a new put must queue behind it (never go inline), to keep records in order.
     thread_puts: int = 0
-    # The event loop that saw the data file unchanged during its current turn
-    # (Outbox.stale); cleared by a callback at the loop's next turn.
+    # A weak reference to the event loop that saw the data file unchanged during its
+    # current turn (Outbox.stale); cleared by a callback at the loop's next turn.
     unchanged_in: Any = None
 
     def pop_acked(self) -> None:

@@ -73,9 +73,9 @@ COMPACT_MIN_BYTES = 1 << 20
 and they make up at least half of it (a fully drained file is emptied at once)."""
 
 
-def _forget_unchanged(shared: SharedState, loop: asyncio.AbstractEventLoop) -> None:
+def _forget_unchanged(shared: SharedState, mark: weakref.ref[asyncio.AbstractEventLoop]) -> None:
     # The loop's next turn: the next stale() stats the file again.
-    if shared.unchanged_in is loop:
+    if shared.unchanged_in is mark:
         shared.unchanged_in = None
 
 
@@ -157,7 +157,8 @@ class Outbox:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is not None and s.unchanged_in is loop:
+        mark = s.unchanged_in
+        if loop is not None and mark is not None and mark() is loop:
             # Seen unchanged earlier in this same turn of this event loop. Nothing
             # this process does in one turn can follow from a peer's write made
             # meanwhile (hearing of it takes I/O, which the loop does between
@@ -172,10 +173,12 @@ class Outbox:
             return False
         if size != s.known_size:
             return True
-        holder = s.unchanged_in
+        holder = mark() if mark is not None else None
         if loop is not None and (holder is None or holder.is_closed()):
-            s.unchanged_in = loop
-            loop.call_soon(_forget_unchanged, s, loop)
+            # A weak reference: a loop closed before its next turn (its callback
+            # never ran) must not be kept alive, nor what its pending callbacks hold.
+            s.unchanged_in = weakref.ref(loop)
+            loop.call_soon(_forget_unchanged, s, s.unchanged_in)
         return False
 
     async def put(self, record: dict[str, Any]) -> bool:

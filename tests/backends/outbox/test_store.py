@@ -162,6 +162,40 @@ async def test_a_peers_append_we_heard_of_is_always_seen(
     assert await pending_ids(ob) == [0, *range(100, 120)]
 
 
+def test_a_loop_closed_after_a_look_is_not_kept_alive(tmp_path: Path) -> None:
+    # stale() in a loop's last turn: its clearing callback never runs. The outbox's
+    # shared state must not keep that loop (and what its pending callbacks hold) alive.
+    import gc
+    import weakref
+
+    path = tmp_path / "o.jsonl"
+    box = Outbox(path)
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(box.put({"i": 0}))
+    looked: list[bool] = []
+
+    def last_turn(running: asyncio.AbstractEventLoop) -> None:
+        looked.append(box.stale())
+        running.stop()  # the turn ends the loop: callbacks it scheduled never run
+
+    loop.call_soon(last_turn, loop)
+    loop.run_forever()
+    assert looked == [False]
+    assert box._shared.unchanged_in is not None  # looked, and the mark was never cleared
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
+
+    async def later() -> bool:
+        append_raw(path, b'{"seq":99,"rec":{"i":99}}\n')
+        return box.stale()
+
+    assert asyncio.run(later())  # a new loop looks for itself
+    asyncio.run(box.close())
+
+
 def test_stale_without_a_running_loop_looks_every_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -883,7 +883,7 @@ class LongTermMemory:
             return lines
         assert worker is not None and redactor is not None and isinstance(names, tuple)
         try:
-            redacted = await asyncio.to_thread(worker.redact, batches, names)
+            redacted = await worker.run(worker.redact, batches, names)
         except WorkerUnavailable as exc:
             log.warning("summary worker unavailable, redacting in-process: %s", exc)
             redacted = []

@@ -317,7 +317,7 @@ class ExtractiveSummarizer:
         worker = self.worker
         if worker is not None and worker.available():
             try:
-                return await asyncio.to_thread(worker.summarize, text, previous_summary, max_chars)
+                return await worker.run(worker.summarize, text, previous_summary, max_chars)
             except WorkerUnavailable as exc:
                 # Nothing is lost: the same summary is computed here, in slices.
                 log.warning("summary worker unavailable, summarizing in-process: %s", exc)

@@ -28,6 +28,7 @@ worker that failed to start is not tried again for :data:`RESTART_BACKOFF` secon
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import os
@@ -37,8 +38,10 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CALL_TIMEOUT",
@@ -89,6 +92,9 @@ subpackages' ``__init__`` modules, which import all of jarvismem (pydantic, redi
 httpx): ~65 MB of memory for a process that only summarizes. Registering the three
 parent packages as bare packages first loads the child's modules alone (~25 MB, and
 it starts in ~0.1 s instead of ~0.8 s)."""
+
+
+T = TypeVar("T")
 
 
 class WorkerUnavailable(Exception):
@@ -186,6 +192,11 @@ class SummaryWorker:
         self.call_timeout = call_timeout
         self.restart_backoff = restart_backoff
         self._lock = threading.Lock()
+        # One asyncio lock per event loop (see run); weak: a closed loop goes.
+        self._loop_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loop_locks_guard = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = os.getpid()
         self._retry_at = 0.0
@@ -211,6 +222,23 @@ class SummaryWorker:
         """
         with self._lock:
             return self._running().pid
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` (:meth:`summarize` or :meth:`redact`) in a thread, in turn.
+
+        The worker answers one request at a time. Callers of one event loop wait
+        for their turn here, on the loop, rather than each in a thread of the
+        loop's default executor: eight workflows compacting at once would otherwise
+        hold most of its threads (5 or 6 on two cores) waiting, and the blob writes
+        and outbox loads that need them would queue behind a summary.
+        """
+        loop = asyncio.get_running_loop()
+        with self._loop_locks_guard:
+            turn = self._loop_locks.get(loop)
+            if turn is None:
+                turn = self._loop_locks[loop] = asyncio.Lock()
+        async with turn:
+            return await asyncio.to_thread(call, *args)
 
     def summarize(self, text: str, previous_summary: str | None, max_chars: int) -> str:
         """The extractive summary of ``text``, computed in the worker (blocking).
@@ -377,6 +405,8 @@ class SummaryWorker:
     def _after_fork(self) -> None:
         # A thread of the parent may have held the lock when it forked.
         self._lock = threading.Lock()
+        self._loop_locks_guard = threading.Lock()
+        self._loop_locks = weakref.WeakKeyDictionary()
         self._forget()
 
 

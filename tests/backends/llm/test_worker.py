@@ -296,3 +296,36 @@ def test_redact_in_the_worker_matches_the_redactor(worker: SummaryWorker) -> Non
     texts = [text for _, text, _ in SECRETS]
     names = ("password", "zebra_pin")
     assert worker.redact(texts, names) == [redactor_for(names)(t) for t in texts]
+
+
+async def test_waiting_summaries_hold_no_executor_thread(
+    worker: SummaryWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Eight workflows compacting at once: one request in the worker at a time, and
+    # the others wait on the loop, not each in a thread of the default executor.
+    import threading
+
+    inside = 0
+    most = 0
+    guard = threading.Lock()
+    real = worker.summarize
+
+    def counting(text: str, previous: str | None, max_chars: int) -> str:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.02)  # the worker busy: the other callers must wait meanwhile
+            return real(text, previous, max_chars)
+        finally:
+            with guard:
+                inside -= 1
+
+    monkeypatch.setattr(worker, "summarize", counting)
+    summarizer = ExtractiveSummarizer(offload=True, worker=worker)
+    texts = [_text(seed) for seed in range(8)]
+    got = await asyncio.gather(*(summarizer.summarize(t, max_chars=500) for t in texts))
+    local = ExtractiveSummarizer()
+    assert got == [local.summarize_now(t, max_chars=500) for t in texts]
+    assert most == 1

@@ -543,6 +543,15 @@ def redactor_for(names: tuple[str, ...]) -> Redactor:
     return build_redactor(names)
 
 
+def configured_redactor(enabled: bool, names: Iterable[str]) -> Redactor:
+    """The redactor of ``REDACTION_ENABLED`` and ``REDACTION_KEYS`` (given as their values).
+
+    For clients that build themselves from settings (the Athena client, the
+    embedder), so what they send is redacted as the runtime redacts what it stores.
+    """
+    return redactor_for(tuple(names)) if enabled else no_redaction
+
+
 @functools.lru_cache(maxsize=8)
 def key_matcher_for(names: tuple[str, ...]) -> Callable[[str], bool]:
     """The key matcher for a ``REDACTION_KEYS`` list (one instance per list)."""

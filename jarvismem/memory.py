@@ -35,6 +35,7 @@ from jarvismem.health import memory_health
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
 from jarvismem.payload import clean_value, max_field_chars_for, turn_record_max_bytes
 from jarvismem.recall.models import MemoryEntry, RecallResult
+from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.prompt import (
     Preflight,
     capture_conversation,
@@ -430,14 +431,16 @@ class UnifiedMemory:
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
         occurred_at: int | str | datetime | None = None,
+        policy: MemoryPolicy | None = None,
     ) -> MemoryEntry:
         """Store a fact for later recall (an upsert when ``entry_id`` is given).
 
         ``occurred_at``: when the fact happened (epoch ms, ISO 8601, a datetime;
         zone-less = UTC); its day becomes searchable ("in May 2023"). ``None``:
         when it is written (an upsert keeps the entry's earlier ``occurred_at``).
-        Scope and namespace come from the runtime's :class:`MemoryPolicy`;
-        raises ``RecallStoreMissingError`` when no recall store is configured and
+        Scope and namespace come from the runtime's :class:`MemoryPolicy`
+        (``policy`` overrides it for this call); raises ``RecallStoreMissingError``
+        when no recall store is configured and
         :class:`~jarvismem.errors.PayloadTooLargeError` for content longer than
         ``RECALL_CONTENT_MAX_CHARS`` (checked before the redactor reads it all).
         """
@@ -447,7 +450,7 @@ class UnifiedMemory:
                 f"{RECALL_CONTENT_MAX_CHARS}"
             )
         store = self._recall_store()
-        request = self.runtime.policy.write_request(
+        request = (policy or self.runtime.policy).write_request(
             agent_id=self.agent_id,
             content=self.runtime.redactor(content),
             session_id=session_id,
@@ -477,9 +480,11 @@ class UnifiedMemory:
         min_score: float | None = None,
         session_id: str | None = None,
         context: Mapping[str, str] | None = None,
+        policy: MemoryPolicy | None = None,
     ) -> list[RecallResult]:
         """The ``limit`` (default: the policy's ``max_entries``) most relevant remembered
         facts, each with its ``score`` ([] when the policy is disabled).
+        ``policy``: instead of the runtime's, for this call.
 
         Matches come first by score; when fewer than ``limit`` match, the newest
         other entries fill the list with score 0 (the *recency fill*), so the
@@ -493,7 +498,7 @@ class UnifiedMemory:
         """
         results = await recall_for_turn(
             self.runtime.recall_store,
-            self.runtime.policy,
+            policy or self.runtime.policy,
             agent_id=self.agent_id,
             query=query,
             session_id=session_id,

@@ -24,14 +24,18 @@ at whitespace, ``"``, ``'``, ``,``, ``;`` and ``&`` (URL query separators).
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import fields as dataclass_fields
+from dataclasses import is_dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from jarvismem import defaults
+from jarvismem.errors import InvalidPayloadError
 
 Redactor = Callable[[str], str]
 
@@ -539,9 +543,156 @@ def redactor_for(names: tuple[str, ...]) -> Redactor:
     return build_redactor(names)
 
 
+def configured_redactor(enabled: bool, names: Iterable[str]) -> Redactor:
+    """The redactor of ``REDACTION_ENABLED`` and ``REDACTION_KEYS`` (given as their values).
+
+    For clients that build themselves from settings (the Athena client, the
+    embedder), so what they send is redacted as the runtime redacts what it stores.
+    """
+    return redactor_for(tuple(names)) if enabled else no_redaction
+
+
 @functools.lru_cache(maxsize=8)
 def key_matcher_for(names: tuple[str, ...]) -> Callable[[str], bool]:
     """The key matcher for a ``REDACTION_KEYS`` list (one instance per list)."""
     if tuple(names) == SECRET_KEY_NAMES:
         return is_secret_key
     return secret_key_matcher(names)
+
+
+MAX_OBJECT_DEPTH = 256
+"""Deepest nesting :func:`redact_object` walks (LangGraph's msgpack refuses deeper values too)."""
+
+
+def redact_object(value: Any, redact: Redactor, is_secret: Callable[[str], bool]) -> Any:
+    """``value`` redacted like :func:`redact_value`, for Python objects kept as they are.
+
+    For the LangGraph saver and store, whose values are Python objects that a
+    serializer stores: strings, dict keys and values, lists, tuples (named
+    tuples too), sets, dataclasses and pydantic models (LangChain messages and
+    their tool calls) are walked; the value under a secret-named key or field
+    becomes :data:`REDACTED` whatever its type. Anything else (bytes, numbers,
+    other objects) is kept as it is.
+
+    What holds no secret comes back as the very same object, and a changed
+    container keeps its type, so a graph reads back the state it wrote. The
+    caller's value is never changed. A value nested deeper than
+    :data:`MAX_OBJECT_DEPTH` (or one that contains itself) is an
+    ``InvalidPayloadError``: the serializer could not store it either.
+    """
+    return _redact_object(value, redact, is_secret, 0)
+
+
+def redact_named(name: str, value: Any, redact: Redactor, is_secret: Callable[[str], bool]) -> Any:
+    """``value`` as stored under ``name`` (a state channel, a field): :data:`REDACTED` when
+    the name is secret and the value holds something, else :func:`redact_object` of it."""
+    if _hidden(name, value, is_secret):
+        return REDACTED
+    return redact_object(value, redact, is_secret)
+
+
+def _hidden(name: object, child: Any, is_secret: Callable[[str], bool]) -> bool:
+    """Whether ``child`` is replaced whole: under a secret name and holding something."""
+    if not isinstance(name, str) or not is_secret(name) or child is None:
+        return False
+    return not (isinstance(child, str) and child == "")
+
+
+def _redact_object(
+    item: Any, redact: Redactor, is_secret: Callable[[str], bool], depth: int
+) -> Any:
+    if isinstance(item, str):
+        out = redact(item)
+        return item if out == item else out
+    if item is None or isinstance(item, bool | int | float | bytes | bytearray):
+        return item
+    if depth >= MAX_OBJECT_DEPTH:
+        raise InvalidPayloadError(
+            f"value nested deeper than {MAX_OBJECT_DEPTH} levels (or containing itself)"
+        )
+    deeper = depth + 1
+    if isinstance(item, dict):
+        mapped: dict[Any, Any] = {}
+        changed = False
+        for key, child in item.items():
+            name = redact(key) if isinstance(key, str) else key
+            if name != key:
+                changed = True
+                n = 2
+                base = name
+                while name in mapped:
+                    name = f"{base}#{n}"
+                    n += 1
+            if _hidden(key, child, is_secret):
+                mapped[name] = REDACTED
+                changed = True
+                continue
+            new = _redact_object(child, redact, is_secret, deeper)
+            changed = changed or new is not child
+            mapped[name] = new
+        return _rebuilt(item, mapped) if changed else item
+    if isinstance(item, list | tuple | set | frozenset):
+        items = [_redact_object(child, redact, is_secret, deeper) for child in item]
+        if all(new is old for new, old in zip(items, item, strict=True)):
+            return item
+        if isinstance(item, tuple) and hasattr(item, "_fields"):  # a named tuple
+            return type(item)(*items)
+        return _rebuilt(item, items)
+    fields = _object_fields(item)
+    if fields is None:
+        return item
+    changes: dict[str, Any] = {}
+    for name, child in fields.items():
+        if _hidden(name, child, is_secret):
+            changes[name] = REDACTED
+            continue
+        new = _redact_object(child, redact, is_secret, deeper)
+        if new is not child:
+            changes[name] = new
+    if not changes:
+        return item
+    model_copy = getattr(item, "model_copy", None)
+    if callable(model_copy):
+        return model_copy(update=changes)
+    clone = copy.copy(item)
+    for name, new in changes.items():
+        # object.__setattr__: frozen dataclasses too (the clone is ours alone).
+        object.__setattr__(clone, name, new)
+    return clone
+
+
+_PLAIN_CONTAINERS: tuple[type, ...] = (dict, list, tuple, frozenset, set)
+
+
+def _rebuilt(original: Any, content: Any) -> Any:
+    """``content`` in ``original``'s container type: a subclass is copied and refilled (a
+    ``defaultdict`` keeps its factory), or made from ``content`` (a tuple subclass); the plain
+    type it derives from when neither works."""
+    kind = type(original)
+    plain = next(t for t in _PLAIN_CONTAINERS if isinstance(original, t))
+    if kind is plain:
+        return plain(content)
+    try:
+        if isinstance(original, dict | list | set):
+            clone = copy.copy(original)
+            clone.clear()
+            if isinstance(clone, list):
+                clone.extend(content)
+            else:
+                clone.update(content)
+            return clone
+        return kind(content)
+    except (TypeError, ValueError, AttributeError):
+        return plain(content)
+
+
+def _object_fields(item: Any) -> dict[str, Any] | None:
+    """The fields of a pydantic model or a dataclass instance; None for other objects."""
+    model_fields = getattr(type(item), "model_fields", None)
+    if isinstance(model_fields, dict) and hasattr(item, "model_copy"):
+        return {name: getattr(item, name, None) for name in model_fields}
+    if is_dataclass(item) and not isinstance(item, type):
+        return {
+            f.name: getattr(item, f.name) for f in dataclass_fields(item) if hasattr(item, f.name)
+        }
+    return None

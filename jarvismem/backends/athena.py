@@ -46,7 +46,7 @@ from jarvismem.errors import (
     InvalidIdError,
     InvalidPayloadError,
 )
-from jarvismem.redaction import mask_url
+from jarvismem.redaction import Redactor, configured_redactor, default_redactor, mask_url
 from jarvismem.resilience import Backoff, retrying
 from jarvismem.settings import Settings
 
@@ -158,6 +158,9 @@ class AthenaClient:
         transport: an httpx transport to use instead of the network (tests).
         backoff: first retry delay in seconds; doubles per attempt (capped at 2 s),
             with jitter so many clients do not retry in lock-step.
+        redactor: applied to every query text before it is sent (``get_context``,
+            ``search``), so a secret a user typed never leaves the process, whoever
+            the caller is; :meth:`from_settings` uses the configured one.
     """
 
     def __init__(
@@ -170,6 +173,7 @@ class AthenaClient:
         max_retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
         backoff: float = 0.1,
+        redactor: Redactor = default_redactor,
     ) -> None:
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError("ATHENA_URL must start with http:// or https://")
@@ -178,6 +182,7 @@ class AthenaClient:
         if max_retries < 0:
             raise ConfigError("Athena max_retries must be >= 0")
         self._base_url = base_url.rstrip("/")
+        self._redact = redactor
         self._max_retries = max_retries
         # Equal jitter: many clients hit by one outage do not retry in lock-step.
         self._retry_backoff = Backoff(base=max(0.0, backoff), cap=_MAX_BACKOFF, jitter="equal")
@@ -206,6 +211,7 @@ class AthenaClient:
                 settings.athena_jwt_token.get_secret_value() if settings.athena_jwt_token else None
             ),
             timeout=settings.athena_http_timeout,
+            redactor=configured_redactor(settings.redaction_enabled, settings.redaction_key_names),
         )
 
     @property
@@ -306,7 +312,7 @@ class AthenaClient:
         sid = _check_session_id(session_id)
         params: dict[str, str | int] = {"limit": _check_limit(limit)}
         if query is not None:
-            params["query"] = _check_text(query, "query")
+            params["query"] = self._redact(_check_text(query, "query"))
         path = f"/api/v1/sessions/{sid}/context"
         body = await self._call("GET", path, params=params, policy="read")
         return self._parse(AthenaContext, body, path)
@@ -326,7 +332,7 @@ class AthenaClient:
         """
         sid = _check_session_id(session_id)
         payload: dict[str, Any] = {
-            "query": _check_text(query, "query", allow_empty=False),
+            "query": self._redact(_check_text(query, "query", allow_empty=False)),
             "limit": _check_limit(limit),
         }
         if filter is not None:

@@ -90,6 +90,13 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out the tools that write (remember, spaces_put)",
     )
+    p.add_argument(
+        "--recall-scope",
+        choices=("workflow", "agent"),
+        default="workflow",
+        help="remembered facts of this workflow only (default), or the agent's facts of "
+        "every workflow (the memory policy's agent scope)",
+    )
     # Ctrl-C is how a server is stopped by hand: not an interruption.
     p.set_defaults(handler=mcp, interrupt_exit=0)
 
@@ -117,7 +124,9 @@ async def mcp(ctx: CliContext) -> int:
         raise ConfigError(INSTALL_HINT) from None
     if step is None:
         step = server_mod.VIEW_STEP
-    scope = server_mod.McpScope(workflow, agent, step_id=step, read_only=a.read_only)
+    scope = server_mod.McpScope(
+        workflow, agent, step_id=step, read_only=a.read_only, recall_scope=a.recall_scope
+    )
     sock = server_mod.listen_socket(a.host, a.port) if a.transport == "http" else None
     try:
         async with ctx.runtime() as rt:
@@ -131,6 +140,7 @@ async def mcp(ctx: CliContext) -> int:
                 "agent_id": agent,
                 "step_id": step,
                 "read_only": scope.read_only,
+                "recall_scope": scope.recall_scope,
                 "tools": tools,
             }
             if sock is None:

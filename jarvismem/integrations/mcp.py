@@ -2,8 +2,8 @@
 
 :func:`build_server` exposes one agent's memory in one workflow as MCP tools:
 
-* ``remember`` / ``recall``: facts in the recall tier (the runtime's memory policy
-  decides their namespace and scope, as for ``UnifiedMemory.remember``/``recall``);
+* ``remember`` / ``recall``: facts in the recall tier, in the server's workflow only
+  (see Scope);
 * ``bundle``: the rehydrate bundle of a step of the workflow (``rehydrate_bundle``);
 * ``tail``: the workflow's last ledger entries (every agent's turns);
 * ``spaces_get`` / ``spaces_put``: the agent's cognitive spaces;
@@ -13,9 +13,17 @@
 **Scope.** Namespace (the runtime's settings), workflow and agent are fixed when
 the server is built (:class:`McpScope`); no tool takes any of them as an argument,
 so a caller cannot reach another workflow's or agent's memory (an argument of
-that name is not in any input schema and is ignored). ``read_only=True`` leaves
-the write tools (``remember``, ``spaces_put``) out of the list, and they refuse
-if reached anyway.
+that name is not in any input schema and is ignored). That holds for remembered
+facts too: the memory policy's default scope (``agent``) shares an agent's facts
+across every workflow, so by default (``recall_scope="workflow"``) the server's
+``remember`` and ``recall`` use the policy's namespace under session scope with
+the workflow id as the session: a fact another workflow remembered is not
+recalled here, and one planted here does not reach another workflow's prompt.
+``recall_scope="agent"`` shares the agent-wide facts on purpose. Athena's memory
+(``context``, ``search``, the bundle's Athena context) is kept per namespace (and
+agent, with ``ATHENA_ISOLATE_AGENTS``) by the server, not per workflow.
+``read_only=True`` leaves the write tools (``remember``, ``spaces_put``) out of
+the list, and they refuse if reached anyway.
 
 **Output.** Every result is one JSON object, sent both as JSON text and as
 structured content, passed through the runtime's redactor first (strings, and
@@ -46,7 +54,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -60,6 +68,7 @@ from jarvismem.defaults import LEDGER_TAIL, RECALL_CONTENT_MAX_CHARS, SEARCH_LIM
 from jarvismem.errors import AthenaUnavailableError, ConfigError, JarvisMemError
 from jarvismem.keys import validate_id
 from jarvismem.memory import UnifiedMemory
+from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.redaction import redact_value
 from jarvismem.render import to_json
 from jarvismem.runtime import MemoryRuntime
@@ -105,20 +114,28 @@ class McpScope:
     """What every tool of one server acts on, fixed at start-up.
 
     ``workflow_id``, ``agent_id``: whose memory; ``step_id``: the step ``bundle``
-    reads when the caller names none; ``read_only``: no write tools. The
-    namespace is the runtime's (``JARVISMEM_NAMESPACE`` / ``--namespace``).
-    Ids are checked on construction (:class:`~jarvismem.errors.InvalidIdError`).
+    reads when the caller names none; ``read_only``: no write tools;
+    ``recall_scope``: ``"workflow"`` (the default: remembered facts of this
+    workflow only) or ``"agent"`` (the agent's facts of every workflow, the memory
+    policy's own scope). The namespace is the runtime's (``JARVISMEM_NAMESPACE`` /
+    ``--namespace``). Ids are checked on construction
+    (:class:`~jarvismem.errors.InvalidIdError`).
     """
 
     workflow_id: str
     agent_id: str
     step_id: str = VIEW_STEP
     read_only: bool = False
+    recall_scope: Literal["workflow", "agent"] = "workflow"
 
     def __post_init__(self) -> None:
         validate_id(self.workflow_id, "workflow_id")
         validate_id(self.agent_id, "agent_id")
         validate_id(self.step_id, "step_id")
+        if self.recall_scope not in ("workflow", "agent"):
+            raise ValueError(
+                f"recall_scope must be 'workflow' or 'agent', got {str(self.recall_scope)[:40]!r}"
+            )
 
 
 # --- argument types: the input schemas the SDK derives and validates -----------------------
@@ -179,6 +196,14 @@ class _Memory:
         self.scope = scope
         # Built once: a view costs no I/O and its spaces store is reused.
         self.view = runtime.memory(scope.workflow_id, scope.step_id, scope.agent_id)
+        # Workflow scope: the policy's namespace, entries of the session named by the
+        # workflow id (a scope of its own in every recall store), whatever the
+        # policy's scope; agent scope: the runtime's policy as it is.
+        self.policy: MemoryPolicy = runtime.policy
+        self.session_id: str | None = None
+        if scope.recall_scope == "workflow":
+            self.policy = runtime.policy.model_copy(update={"scope": "session"})
+            self.session_id = scope.workflow_id
 
     def _writable(self, tool: str) -> None:
         if self.scope.read_only:
@@ -190,11 +215,17 @@ class _Memory:
         self._writable("remember")
         if entry_id is not None:
             validate_id(entry_id, "entry_id")
-        entry = await self.view.remember(content, entry_id=entry_id, metadata=metadata)
+        entry = await self.view.remember(
+            content,
+            entry_id=entry_id,
+            metadata=metadata,
+            session_id=self.session_id,
+            policy=self.policy,
+        )
         return {"entry": entry.model_dump(mode="json")}
 
     async def recall(self, query: str) -> dict[str, Any]:
-        results = await self.view.recall(query)
+        results = await self.view.recall(query, session_id=self.session_id, policy=self.policy)
         return {"query": query, "results": [r.model_dump(mode="json") for r in results]}
 
     async def bundle(self, step: str | None, turns: int, query: str | None) -> dict[str, Any]:

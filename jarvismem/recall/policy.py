@@ -64,8 +64,11 @@ class MemoryPolicy(BaseModel):
     """How recall behaves for one agent.
 
     * ``enabled``: recall and capture happen at all.
-    * ``scope``: ``agent`` (entries shared by every session of the agent) or
-      ``session`` (entries private to one session; a session id is required).
+    * ``scope``: ``agent`` (entries shared by every session and every workflow
+      of the agent in the namespace) or ``session`` (entries private to one
+      session; a session id is required). An MCP server narrows ``agent`` to
+      its workflow (session scope, the workflow id as session id) unless told
+      otherwise (:class:`jarvismem.integrations.mcp.McpScope`).
     * ``namespace`` / ``namespace_from``: a fixed namespace, or the name of a
       context key (e.g. ``"tenant_id"``) whose value is the namespace; at most
       one may be given, and with neither the namespace is ``"default"``.

@@ -117,10 +117,19 @@ async def test_http_read_only_serves_reads_and_refuses_writes(real_cli: Cli) -> 
     mcp = pytest.importorskip("mcp")
     await _seed(real_cli, "wf-http")
     proc, info = await asyncio.to_thread(
-        _start_http, real_cli, "--workflow", "wf-http", "--agent", "a1", "--read-only"
+        _start_http,
+        real_cli,
+        "--workflow",
+        "wf-http",
+        "--agent",
+        "a1",
+        "--read-only",
+        "--recall-scope",
+        "agent",
     )
     try:
         assert info["url"].startswith("http://127.0.0.1:") and info["url"].endswith("/mcp")
+        assert info["recall_scope"] == "agent"
         assert (info["workflow_id"], info["agent_id"], info["read_only"]) == ("wf-http", "a1", True)
         assert info["namespace"] == real_cli.namespace
         assert info["tools"] == ["recall", "bundle", "tail", "spaces_get"]

@@ -24,7 +24,7 @@ import httpx
 from jarvismem import defaults
 from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.errors import ConfigError, InvalidPayloadError, LLMError
-from jarvismem.redaction import mask_url
+from jarvismem.redaction import Redactor, configured_redactor, default_redactor, mask_url
 from jarvismem.settings import Settings
 
 __all__ = ["OpenAIEmbedder", "normalise"]
@@ -61,6 +61,7 @@ class OpenAIEmbedder:
         backoff_base: float = defaults.LLM_BACKOFF_BASE,
         backoff_cap: float = defaults.LLM_BACKOFF_CAP,
         max_response_bytes: int = defaults.EMBEDDINGS_MAX_RESPONSE_BYTES,
+        redactor: Redactor = default_redactor,
     ) -> None:
         """Create the embedder (no connection is made yet).
 
@@ -69,7 +70,9 @@ class OpenAIEmbedder:
         ``dimensions``: ask the server for vectors of this size (models that support
         shortening; None: the model's own size). ``batch_size``: most texts per request.
         ``timeout``: deadline of one HTTP attempt, s. ``max_retries``: extra attempts
-        after a 429, a 5xx, a timeout or a connection error.
+        after a 429, a 5xx, a timeout or a connection error. ``redactor``: applied to
+        every text before it is sent (queries are a user's words and may hold a
+        secret; stored facts are redacted already, and redaction is idempotent).
         """
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError("EMBEDDINGS_BASE_URL must start with http:// or https://")
@@ -83,6 +86,7 @@ class OpenAIEmbedder:
             raise ConfigError("EMBEDDINGS_TIMEOUT must be > 0")
         if max_retries < 0:
             raise ConfigError("EMBEDDINGS_MAX_RETRIES must be >= 0")
+        self._redact = redactor
         self.model = model
         self.requested_dimensions = dimensions
         self.dimensions = dimensions or 0
@@ -115,6 +119,7 @@ class OpenAIEmbedder:
             batch_size=settings.embeddings_batch,
             timeout=settings.embeddings_timeout,
             max_retries=settings.embeddings_max_retries,
+            redactor=configured_redactor(settings.redaction_enabled, settings.redaction_key_names),
         )
 
     @property
@@ -138,7 +143,9 @@ class OpenAIEmbedder:
         return vectors
 
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        payload: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        # The one place texts leave for the embeddings server: redacted here.
+        sent = [self._redact(text) for text in texts]
+        payload: dict[str, Any] = {"model": self.model, "input": sent, "encoding_format": "float"}
         if self.requested_dimensions:
             payload["dimensions"] = self.requested_dimensions
         body = await self._client._request("POST", "/embeddings", payload)

@@ -33,7 +33,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -54,6 +54,15 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import ConfigError, InvalidIdError
 from jarvismem.keys import KeySpace
+from jarvismem.redaction import (
+    Redactor,
+    default_redactor,
+    is_secret_key,
+    never_secret,
+    no_redaction,
+    redact_named,
+    redact_object,
+)
 from jarvismem.runtime import MemoryRuntime
 
 T = TypeVar("T")
@@ -296,6 +305,15 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
     for every LangGraph saver. Use :meth:`from_runtime` to share a
     :class:`~jarvismem.runtime.MemoryRuntime`'s client.
 
+    Secrets: channel values, pending writes and checkpoint metadata are redacted
+    before they are serialised (:func:`~jarvismem.redaction.redact_named`: a
+    channel or key with a secret name is hidden whole, strings inside containers,
+    dataclasses and pydantic models such as LangChain messages are redacted, and
+    values holding no secret are stored as they are). ``redactor`` and
+    ``is_secret_key`` default to the built-in ones; pass
+    :func:`~jarvismem.redaction.no_redaction` and
+    :func:`~jarvismem.redaction.never_secret` to store state exactly.
+
     Async first: the sync methods are for other threads only (they run the async
     ones on the loop the saver was made in), as LangGraph's async savers do.
     Redis failures raise :class:`~jarvismem.errors.BackendUnavailableError` or
@@ -309,8 +327,12 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         *,
         ttl_seconds: float | None = None,
         serde: SerializerProtocol | None = None,
+        redactor: Redactor = default_redactor,
+        is_secret_key: Callable[[str], bool] = is_secret_key,
     ) -> None:
         super().__init__(serde=serde)
+        self._redactor = redactor
+        self._is_secret_key = is_secret_key
         if ttl_seconds is not None and not ttl_seconds > 0:
             raise ConfigError("ttl_seconds must be positive or None")
         self._redis = _binary_client(redis)
@@ -337,19 +359,36 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         *,
         ttl_seconds: float | bool | None = True,
         serde: SerializerProtocol | None = None,
+        redact: bool | None = None,
     ) -> JarvisMemSaver:
         """A saver on ``runtime``'s Redis client and namespace.
 
         ``ttl_seconds=True`` (the default) keeps a thread as long as the runtime
         keeps a workflow's context (``REDIS_CONTEXT_TTL_DAYS``); a number or
-        ``None`` overrides it. The runtime keeps owning (and closes) the client.
+        ``None`` overrides it. ``redact``: redact graph state with the runtime's
+        redactor; ``None`` (the default) follows ``REDACT_CHECKPOINTS`` (graph
+        state is checkpoint state), ``False`` stores it exactly as given. The
+        runtime keeps owning (and closes) the client.
         """
         if runtime.redis is None:
             raise ConfigError("JarvisMemSaver needs Redis: this runtime has none (REDIS_URL)")
         ttl = runtime.settings.ttl_seconds if ttl_seconds is True else ttl_seconds
-        return cls(runtime.redis, runtime.keyspace, ttl_seconds=ttl or None, serde=serde)
+        if redact is None:
+            redact = runtime.settings.redact_checkpoints
+        return cls(
+            runtime.redis,
+            runtime.keyspace,
+            ttl_seconds=ttl or None,
+            serde=serde,
+            redactor=runtime.redactor if redact else no_redaction,
+            is_secret_key=runtime.is_secret_key if redact else never_secret,
+        )
 
     # --- helpers --------------------------------------------------------------------------
+
+    def _hide(self, channel: str, value: Any) -> Any:
+        """``value`` of ``channel`` redacted before it is serialised (see the class doc)."""
+        return redact_named(channel, value, self._redactor, self._is_secret_key)
 
     def _keys(self, thread_id: object) -> list[str]:
         return self._keyspace.lg_thread_keys(_text(thread_id, "thread_id"))
@@ -469,9 +508,17 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         blob_args: list[Any] = []
         for channel, version in new_versions.items():
             field = SEP.join((ns, _text(channel, "channel"), str(version)))
-            value = _typed(*self.serde.dumps_typed(values[channel])) if channel in values else None
+            value = (
+                _typed(*self.serde.dumps_typed(self._hide(channel, values[channel])))
+                if channel in values
+                else None
+            )
             blob_args += [field, value if value is not None else b"empty\n"]
-        meta = get_serializable_checkpoint_metadata(config, metadata)
+        meta = redact_object(
+            get_serializable_checkpoint_metadata(config, metadata),
+            self._redactor,
+            self._is_secret_key,
+        )
         run = meta.get("run_id")
         run_id = _text(str(run), "run_id") if run not in (None, "") else ""
         ckpt_kind, ckpt_data = self.serde.dumps_typed(stored)
@@ -525,7 +572,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         args: list[Any] = [self._ttl_ms]
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            kind, data = self.serde.dumps_typed(value)
+            kind, data = self.serde.dumps_typed(self._hide(channel, value))
             meta = json.dumps({"c": channel, "t": kind, "p": task_path}, ensure_ascii=False)
             args += [f"{prefix}{SEP}{idx}", meta.encode() + b"\n" + data, "1" if idx < 0 else "0"]
         if len(args) == 1:

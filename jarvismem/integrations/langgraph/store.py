@@ -26,7 +26,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +52,14 @@ from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE
 from jarvismem.errors import ConfigError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.recall import DeletableRecallStore, RecallRequest, RedisRecallStore, WriteRequest
+from jarvismem.redaction import (
+    Redactor,
+    default_redactor,
+    is_secret_key,
+    never_secret,
+    no_redaction,
+    redact_object,
+)
 from jarvismem.runtime import MemoryRuntime
 
 SEP = "\x00"
@@ -234,6 +242,12 @@ class JarvisMemStore(BaseStore):
     use (default agent ``lgstore-<name>``). ``index_fields``: JSON paths whose
     text is indexed when a put gives no ``index`` (default: every string and
     number of the value). ``ttl``: LangGraph's ``TTLConfig`` (minutes).
+
+    Secrets: a value is redacted before it is stored or indexed (strings,
+    dict keys, and any value under a secret-named key, as ``remember`` and
+    ``put_space`` do), so neither Redis, the search index nor ``aget``/``asearch``
+    hold it in clear. ``redactor``/``is_secret_key`` default to the built-in
+    ones; :meth:`from_runtime` uses the runtime's (``REDACTION_ENABLED``).
     """
 
     supports_ttl = True
@@ -249,8 +263,12 @@ class JarvisMemStore(BaseStore):
         recall_agent: str | None = None,
         index_fields: list[str] | None = None,
         ttl: TTLConfig | None = None,
+        redactor: Redactor = default_redactor,
+        is_secret_key: Callable[[str], bool] = is_secret_key,
     ) -> None:
         self._redis = redis
+        self._redactor = redactor
+        self._is_secret_key = is_secret_key
         self._keyspace = keyspace or KeySpace()
         self.name = validate_id(name, "store name")
         self._keys = [
@@ -274,16 +292,39 @@ class JarvisMemStore(BaseStore):
 
     @classmethod
     def from_runtime(
-        cls, runtime: MemoryRuntime, *, name: str = "default", ttl: TTLConfig | None = None
+        cls,
+        runtime: MemoryRuntime,
+        *,
+        name: str = "default",
+        ttl: TTLConfig | None = None,
+        redact: bool = True,
     ) -> JarvisMemStore:
-        """A store on ``runtime``'s Redis, namespace and recall store (when it can delete)."""
+        """A store on ``runtime``'s Redis, namespace and recall store (when it can delete).
+
+        Values are redacted with the runtime's redactor (none with
+        ``REDACTION_ENABLED=false``); ``redact=False`` stores them exactly as given.
+        """
         if runtime.redis is None:
             raise ConfigError("JarvisMemStore needs Redis: this runtime has none (REDIS_URL)")
         recall = runtime.recall_store
         usable = recall if isinstance(recall, DeletableRecallStore) else None
-        return cls(runtime.redis, runtime.keyspace, name=name, recall=usable, ttl=ttl)
+        return cls(
+            runtime.redis,
+            runtime.keyspace,
+            name=name,
+            recall=usable,
+            ttl=ttl,
+            redactor=runtime.redactor if redact else no_redaction,
+            is_secret_key=runtime.is_secret_key if redact else never_secret,
+        )
 
     # --- helpers --------------------------------------------------------------------------
+
+    def _redacted(self, op: PutOp) -> PutOp:
+        """``op`` with its value redacted: what is stored, indexed and read back."""
+        if op.value is None:
+            return op
+        return op._replace(value=redact_object(op.value, self._redactor, self._is_secret_key))
 
     def _entry_id(self, member: str) -> str:
         return "lg-" + hashlib.sha256(member.encode()).hexdigest()[:40]
@@ -341,7 +382,7 @@ class JarvisMemStore(BaseStore):
     async def _puts(self, ops: list[PutOp]) -> None:
         last: dict[str, PutOp] = {}
         for op in ops:  # the last put of an item in a batch wins
-            last[_member(op.namespace, op.key)] = op
+            last[_member(op.namespace, op.key)] = self._redacted(op)
         args: list[Any] = [_now_ms()]
         for member, op in last.items():
             if op.value is None:

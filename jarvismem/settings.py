@@ -328,8 +328,9 @@ class Settings(BaseSettings):
     )
     redact_checkpoints: bool = Field(
         defaults.REDACT_CHECKPOINTS,
-        description="Redact checkpoint state before saving; false keeps it byte for byte "
-        "(for callers who need exact state).",
+        description="Redact checkpoint state before saving (save_checkpoint and the "
+        "LangGraph saver's values, pending writes and metadata); false keeps it byte for "
+        "byte (for callers who need exact state).",
     )
     log_level: str = Field("INFO", description="Logging level of the CLI.")
 

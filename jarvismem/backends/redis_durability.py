@@ -28,10 +28,14 @@ connection's own last write (often none: offset 0) and confirms nothing.
   (after ``ASKING`` on the same connection for an ``ASK``); a second redirect
   fails the write as an outage.
 
-The level is attached to the client object when it is built from settings
-(:func:`jarvismem.backends.redis.create_redis`), so every tier that writes
-through the client follows it without being told; a client made elsewhere is
-``primary`` unless :func:`set_durability` is called on it.
+The level is attached to the client object where it enters an engine
+(:func:`jarvismem.backends.redis.adopt_redis`: a client built from settings by
+``create_redis``, or one passed in to ``UnifiedMemory(redis_store=...)`` or
+``MemoryEngine(redis=...)``), so every surface that writes through the client
+follows it without being told. A client used directly by an integration
+(``JarvisMemSaver(client)``, ``JarvisMemStore(client)``, ``RedisRecallStore``)
+follows the level the client carries: ``primary`` unless it came from
+``create_redis`` or :func:`set_durability` was called on it.
 """
 
 from __future__ import annotations

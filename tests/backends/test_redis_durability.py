@@ -15,15 +15,18 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jarvismem.backends.redis import create_redis, redis_destination, redis_errors
+from jarvismem.backends.redis import create_redis, embedded_redis, redis_destination, redis_errors
 from jarvismem.backends.redis_durability import (
+    Durability,
     durability_health,
     durability_of,
     run_script,
     set_durability,
 )
 from jarvismem.errors import BackendUnavailableError, ConfigError
+from jarvismem.engine.core import MemoryEngine
 from jarvismem.keys import KeySpace
+from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.testing.redis_server import RedisServerProcess
@@ -242,3 +245,139 @@ def test_the_destination_of_a_plain_client_is_its_address() -> None:
     assert redis_destination(aioredis.from_url("redis://127.0.0.1:6390/2")) == (
         "redis:127.0.0.1:6390/2"
     )
+
+
+# --- every construction path adopts the settings' level ----------------------------------------
+
+
+async def test_the_drop_in_view_on_a_callers_client_follows_replicated_settings(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    client = aioredis.from_url(primary.url)
+    settings = _settings(tmp_path, primary.url, keyspace, "replicated")
+    memory = UnifiedMemory("wf-drop", "s1", "a1", redis_store=client, settings=settings)
+    try:
+        health = await memory.health()
+        assert health["backends"]["redis"]["durability"]["level"] == "replicated"
+        replica.pause()
+        try:
+            await memory.log_turn(1, "t", "a", "r")  # queued, not acknowledged
+            assert memory.runtime.workflow("wf-drop").redis_writer.health()["pending"] == 1
+        finally:
+            replica.resume()
+    finally:
+        await memory.close()
+        await client.aclose()
+
+
+def test_an_engine_on_a_callers_client_takes_the_settings_level(keyspace: KeySpace) -> None:
+    settings = load_settings(
+        _env_file=None,
+        redis_url="redis://127.0.0.1:1/0",
+        redis_durability="replicated",
+        redis_wait_replicas=2,
+        redis_wait_timeout_ms=250,
+        jarvismem_namespace=keyspace.namespace,
+    )
+    client = aioredis.Redis(port=1)
+    MemoryEngine(settings, redis=client)
+    assert durability_of(client) == Durability(replicas=2, timeout_ms=250)
+
+
+def test_a_client_whose_level_disagrees_with_the_settings_is_refused(keyspace: KeySpace) -> None:
+    primary_settings = load_settings(_env_file=None, redis_url="redis://127.0.0.1:1/0")
+    client = aioredis.Redis(port=1)
+    set_durability(client, "replicated", replicas=1, timeout_ms=100)
+    with pytest.raises(ConfigError, match="REDIS_DURABILITY=primary"):
+        MemoryEngine(primary_settings, redis=client)
+    other = primary_settings.model_copy(
+        update={"redis_durability": "replicated", "redis_wait_replicas": 2}
+    )
+    with pytest.raises(ConfigError, match="REDIS_WAIT_REPLICAS=2"):
+        MemoryEngine(other, redis=client)
+    # Nothing was changed on the refused client.
+    assert durability_of(client) == Durability(replicas=1, timeout_ms=100)
+
+
+def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
+    settings = load_settings(
+        _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
+    )
+    with pytest.raises(ConfigError, match="embedded in-process stand-in has none"):
+        MemoryEngine(settings, redis=embedded_redis())
+
+
+# --- recall facts and both LangGraph integrations wait too ---------------------------------------
+
+
+def _graph(saver: Any) -> Any:
+    graph_mod = pytest.importorskip("langgraph.graph")
+
+    async def step(state: dict[str, Any]) -> dict[str, Any]:
+        return {"n": state["n"] + 1}
+
+    graph = graph_mod.StateGraph(dict)
+    graph.add_node("step", step)
+    graph.add_edge(graph_mod.START, "step")
+    graph.add_edge("step", graph_mod.END)
+    return graph.compile(checkpointer=saver)
+
+
+async def _surfaces(runtime: MemoryRuntime) -> tuple[Any, Any, Any]:
+    lg = pytest.importorskip("jarvismem.integrations.langgraph")
+    memory = runtime.memory("wf-surf", "s1", "a1")
+    return memory, lg.JarvisMemStore.from_runtime(runtime), _graph(lg.JarvisMemSaver.from_runtime(runtime))
+
+
+async def test_facts_store_items_and_graph_checkpoints_are_not_acknowledged_unreplicated(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "replicated"))
+    try:
+        memory, store, graph = await _surfaces(runtime)
+        replica.pause()
+        try:
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await memory.remember("the deploy key rotates on mondays")
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await store.aput(("users", "u1"), "k1", {"fact": "likes tea"})
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await graph.ainvoke(
+                    {"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync"
+                )
+        finally:
+            replica.resume()
+    finally:
+        await runtime.close()
+
+
+async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_acknowledged(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    from jarvismem.integrations.langgraph.store import _member
+
+    primary, replica = pair
+    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "replicated"))
+    on_replica = aioredis.from_url(replica.url)
+    try:
+        memory, store, graph = await _surfaces(runtime)
+        entry = await memory.remember("the deploy key rotates on mondays")
+        await store.aput(("users", "u1"), "k1", {"fact": "likes tea"})
+        await graph.ainvoke({"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync")
+        before = durability_health(runtime.redis)["waits"]
+        assert before >= 3
+        assert durability_health(runtime.redis)["shortfalls"] == 0
+
+        # WAIT returned: the replica holds each of them now (no polling).
+        scopes = [k async for k in on_replica.scan_iter(f"jm:{keyspace.namespace}:*")]
+        recall_keys = [k for k in scopes if await on_replica.hexists(k, entry.id)]
+        assert recall_keys, "the fact is not on the replica"
+        items = keyspace.lg_store_items("default")
+        assert await on_replica.hexists(items, _member(("users", "u1"), "k1"))
+        assert await on_replica.exists(*keyspace.lg_thread_keys("t1")) >= 1
+        assert await on_replica.zscore(keyspace.lg_threads(), "t1") is not None
+    finally:
+        await on_replica.aclose()
+        await runtime.close()

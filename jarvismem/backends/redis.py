@@ -233,9 +233,7 @@ def adopt_redis(client: Any, settings: Settings) -> None:
     if held == wanted:
         return
     if held is None and wanted is not None:
-        set_durability(
-            client, "replicated", replicas=wanted.replicas, timeout_ms=wanted.timeout_ms
-        )
+        set_durability(client, "replicated", replicas=wanted.replicas, timeout_ms=wanted.timeout_ms)
         return
     told = (
         "REDIS_DURABILITY=primary"

@@ -23,10 +23,11 @@ from jarvismem.backends.redis_durability import (
     run_script,
     set_durability,
 )
-from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.engine.core import MemoryEngine
+from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
+from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.testing.redis_server import RedisServerProcess
@@ -327,7 +328,11 @@ def _graph(saver: Any) -> Any:
 async def _surfaces(runtime: MemoryRuntime) -> tuple[Any, Any, Any]:
     lg = pytest.importorskip("jarvismem.integrations.langgraph")
     memory = runtime.memory("wf-surf", "s1", "a1")
-    return memory, lg.JarvisMemStore.from_runtime(runtime), _graph(lg.JarvisMemSaver.from_runtime(runtime))
+    return (
+        memory,
+        lg.JarvisMemStore.from_runtime(runtime),
+        _graph(lg.JarvisMemSaver.from_runtime(runtime)),
+    )
 
 
 async def test_facts_store_items_and_graph_checkpoints_are_not_acknowledged_unreplicated(
@@ -371,9 +376,10 @@ async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_a
         assert durability_health(runtime.redis)["shortfalls"] == 0
 
         # WAIT returned: the replica holds each of them now (no polling).
-        scopes = [k async for k in on_replica.scan_iter(f"jm:{keyspace.namespace}:*")]
-        recall_keys = [k for k in scopes if await on_replica.hexists(k, entry.id)]
-        assert recall_keys, "the fact is not on the replica"
+        entries_key, _ = RedisRecallStore(on_replica, keyspace).keys(
+            entry.namespace, entry.agent_id, entry.session_id
+        )
+        assert await on_replica.hexists(entries_key, entry.id)
         items = keyspace.lg_store_items("default")
         assert await on_replica.hexists(items, _member(("users", "u1"), "k1"))
         assert await on_replica.exists(*keyspace.lg_thread_keys("t1")) >= 1

@@ -267,6 +267,11 @@ class MemoryEngine:
         """The durable writers of every workflow state alive in this process."""
         return [w for state in list(self._workflows.values()) for w in state.writers]
 
+    def redis_writers(self) -> list[DurableWriter]:
+        """The Redis durable writers (ledger, checkpoints, summaries, spaces) alive here."""
+        states = list(self._workflows.values())
+        return [s.redis_writer for s in states if s.redis_writer is not None]
+
     # --- Athena, per agent ----------------------------------------------------------------
 
     async def athena_memory(self, agent_id: str) -> AthenaMemory | None:

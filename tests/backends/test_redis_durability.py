@@ -8,6 +8,7 @@ shortfall is made. One Redis Cluster test uses the suite's shared cluster
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,13 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import wait_for
-from tests.ha_servers import replicated_pair
+from tests.ha_servers import (
+    _primary,
+    _replica,
+    replicated_pair,
+    require_redis_server,
+    wait_in_sync,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -164,12 +171,14 @@ async def test_primary_level_runs_the_script_without_wait_even_with_a_dead_repli
 # --- the whole path: log_turn, outbox, replay ----------------------------------------------------
 
 
-def _settings(tmp_path: Path, url: str, keyspace: KeySpace, level: str) -> Any:
+def _settings(
+    tmp_path: Path, url: str, keyspace: KeySpace, level: str, *, wait_ms: int = 300
+) -> Any:
     return load_settings(
         _env_file=None,
         redis_url=url,
         redis_durability=level,
-        redis_wait_timeout_ms=300,
+        redis_wait_timeout_ms=wait_ms,
         jarvismem_namespace=keyspace.namespace,
         outbox_path=tmp_path / "outbox",
         storage_base_path=tmp_path / "blobs",
@@ -364,7 +373,9 @@ async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_a
     from jarvismem.integrations.langgraph.store import _member
 
     primary, replica = pair
-    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "replicated"))
+    # A loaded test machine may take a while to confirm; that is not what is tested here.
+    settings = _settings(tmp_path, primary.url, keyspace, "replicated", wait_ms=1500)
+    runtime = await MemoryRuntime.from_env(settings)
     on_replica = aioredis.from_url(replica.url)
     try:
         memory, store, graph = await _surfaces(runtime)
@@ -387,3 +398,52 @@ async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_a
     finally:
         await on_replica.aclose()
         await runtime.close()
+
+
+# --- a primary without its replica ----------------------------------------------------------------
+
+
+async def test_a_primary_without_a_replica_shows_it_in_health_until_one_attaches(
+    tmp_path: Path, keyspace: KeySpace
+) -> None:
+    require_redis_server()
+    primary = _primary(tmp_path / "primary")
+    replica = _replica(tmp_path / "replica", primary)
+    primary.start()
+    try:
+        settings = _settings(tmp_path, primary.url, keyspace, "replicated")
+        runtime = await MemoryRuntime.from_env(settings)
+        try:
+            memory = runtime.memory("wf-alone", "s1", "a1")
+            before = time.time()
+            await memory.log_turn(1, "t", "a", "r")
+            await memory.log_turn(2, "t", "a", "r")
+            writer = runtime.workflow("wf-alone").redis_writer
+            assert writer.health()["pending"] == 2
+
+            health = await runtime.health()
+            redis_health = health["backends"]["redis"]
+            durability = redis_health["durability"]
+            assert durability["state"] == "no replica: writes queued"
+            assert durability["connected_replicas"] == 0
+            assert durability["queued"] == 2
+            assert before <= durability["since"] <= time.time()
+            assert "no replica: writes queued (2 queued since " in redis_health["status"]
+            assert not health["ok"]
+            assert any(r.startswith("redis: no replica: writes queued") for r in health["reasons"])
+
+            replica.start()
+            wait_in_sync(primary.port)
+            await wait_for(lambda: writer.health()["pending"] == 0, timeout=15)
+            health = await runtime.health()
+            durability = health["backends"]["redis"]["durability"]
+            assert durability["state"] == "ok"
+            assert durability["connected_replicas"] == 1
+            assert durability["queued"] == 0
+            assert durability["since"] is None
+            assert health["ok"], health["reasons"]
+        finally:
+            await runtime.close()
+    finally:
+        replica.kill()
+        primary.kill()

@@ -361,6 +361,11 @@ async def test_facts_store_items_and_graph_checkpoints_are_not_acknowledged_unre
                 await graph.ainvoke(
                     {"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync"
                 )
+            # Deletes too: one lost in a failover would bring the data back.
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await store.adelete(("users", "u1"), "k1")
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await graph.checkpointer.adelete_thread("t1")
         finally:
             replica.resume()
     finally:

@@ -330,6 +330,32 @@ async def test_closing_the_client_closes_its_pool() -> None:
         (redis_exc.ReadOnlyError("READONLY You can't write against a read only replica"), True),
         (redis_exc.ResponseError("CLUSTERDOWN The cluster is down"), True),
         (redis_exc.NoScriptError("NOSCRIPT No matching script"), True),
+        (redis_exc.ResponseError("MASTERDOWN Link with MASTER is down"), True),
+        (redis_exc.ResponseError("NOREPLICAS Not enough good replicas to write."), True),
+        (redis_exc.ResponseError("TRYAGAIN Multiple keys request during rehashing"), True),
+        # redis-py's annotation of a refused command inside MULTI/EXEC or a pipeline
+        (
+            redis_exc.ResponseError(
+                "Command # 1 (HSET jm:x state {} rev 3) of pipeline caused error: "
+                "OOM command not allowed when used memory > 'maxmemory'."
+            ),
+            True,
+        ),
+        # Redis 6.2 wraps the error of a redis.call inside a script
+        (
+            redis_exc.ResponseError(
+                "ERR Error running script (call to f_0123): @user_script:12: "
+                "@user_script: 12: -OOM command not allowed when used memory > 'maxmemory'."
+            ),
+            True,
+        ),
+        (
+            redis_exc.ResponseError(
+                "Command # 2 (XADD k * a b) of pipeline caused error: "
+                "WRONGTYPE Operation against a key holding the wrong kind"
+            ),
+            False,
+        ),
         (
             redis_exc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
             False,
@@ -344,6 +370,48 @@ def test_redis_errors_become_transient_or_rejected(error: Exception, transient: 
     assert isinstance(translated, JarvisMemError)
     assert str(translated).startswith("ledger append: Redis ")
     assert type(error).__name__ in str(translated)
+
+
+@pytest.mark.integration
+async def test_out_of_memory_is_transient_on_every_path_it_comes_back_on(redis_server: Any) -> None:
+    """A real server out of memory refuses writes on each path: all are outages."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.config_set("maxmemory", 1)
+        refusals: dict[str, BaseException] = {}
+        try:
+            await client.set("k", "v")
+        except redis_exc.RedisError as exc:
+            refusals["plain reply"] = exc
+        try:
+            await client.eval("return redis.call('SET', KEYS[1], 'v')", 1, "k")
+        except redis_exc.RedisError as exc:
+            refusals["script error reply"] = exc
+        pcall = await client.eval(
+            "local r = redis.pcall('SET', KEYS[1], 'v'); return r.err", 1, "k"
+        )
+        refusals["script's pcall text"] = redis_exc.ResponseError(pcall.decode())
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set("k", "v")
+            pipe.get("k")
+            replies = await pipe.execute(raise_on_error=False)
+        assert isinstance(replies[0], BaseException)
+        refusals["pipeline per-command reply"] = replies[0]
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set("k", "v")
+                pipe.expire("k", 10)
+                await pipe.execute()
+        except redis_exc.RedisError as exc:
+            refusals["MULTI/EXEC"] = exc
+        assert len(refusals) == 5, sorted(refusals)
+        for path, exc in refusals.items():
+            assert is_transient_redis_error(exc), (path, exc)
+            assert isinstance(translate_redis_error(exc, path), BackendUnavailableError), path
+    finally:
+        await client.config_set("maxmemory", 0)
+        await client.aclose()
 
 
 @pytest.mark.integration

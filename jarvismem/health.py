@@ -16,7 +16,11 @@ from typing import Any
 
 from jarvismem.backends.blob import LocalBlobStorage
 from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded, ping_redis, probe_redis_write
-from jarvismem.backends.redis_durability import durability_health
+from jarvismem.backends.redis_durability import (
+    connected_replicas,
+    durability_health,
+    replica_state,
+)
 from jarvismem.backends.redis_sentinel import is_sentinel_url
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.engine.workflow import WorkflowState
@@ -84,17 +88,29 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         "reason": _reason(reason),
     }
     if not is_embedded(redis):
-        durability = durability_health(redis)
-        out["durability"] = durability
-        out["status"] = durability_line(durability)
+        out["durability"] = durability_health(redis)
+        if ok and out["durability"]["level"] == "replicated":
+            seen, _, _, connected = await _probe(lambda: connected_replicas(redis))
+            # The replica count and queue are filled in by engine_health (it has the outboxes).
+            out["_replicas"] = connected if seen else None
     if write_check and ok:
         key = engine.keyspace.health_probe(secrets.token_hex(6))
         await _write_probe(out, lambda: probe_redis_write(redis, key, s.redis_url))
     return out
 
 
+def _replicas_reason(durability: dict[str, Any]) -> str | None:
+    """``no replica: writes queued (N queued since HH:MM:SS UTC)``, or None when all is well."""
+    state = durability.get("state")
+    if not state or state == "ok":
+        return None
+    since = durability.get("since")
+    when = "" if since is None else " since " + time.strftime("%H:%M:%S UTC", time.gmtime(since))
+    return f"{state} ({durability.get('queued', 0)} queued{when})"
+
+
 def durability_line(durability: dict[str, Any]) -> str:
-    """One line for ``jarvismem status``: the level and, if any, the last WAIT shortfall."""
+    """One line for ``jarvismem status``: the level, the replica state and the last shortfall."""
     if durability.get("level") != "replicated":
         return "durability: primary (a failover may lose the last acknowledged writes)"
     replicas = durability["replicas"]
@@ -102,6 +118,9 @@ def durability_line(durability: dict[str, Any]) -> str:
         f"durability: replicated (WAIT {replicas} replica{'s' if replicas != 1 else ''}, "
         f"{durability['wait_timeout_ms']} ms)"
     )
+    reason = _replicas_reason(durability)
+    if reason is not None:
+        line += f"; {reason}"
     last = durability.get("last_shortfall")
     if last:
         ago = max(0.0, time.time() - float(last["at"]))
@@ -194,6 +213,19 @@ def _outboxes(engine: MemoryEngine) -> dict[str, Any]:
     return out
 
 
+def _replicated_state(engine: MemoryEngine, redis: dict[str, Any]) -> str | None:
+    """Fill in the replica state of a ``replicated`` client; its reason when not ok."""
+    connected = redis.pop("_replicas", None)
+    durability = redis.get("durability")
+    if engine.redis is None or not durability:
+        return None
+    if durability.get("level") == "replicated":
+        queued = sum(len(writer.outbox) for writer in engine.redis_writers())
+        durability.update(replica_state(engine.redis, connected, queued))
+    redis["status"] = durability_line(durability)
+    return _replicas_reason(durability)
+
+
 async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> dict[str, Any]:
     """Health of every backend of an engine and of its outboxes.
 
@@ -212,11 +244,14 @@ async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> d
     )
     backends = {"redis": redis, "blob": blob, "athena": athena, "llm": llm}
     outboxes = _outboxes(engine)
+    replica_reason = _replicated_state(engine, redis)
     reasons = [
         f"{name}: {b['reason']}"
         for name, b in backends.items()
         if b.get("configured") and b.get("reason")
     ]
+    if replica_reason is not None:
+        reasons.append(f"redis: {replica_reason}")
     for name, box in outboxes.items():
         if box.get("pending"):
             reasons.append(f"{name}: {box['pending']} write(s) queued in the local outbox")

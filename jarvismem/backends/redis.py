@@ -44,7 +44,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from jarvismem.backends.redis_durability import set_durability
+from jarvismem.backends.redis_durability import Durability, durability_of, set_durability
 from jarvismem.backends.redis_sentinel import (
     create_sentinel_client,
     is_sentinel_url,
@@ -206,13 +206,51 @@ def create_redis(settings: Settings) -> RedisClient:
             )
         return embedded_redis()
     client = _create_client(settings, settings.redis_url)
-    set_durability(
-        client,
-        settings.redis_durability,
-        replicas=settings.redis_wait_replicas,
-        timeout_ms=settings.redis_wait_timeout_ms,
-    )
+    adopt_redis(client, settings)
     return client
+
+
+def adopt_redis(client: Any, settings: Settings) -> None:
+    """Give a Redis client the durability level of ``settings``, or refuse the pair.
+
+    The one point where a client enters an engine (built here, or passed in to
+    ``UnifiedMemory(redis_store=...)``, ``MemoryEngine(redis=...)``): whichever
+    way it came, its writes then follow ``REDIS_DURABILITY``. A client that
+    already carries another level (set by :func:`set_durability` for other
+    users of it) is refused with :class:`ConfigError` rather than silently
+    changed, and so is ``replicated`` on the embedded stand-in (no replicas).
+    """
+    wanted = (
+        Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
+        if settings.redis_durability == "replicated"
+        else None
+    )
+    if wanted is not None and is_embedded(client):
+        raise ConfigError(
+            "REDIS_DURABILITY=replicated needs a Redis server with replicas: the "
+            "embedded in-process stand-in has none"
+        )
+    held = durability_of(client)
+    if held == wanted:
+        return
+    if held is None and wanted is not None:
+        set_durability(client, "replicated", replicas=wanted.replicas, timeout_ms=wanted.timeout_ms)
+        return
+    told = (
+        "REDIS_DURABILITY=primary"
+        if wanted is None
+        else f"REDIS_DURABILITY=replicated, REDIS_WAIT_REPLICAS={wanted.replicas}, "
+        f"REDIS_WAIT_TIMEOUT_MS={wanted.timeout_ms}"
+    )
+    has = (
+        "primary"
+        if held is None
+        else f"replicated ({held.replicas} replica(s), {held.timeout_ms} ms)"
+    )
+    raise ConfigError(
+        f"the Redis client passed in is already {has} but the settings say {told}: "
+        "make them agree (one client, one durability level)"
+    )
 
 
 def _create_client(settings: Settings, url: str) -> RedisClient:

@@ -28,10 +28,14 @@ connection's own last write (often none: offset 0) and confirms nothing.
   (after ``ASKING`` on the same connection for an ``ASK``); a second redirect
   fails the write as an outage.
 
-The level is attached to the client object when it is built from settings
-(:func:`jarvismem.backends.redis.create_redis`), so every tier that writes
-through the client follows it without being told; a client made elsewhere is
-``primary`` unless :func:`set_durability` is called on it.
+The level is attached to the client object where it enters an engine
+(:func:`jarvismem.backends.redis.adopt_redis`: a client built from settings by
+``create_redis``, or one passed in to ``UnifiedMemory(redis_store=...)`` or
+``MemoryEngine(redis=...)``), so every surface that writes through the client
+follows it without being told. A client used directly by an integration
+(``JarvisMemSaver(client)``, ``JarvisMemStore(client)``, ``RedisRecallStore``)
+follows the level the client carries: ``primary`` unless it came from
+``create_redis`` or :func:`set_durability` was called on it.
 """
 
 from __future__ import annotations
@@ -66,13 +70,17 @@ class Shortfall:
 
 
 class _State:
-    __slots__ = ("durability", "last_shortfall", "shortfalls", "waits")
+    __slots__ = ("durability", "few_since", "last_shortfall", "short_since", "shortfalls", "waits")
 
     def __init__(self, durability: Durability) -> None:
         self.durability = durability
         self.waits = 0
         self.shortfalls = 0
         self.last_shortfall: Shortfall | None = None
+        # When the current run of shortfalls began (None: the last WAIT was confirmed).
+        self.short_since: float | None = None
+        # When a health check first saw too few replicas connected (None: enough now).
+        self.few_since: float | None = None
 
 
 _states: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
@@ -133,8 +141,11 @@ def wait_shortfall(client: Any, reply: Any, what: str) -> BackendUnavailableErro
     wanted = state.durability.replicas
     got = reply if isinstance(reply, int) and not isinstance(reply, bool) else 0
     if got >= wanted:
+        state.short_since = None
         return None
     state.shortfalls += 1
+    if state.short_since is None:
+        state.short_since = time.time()
     timeout_ms = state.durability.timeout_ms
     state.last_shortfall = Shortfall(time.time(), wanted, got, timeout_ms, what)
     why = (
@@ -145,6 +156,53 @@ def wait_shortfall(client: Any, reply: Any, what: str) -> BackendUnavailableErro
     return BackendUnavailableError(
         f"{what}: not replicated ({why}); queued as for an outage (REDIS_DURABILITY=replicated)"
     )
+
+
+async def connected_replicas(client: Any) -> int | None:
+    """How many replicas the client's primary has connected now, or None on a cluster.
+
+    ``INFO replication``'s ``connected_slaves``; a Redis Cluster client has one
+    primary per shard, so there the WAIT shortfalls alone tell the state.
+    """
+    if is_cluster(client):
+        return None
+    info = await client.info("replication")
+    return int(info.get("connected_slaves", 0))
+
+
+def replica_state(client: Any, connected: int | None, queued: int) -> dict[str, Any]:
+    """Whether ``replicated`` writes can be confirmed now, for health (empty for ``primary``).
+
+    ``state``: ``ok``; ``no replica: writes queued`` (or ``1 of 2 replicas: ...``)
+    when fewer replicas than ``REDIS_WAIT_REPLICAS`` are connected, as on a
+    primary just promoted by a failover until the old one rejoins; ``replicas not
+    confirming: writes queued`` when they are connected but the last WAIT fell
+    short (a stalled replica). ``queued``: the Redis writes waiting in this
+    process's outboxes; ``since``: when this began (the first shortfall of the
+    run, or the first check that saw too few replicas), epoch seconds, else None.
+    """
+    state = _states.get(client)
+    if state is None:
+        return {}
+    wanted = state.durability.replicas
+    few = connected is not None and connected < wanted
+    if not few:
+        state.few_since = None
+    elif state.few_since is None:
+        state.few_since = time.time()
+    if few:
+        label: str | None = "no replica" if connected == 0 else f"{connected} of {wanted} replicas"
+    elif state.short_since is not None:
+        label = "replicas not confirming"
+    else:
+        label = None
+    began = [t for t in (state.short_since, state.few_since) if t is not None]
+    return {
+        "state": "ok" if label is None else f"{label}: writes queued",
+        "connected_replicas": connected,
+        "queued": queued,
+        "since": round(min(began), 3) if label is not None and began else None,
+    }
 
 
 def wait_args(durability: Durability) -> tuple[str, int, int]:

@@ -23,7 +23,7 @@ from jarvismem.backends.embeddings.factory import create_embedder
 from jarvismem.backends.embeddings.protocol import Embedder
 from jarvismem.backends.llm import Summarizer, as_summarizer, create_summarizer
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import is_embedded, redis_destination
+from jarvismem.backends.redis import adopt_redis, is_embedded, redis_destination
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
 from jarvismem.engine.poller import PolledEngine, poll_outboxes
 from jarvismem.engine.workflow import WorkflowState
@@ -86,7 +86,9 @@ class MemoryEngine:
             takes :meth:`fallback_settings` (none for a bare engine: it is
             configured explicitly; :class:`~jarvismem.runtime.MemoryRuntime`
             reads the environment).
-        redis, blob, athena: the backend clients; None leaves their tiers off.
+        redis, blob, athena: the backend clients; None leaves their tiers off. The
+            Redis client takes ``settings``' durability level (``REDIS_DURABILITY``),
+            or raises :class:`~jarvismem.errors.ConfigError` if it carries another.
         summarizer: the long-term summarizer; by default one from ``settings``
             (a new one when the engine owns its clients, else the process's shared one).
             JarvisCore's LLM client shape (``async generate(prompt=, temperature=,
@@ -118,6 +120,9 @@ class MemoryEngine:
     ) -> None:
         if settings is None:
             settings = self.fallback_settings()
+        if redis is not None:
+            # Every client, however it came in, follows REDIS_DURABILITY (or is refused).
+            adopt_redis(redis, settings)
         self.settings = settings
         self.keyspace = KeySpace(settings.jarvismem_namespace)
         self.redis = redis
@@ -261,6 +266,11 @@ class MemoryEngine:
     def open_writers(self) -> list[DurableWriter]:
         """The durable writers of every workflow state alive in this process."""
         return [w for state in list(self._workflows.values()) for w in state.writers]
+
+    def redis_writers(self) -> list[DurableWriter]:
+        """The Redis durable writers (ledger, checkpoints, summaries, spaces) alive here."""
+        states = list(self._workflows.values())
+        return [s.redis_writer for s in states if s.redis_writer is not None]
 
     # --- Athena, per agent ----------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import RECALL_INDEXED_METADATA, RECALL_NAMESPACE
 from jarvismem.errors import InvalidPayloadError, RecallError
 from jarvismem.keys import KeySpace, validate_id
@@ -324,9 +325,12 @@ class RedisRecallStore:
                     previous = MemoryEntry.model_validate_json(raw)
             entry = entry_from_write(request, previous)
             tfs, length = term_frequencies(entry_tokens(entry, self._indexed_metadata))
-            done = await self._script(
-                keys=[entries_key, postings_key],
-                args=[
+            # With replicated durability, acknowledged only once WAIT confirmed it.
+            done = await run_script(
+                self._redis,
+                self._script,
+                [entries_key, postings_key],
+                [
                     "put",
                     entry.id,
                     entry.model_dump_json(),
@@ -339,6 +343,7 @@ class RedisRecallStore:
                     self._signature,
                     CHUNK_BYTES,
                 ],
+                "recall write",
             )
             if int(done) != _STALE:
                 return entry
@@ -358,9 +363,11 @@ class RedisRecallStore:
         entries_key, postings_key = self.keys(namespace, agent_id, session_id)
         async with redis_errors("recall delete"):
             for _ in range(_REBUILD_ATTEMPTS):
-                existed = await self._script(
-                    keys=[entries_key, postings_key],
-                    args=[
+                existed = await run_script(
+                    self._redis,
+                    self._script,
+                    [entries_key, postings_key],
+                    [
                         "del",
                         entry_id,
                         "",
@@ -371,6 +378,7 @@ class RedisRecallStore:
                         self._signature,
                         CHUNK_BYTES,
                     ],
+                    "recall delete",
                 )
                 if int(existed) != _STALE:
                     return bool(int(existed))
@@ -407,6 +415,9 @@ class RedisRecallStore:
                 args += [key, value]
             for key, value in fields.items():
                 args += [key, value]
+            # Not waited for replicas (REDIS_DURABILITY=replicated): the index is derived
+            # from the entries, and one lost in a failover has the old signature, so it is
+            # rebuilt again when next met; a wait here would fail recalls while a replica is away.
             done = int(await self._rebuild_script(keys=[entries_key, postings_key], args=args))
             if done in (1, 2):
                 return len(pairs)

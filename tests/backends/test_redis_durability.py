@@ -8,6 +8,7 @@ shortfall is made. One Redis Cluster test uses the suite's shared cluster
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,20 +16,30 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jarvismem.backends.redis import create_redis, redis_destination, redis_errors
+from jarvismem.backends.redis import create_redis, embedded_redis, redis_destination, redis_errors
 from jarvismem.backends.redis_durability import (
+    Durability,
     durability_health,
     durability_of,
     run_script,
     set_durability,
 )
+from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import KeySpace
+from jarvismem.memory import UnifiedMemory
+from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import wait_for
-from tests.ha_servers import replicated_pair
+from tests.ha_servers import (
+    _primary,
+    _replica,
+    replicated_pair,
+    require_redis_server,
+    wait_in_sync,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -160,12 +171,14 @@ async def test_primary_level_runs_the_script_without_wait_even_with_a_dead_repli
 # --- the whole path: log_turn, outbox, replay ----------------------------------------------------
 
 
-def _settings(tmp_path: Path, url: str, keyspace: KeySpace, level: str) -> Any:
+def _settings(
+    tmp_path: Path, url: str, keyspace: KeySpace, level: str, *, wait_ms: int = 300
+) -> Any:
     return load_settings(
         _env_file=None,
         redis_url=url,
         redis_durability=level,
-        redis_wait_timeout_ms=300,
+        redis_wait_timeout_ms=wait_ms,
         jarvismem_namespace=keyspace.namespace,
         outbox_path=tmp_path / "outbox",
         storage_base_path=tmp_path / "blobs",
@@ -242,3 +255,200 @@ def test_the_destination_of_a_plain_client_is_its_address() -> None:
     assert redis_destination(aioredis.from_url("redis://127.0.0.1:6390/2")) == (
         "redis:127.0.0.1:6390/2"
     )
+
+
+# --- every construction path adopts the settings' level ----------------------------------------
+
+
+async def test_the_drop_in_view_on_a_callers_client_follows_replicated_settings(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    client = aioredis.from_url(primary.url)
+    settings = _settings(tmp_path, primary.url, keyspace, "replicated")
+    memory = UnifiedMemory("wf-drop", "s1", "a1", redis_store=client, settings=settings)
+    try:
+        health = await memory.health()
+        assert health["backends"]["redis"]["durability"]["level"] == "replicated"
+        replica.pause()
+        try:
+            await memory.log_turn(1, "t", "a", "r")  # queued, not acknowledged
+            assert memory.runtime.workflow("wf-drop").redis_writer.health()["pending"] == 1
+        finally:
+            replica.resume()
+    finally:
+        await memory.close()
+        await client.aclose()
+
+
+def test_an_engine_on_a_callers_client_takes_the_settings_level(keyspace: KeySpace) -> None:
+    settings = load_settings(
+        _env_file=None,
+        redis_url="redis://127.0.0.1:1/0",
+        redis_durability="replicated",
+        redis_wait_replicas=2,
+        redis_wait_timeout_ms=250,
+        jarvismem_namespace=keyspace.namespace,
+    )
+    client = aioredis.Redis(port=1)
+    MemoryEngine(settings, redis=client)
+    assert durability_of(client) == Durability(replicas=2, timeout_ms=250)
+
+
+def test_a_client_whose_level_disagrees_with_the_settings_is_refused(keyspace: KeySpace) -> None:
+    primary_settings = load_settings(_env_file=None, redis_url="redis://127.0.0.1:1/0")
+    client = aioredis.Redis(port=1)
+    set_durability(client, "replicated", replicas=1, timeout_ms=100)
+    with pytest.raises(ConfigError, match="REDIS_DURABILITY=primary"):
+        MemoryEngine(primary_settings, redis=client)
+    other = primary_settings.model_copy(
+        update={"redis_durability": "replicated", "redis_wait_replicas": 2}
+    )
+    with pytest.raises(ConfigError, match="REDIS_WAIT_REPLICAS=2"):
+        MemoryEngine(other, redis=client)
+    # Nothing was changed on the refused client.
+    assert durability_of(client) == Durability(replicas=1, timeout_ms=100)
+
+
+def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
+    settings = load_settings(
+        _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
+    )
+    with pytest.raises(ConfigError, match="embedded in-process stand-in has none"):
+        MemoryEngine(settings, redis=embedded_redis())
+
+
+# --- recall facts and both LangGraph integrations wait too ---------------------------------------
+
+
+def _graph(saver: Any) -> Any:
+    graph_mod = pytest.importorskip("langgraph.graph")
+
+    async def step(state: dict[str, Any]) -> dict[str, Any]:
+        return {"n": state["n"] + 1}
+
+    graph = graph_mod.StateGraph(dict)
+    graph.add_node("step", step)
+    graph.add_edge(graph_mod.START, "step")
+    graph.add_edge("step", graph_mod.END)
+    return graph.compile(checkpointer=saver)
+
+
+async def _surfaces(runtime: MemoryRuntime) -> tuple[Any, Any, Any]:
+    lg = pytest.importorskip("jarvismem.integrations.langgraph")
+    memory = runtime.memory("wf-surf", "s1", "a1")
+    return (
+        memory,
+        lg.JarvisMemStore.from_runtime(runtime),
+        _graph(lg.JarvisMemSaver.from_runtime(runtime)),
+    )
+
+
+async def test_facts_store_items_and_graph_checkpoints_are_not_acknowledged_unreplicated(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    primary, replica = pair
+    runtime = await MemoryRuntime.from_env(_settings(tmp_path, primary.url, keyspace, "replicated"))
+    try:
+        memory, store, graph = await _surfaces(runtime)
+        replica.pause()
+        try:
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await memory.remember("the deploy key rotates on mondays")
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await store.aput(("users", "u1"), "k1", {"fact": "likes tea"})
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await graph.ainvoke(
+                    {"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync"
+                )
+            # Deletes too: one lost in a failover would bring the data back.
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await store.adelete(("users", "u1"), "k1")
+            with pytest.raises(BackendUnavailableError, match="not replicated"):
+                await graph.checkpointer.adelete_thread("t1")
+        finally:
+            replica.resume()
+    finally:
+        await runtime.close()
+
+
+async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_acknowledged(
+    tmp_path: Path, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+) -> None:
+    from jarvismem.integrations.langgraph.store import _member
+
+    primary, replica = pair
+    # A loaded test machine may take a while to confirm; that is not what is tested here.
+    settings = _settings(tmp_path, primary.url, keyspace, "replicated", wait_ms=1500)
+    runtime = await MemoryRuntime.from_env(settings)
+    on_replica = aioredis.from_url(replica.url)
+    try:
+        memory, store, graph = await _surfaces(runtime)
+        entry = await memory.remember("the deploy key rotates on mondays")
+        await store.aput(("users", "u1"), "k1", {"fact": "likes tea"})
+        await graph.ainvoke({"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync")
+        before = durability_health(runtime.redis)["waits"]
+        assert before >= 3
+        assert durability_health(runtime.redis)["shortfalls"] == 0
+
+        # WAIT returned: the replica holds each of them now (no polling).
+        entries_key, _ = RedisRecallStore(on_replica, keyspace).keys(
+            entry.namespace, entry.agent_id, entry.session_id
+        )
+        assert await on_replica.hexists(entries_key, entry.id)
+        items = keyspace.lg_store_items("default")
+        assert await on_replica.hexists(items, _member(("users", "u1"), "k1"))
+        assert await on_replica.exists(*keyspace.lg_thread_keys("t1")) >= 1
+        assert await on_replica.zscore(keyspace.lg_threads(), "t1") is not None
+    finally:
+        await on_replica.aclose()
+        await runtime.close()
+
+
+# --- a primary without its replica ----------------------------------------------------------------
+
+
+async def test_a_primary_without_a_replica_shows_it_in_health_until_one_attaches(
+    tmp_path: Path, keyspace: KeySpace
+) -> None:
+    require_redis_server()
+    primary = _primary(tmp_path / "primary")
+    replica = _replica(tmp_path / "replica", primary)
+    primary.start()
+    try:
+        settings = _settings(tmp_path, primary.url, keyspace, "replicated")
+        runtime = await MemoryRuntime.from_env(settings)
+        try:
+            memory = runtime.memory("wf-alone", "s1", "a1")
+            before = time.time()
+            await memory.log_turn(1, "t", "a", "r")
+            await memory.log_turn(2, "t", "a", "r")
+            writer = runtime.workflow("wf-alone").redis_writer
+            assert writer.health()["pending"] == 2
+
+            health = await runtime.health()
+            redis_health = health["backends"]["redis"]
+            durability = redis_health["durability"]
+            assert durability["state"] == "no replica: writes queued"
+            assert durability["connected_replicas"] == 0
+            assert durability["queued"] == 2
+            assert before <= durability["since"] <= time.time()
+            assert "no replica: writes queued (2 queued since " in redis_health["status"]
+            assert not health["ok"]
+            assert any(r.startswith("redis: no replica: writes queued") for r in health["reasons"])
+
+            replica.start()
+            wait_in_sync(primary.port)
+            await wait_for(lambda: writer.health()["pending"] == 0, timeout=15)
+            health = await runtime.health()
+            durability = health["backends"]["redis"]["durability"]
+            assert durability["state"] == "ok"
+            assert durability["connected_replicas"] == 1
+            assert durability["queued"] == 0
+            assert durability["since"] is None
+            assert health["ok"], health["reasons"]
+        finally:
+            await runtime.close()
+    finally:
+        replica.kill()
+        primary.kill()

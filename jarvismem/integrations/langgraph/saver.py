@@ -52,6 +52,12 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis_durability import (
+    durability_of,
+    run_script,
+    wait_args,
+    wait_shortfall,
+)
 from jarvismem.errors import ConfigError, InvalidIdError
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import (
@@ -394,28 +400,70 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         return self._keyspace.lg_thread_keys(_text(thread_id, "thread_id"))
 
     async def _script_with(
-        self, script: Any, keys: list[str], args: list[Any], side: list[tuple[str, tuple[Any, ...]]]
+        self,
+        script: Any,
+        keys: list[str],
+        args: list[Any],
+        side: list[tuple[str, tuple[Any, ...]]],
+        what: str,
     ) -> Any:
         """Run ``script`` and the cross-slot index commands ``side`` in one round trip.
 
         The index commands are idempotent, so a resend after a lost reply is harmless.
+        With replicated durability (``REDIS_DURABILITY``) a ``WAIT`` ends the round
+        trip, and a write the replicas did not confirm raises
+        :class:`~jarvismem.errors.BackendUnavailableError` (the saver has no outbox).
         """
         if self._cluster:
+            # The script's WAIT goes to its slot's node; the side commands touch other
+            # slots' indexes (thread listing), which a WAIT there could not cover.
             calls = [getattr(self._redis, name)(*a) for name, a in side]
-            replies = await asyncio.gather(script(keys=keys, args=args), *calls)
+            replies = await asyncio.gather(
+                run_script(self._redis, script, keys, args, what), *calls
+            )
             return replies[0]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-            for name, a in side:
-                getattr(pipe, name)(*a)
-            replies = await pipe.execute(raise_on_error=False)
-        first = replies[0]
-        if _is_noscript(first):  # the server lost its scripts (restart, SCRIPT FLUSH)
-            first = await script(keys=keys, args=args)
-        for reply in (first, *replies[1:]):
+        durability = durability_of(self._redis)
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                for name, a in side:
+                    getattr(pipe, name)(*a)
+                if durability is not None:
+                    pipe.execute_command(*wait_args(durability))
+                replies = await pipe.execute(raise_on_error=False)
+            if _is_noscript(replies[0]) and attempt == 0:
+                # The server lost its scripts (restart, SCRIPT FLUSH): load, send again.
+                await self._redis.script_load(script.script)
+                continue
+            break
+        return self._settled(replies, durability is not None, what)
+
+    def _settled(self, replies: list[Any], waited: bool, what: str) -> Any:
+        """The first reply of a round trip, or its first error, or the WAIT's shortfall."""
+        done = replies[:-1] if waited else replies
+        for reply in done:
             if isinstance(reply, Exception):
                 raise reply
-        return first
+        short = wait_shortfall(self._redis, replies[-1], what) if waited else None
+        if short is not None:
+            raise short
+        return done[0] if done else None
+
+    async def _commands(self, ops: list[tuple[str, tuple[Any, ...]]], what: str) -> None:
+        """Plain write commands in one round trip, then ``WAIT`` as :meth:`_script_with`."""
+        if self._cluster:
+            # Keys of several slots: no one connection's WAIT could cover them all.
+            for name, a in ops:
+                await getattr(self._redis, name)(*a)
+            return
+        durability = durability_of(self._redis)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for name, a in ops:
+                getattr(pipe, name)(*a)
+            if durability is not None:
+                pipe.execute_command(*wait_args(durability))
+            replies = await pipe.execute(raise_on_error=False)
+        self._settled(replies, durability is not None, what)
 
     def _thread_index_ops(self, thread_id: str) -> list[tuple[str, tuple[Any, ...]]]:
         now = int(time.time() * 1000)
@@ -546,7 +594,11 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         keys = self._keys(thread_id)
         async with redis_errors("langgraph checkpoint put"):
             await self._script_with(
-                self._put, keys, [member, record, self._ttl_ms, run_id, *blob_args], side
+                self._put,
+                keys,
+                [member, record, self._ttl_ms, run_id, *blob_args],
+                side,
+                "langgraph checkpoint put",
             )
         return {
             "configurable": {
@@ -578,7 +630,9 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         if len(args) == 1:
             return
         async with redis_errors("langgraph put_writes"):
-            await self._put_writes(keys=self._keys(thread_id), args=args)
+            await run_script(
+                self._redis, self._put_writes, self._keys(thread_id), args, "langgraph put_writes"
+            )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or its namespace's newest; None if absent."""
@@ -685,8 +739,10 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         """Delete every checkpoint and write of a thread (all namespaces)."""
         keys = self._keys(thread_id)
         async with redis_errors("langgraph delete_thread"):
-            await self._redis.delete(*keys)
-            await self._redis.zrem(self._keyspace.lg_threads(), thread_id)
+            await self._commands(
+                [("delete", tuple(keys)), ("zrem", (self._keyspace.lg_threads(), thread_id))],
+                "langgraph delete_thread",
+            )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed.
@@ -703,7 +759,13 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
                 for raw in members:
                     by_thread.setdefault(raw.decode(), []).append(run_id)
             for thread_id, its_runs in by_thread.items():
-                await self._drop(keys=self._keys(thread_id), args=["runs", *its_runs])
+                await run_script(
+                    self._redis,
+                    self._drop,
+                    self._keys(thread_id),
+                    ["runs", *its_runs],
+                    "langgraph delete_for_runs",
+                )
             for run_id in runs:
                 await self._redis.delete(self._keyspace.lg_run_threads(run_id))
 
@@ -724,7 +786,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             side = self._thread_index_ops(target_thread_id)
             for run_id in {r.partition(b"\x00")[0].decode() for r in runs}:
                 side += self._run_index_ops(run_id, target_thread_id)
-            await self._script_with(self._merge, target, args, side)
+            await self._script_with(self._merge, target, args, side, "langgraph copy_thread")
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's newest checkpoint (and its writes and
@@ -740,7 +802,9 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
                 await self.adelete_thread(thread_id)
                 continue
             async with redis_errors("langgraph prune"):
-                await self._drop(keys=self._keys(thread_id), args=["prune"])
+                await run_script(
+                    self._redis, self._drop, self._keys(thread_id), ["prune"], "langgraph prune"
+                )
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:
         """``<counter>.<random>``: increasing, and unique across forks of a thread."""

@@ -48,6 +48,7 @@ from langgraph.store.base import (
 from langgraph.store.base import validate_op_namespace as _validate_op_namespace
 
 from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE
 from jarvismem.errors import ConfigError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
@@ -395,7 +396,9 @@ class JarvisMemStore(BaseStore):
             ttl_ms = 0 if op.ttl is None else max(1, int(op.ttl * 60_000))
             args += [member, payload, ttl_ms]
         async with redis_errors("langgraph store write"):
-            expired = await self._write(keys=self._keys, args=args)
+            expired = await run_script(
+                self._redis, self._write, self._keys, args, "langgraph store write"
+            )
         await self._forget(expired)
         for member, op in last.items():
             text = self._text(op) if op.value is not None else ""

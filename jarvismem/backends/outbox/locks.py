@@ -104,6 +104,8 @@ class SharedState:
     claim_error: str | None = None
     claim_failures: int = 0
     claim_retry_at: float = 0.0
+    # The destination file was seen or written by this process (Outbox.destination_file).
+    destination_recorded: bool = False
 
     def pop_acked(self) -> None:
         """Forget the pending records the cursor says are delivered."""

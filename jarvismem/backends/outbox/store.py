@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import time
@@ -119,6 +120,10 @@ class Outbox:
         legacy_path: where an earlier version kept this outbox; a leftover
             there is moved here (with its cursor) on first load, so records
             queued before an upgrade are still replayed.
+        destination_file: a JSON file recording ``destination_info`` (which
+            backend the records are for, in words), written by the first put
+            when missing, so an operator can tell where a leftover belongs.
+        destination_info: what to record there (``kind``, ``address``).
     """
 
     def __init__(
@@ -130,6 +135,8 @@ class Outbox:
         fsync: bool = FSYNC_APPENDS,
         destination: str | None = None,
         legacy_path: Path | None = None,
+        destination_file: Path | None = None,
+        destination_info: dict[str, str] | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -141,6 +148,10 @@ class Outbox:
         self.fsync = fsync
         self.destination = destination
         self.legacy_path = None if legacy_path is None else Path(legacy_path)
+        self.destination_file = None if destination_file is None else Path(destination_file)
+        self._destination_info = dict(destination_info or {})
+        if destination is not None:
+            self._destination_info["digest"] = destination
         self._dst = destination_stamp(destination)
         self._shared = acquire_shared(self.path)
         self._dead_path = sibling(self._shared.path, ".dead")
@@ -458,6 +469,8 @@ class Outbox:
         put (which creates folders and the lock file) always uses the thread.
         """
         s = self._shared
+        if self.destination_file is not None and not s.destination_recorded:
+            return None  # the first put records the destination: worker-thread work
         if not try_lock_inline(s):
             return None
         try:
@@ -495,6 +508,8 @@ class Outbox:
                 )
             self._write_cursor(s)
             return False
+        if self.destination_file is not None and not s.destination_recorded:
+            self._record_destination(s, self.destination_file)
         if s.in_burst:
             log.warning("outbox %s accepts records again; %d dropped", s.path.name, s.burst_drops)
             s.in_burst = False
@@ -520,6 +535,15 @@ class Outbox:
         s.last_seq = seq
         s.known_size = start + len(line)
         return True
+
+    def _record_destination(self, s: SharedState, where: Path) -> None:
+        """Write the destination file if missing (atomically: a reader sees all or nothing)."""
+        if not where.exists():
+            where.parent.mkdir(parents=True, exist_ok=True)
+            tmp = sibling(where, f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self._destination_info, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, where)
+        s.destination_recorded = True
 
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
         if self._nothing_on_disk():

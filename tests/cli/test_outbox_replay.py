@@ -81,7 +81,8 @@ async def leftover(
         await mem.log_turn(turn, "t", "a", "r")
     writer = rt.workflow(workflow_id).redis_writer
     assert writer is not None and writer.health()["pending"] == QUEUED
-    path = writer.outbox.path.relative_to(Path(settings.outbox_path).resolve())
+    root = await asyncio.to_thread(Path(settings.outbox_path).resolve)
+    path = writer.outbox.path.relative_to(root)
     await rt.close()  # that process is gone; its outbox stays
     redis_server.start()
     cli = Leftover(tmp_path, settings.jarvismem_namespace, redis_server.port)
@@ -116,7 +117,8 @@ async def test_status_warns_and_replay_lands_every_record_exactly_once(
     assert f"replay them with: jarvismem outbox replay {path}" in human.stderr
 
     first = outcome(await cli.arun("outbox", "replay", path, "--json"))
-    assert (first["status"], first["replayed"], first["match"]) == ("replayed", QUEUED, "same server")
+    assert (first["status"], first["replayed"]) == ("replayed", QUEUED)
+    assert first["match"] == "same server"
     assert await ledger_turns(cli, workflow_id) == ["1", "2", "3", "4", "5", "6"]
     second = outcome(await cli.arun("outbox", "replay", path, "--json"))
     assert (second["status"], second["replayed"]) == ("nothing to replay", 0)
@@ -151,7 +153,7 @@ async def test_another_server_is_refused_without_force(
     (folder / "destination.json").write_text(json.dumps(info))
     refused = await cli.arun("outbox", "replay", path)
     assert refused.returncode == 2
-    assert "pass" not in refused.stdout and "--force" in refused.stderr
+    assert "--force" in refused.stderr
     assert await ledger_turns(cli, workflow_id) == ["1"]
     forced = outcome(await cli.arun("outbox", "replay", path, "--force", "--json"))
     assert (forced["replayed"], forced["match"]) == (QUEUED, "forced")

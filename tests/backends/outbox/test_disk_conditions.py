@@ -124,10 +124,14 @@ async def assert_survives(
     health = await outbox_health(rt, workflow_id)
     assert health["dropped"] - before == len(turns), health
     assert (await mem.health())["outboxes"][f"redis[{workflow_id}]"]["dropped"] == health["dropped"]
-    # Let the replay task meet the broken disk a few times (claim polls, backoffs).
-    await asyncio.sleep(0.6)
+    # Wake the replay task and let it meet the broken disk (a flush cuts its
+    # backoff short); the very same task must still be running afterwards.
     task = drain_task(workflow_id)
+    writer = rt.workflow(workflow_id).redis_writer
+    assert writer is not None
+    await writer.flush(1.0, stop_at_failure=True)
     assert not task.done(), f"the replay task ended: {task.exception()!r}"
+    assert drain_task(workflow_id) is task
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 

@@ -510,6 +510,17 @@ class KeySpace:
             kind = f"{kind}-{validate_id(destination, 'outbox destination')}"
         return f"{self.namespace}/{kind}/{validate_id(workflow_id, 'workflow_id')}.jsonl"
 
+    def outbox_destination_file(self, kind: str, destination: str) -> str:
+        """File (relative to OUTBOX_PATH) naming the backend of one kind-and-destination folder.
+
+        Written once by the first record queued there: the folder name holds
+        only a digest, and an operator replaying a leftover must see which
+        server it was for (``jarvismem outbox replay``).
+        """
+        kind = validate_id(kind, "outbox kind")
+        destination = validate_id(destination, "outbox destination")
+        return f"{self.namespace}/{kind}-{destination}/destination.json"
+
     def outbox_files_pattern(self, workflow_id: str) -> str:
         """Glob (relative to OUTBOX_PATH) of every outbox file of a workflow, all kinds.
 

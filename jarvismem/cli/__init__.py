@@ -153,8 +153,9 @@ def _unknown_option(argv: Sequence[str], parser: argparse.ArgumentParser) -> Non
             continue
         if token == "--":
             return
-        if current is parser and token in commands:
+        if token in commands:  # a command, or an action of one (`outbox replay`)
             current = commands[token]
+            commands = command_parsers(current)
             options, with_value = _option_strings(current)
             continue
         if not token.startswith("--"):

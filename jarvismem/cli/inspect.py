@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.backends.redis import redis_errors
 from jarvismem.cli._args import count, seconds
 from jarvismem.cli._context import CliContext
+from jarvismem.cli._leftovers import find_leftovers
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
 from jarvismem.errors import ConfigError
@@ -100,11 +102,18 @@ async def status(ctx: CliContext) -> int:
         health = await rt.health(write_check=bool(getattr(ctx.args, "write_check", False)))
         # Outboxes are per machine: show what any process here left behind.
         local = await scan_outboxes(Path(rt.settings.outbox_path))
+        leftovers = find_leftovers(rt, local)
     health["local_outboxes"] = local
     for box in local:
         if box.get("pending") or box.get("dead_lettered") or box.get("error"):
             health["ok"], health["degraded"] = False, True
             health["reasons"].append(_outbox_reason(box))
+    # Queued for an address this configuration does not use: no process here
+    # will replay them by itself; say how to.
+    health["leftover_outboxes"] = leftovers
+    health.setdefault("warnings", [])
+    for box in leftovers:
+        health["warnings"].append(_leftover_warning(box))
     unreachable = [
         name
         for name, b in health["backends"].items()
@@ -114,11 +123,21 @@ async def status(ctx: CliContext) -> int:
     health["unreachable"] = unreachable
     health["not_writable"] = not_writable
     ctx.out.result(health, render_health)
+    for warning in health["warnings"]:
+        sys.stderr.write(f"jarvismem: warning: {' '.join(warning.split())}\n")
     if unreachable:
         error_line(f"configured backend(s) not reachable: {', '.join(unreachable)}")
     if not_writable:
         error_line(f"configured backend(s) not writable: {', '.join(not_writable)}")
     return 1 if unreachable or not_writable else 0
+
+
+def _leftover_warning(box: dict[str, Any]) -> str:
+    where = box.get("address") or "an unrecorded address"
+    return (
+        f"outbox {box['path']} holds {box['pending']} record(s) queued for {where}, "
+        f"not the configured {box['kind']} address; replay them with: {box['replay']}"
+    )
 
 
 def _outbox_reason(box: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Workflow management commands: ``workflows`` (list) and ``delete --workflow W``."""
+"""Management commands: ``workflows`` (list), ``delete --workflow W``, ``outbox replay``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import asyncio
 import sys
 from typing import Any
 
+from jarvismem.cli._args import seconds
 from jarvismem.cli._context import CliContext
+from jarvismem.cli._leftovers import replay_leftover
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.render import fmt_ts
@@ -49,6 +51,39 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
     )
     p.set_defaults(handler=delete)
+
+    p = sub.add_parser(
+        "outbox",
+        parents=[common],
+        help="replay a leftover outbox (queued under another address) into the configured backend",
+    )
+    outbox_sub = p.add_subparsers(dest="outbox_command", metavar="ACTION")
+    outbox_sub.required = True
+    r = outbox_sub.add_parser(
+        "replay",
+        parents=[common],
+        help="replay one leftover outbox listed by `jarvismem status`, exactly once",
+        description=(
+            "Replay the records of a leftover outbox (as `jarvismem status` lists it: "
+            "<namespace>/<kind>-<digest>/<workflow>.jsonl under OUTBOX_PATH) into the "
+            "configured backend, then delete its files. Exactly once: the records carry "
+            "their own ids. Refuses an outbox recorded for another server unless --force."
+        ),
+    )
+    r.add_argument("leftover", help="the outbox file, relative to OUTBOX_PATH (or its full path)")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="replay even if the outbox was recorded for another address, or records none",
+    )
+    r.add_argument(
+        "--timeout",
+        type=seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up after this long (default 60; the records stay queued)",
+    )
+    r.set_defaults(handler=outbox_replay)
 
 
 # --- workflows ----------------------------------------------------------------------------
@@ -163,3 +198,30 @@ async def _confirm(plan: DeletionReport) -> None:
         answer = ""
     if answer.strip().lower() not in ("y", "yes"):
         raise ConfigError(f"not deleted: workflow {plan.workflow_id} was left as it was")
+
+
+# --- outbox replay ------------------------------------------------------------------------
+
+
+async def outbox_replay(ctx: CliContext) -> int:
+    """Replay one leftover outbox; exit 1 when records are left (backend down, timeout)."""
+    a = ctx.args
+    async with ctx.runtime() as rt:
+        result = await replay_leftover(rt, a.leftover, force=a.force, timeout=a.timeout)
+
+    def human(r: dict[str, Any]) -> str:
+        if r["status"] == "nothing to replay":
+            return f"nothing to replay: {a.leftover} holds no records (already replayed?)"
+        text = (
+            f"replayed {r['replayed']} record(s) of {r['kind']} outbox {a.leftover} "
+            f"(queued for {r.get('recorded_address') or 'an unrecorded address'}) "
+            f"into {r['configured_address']}"
+        )
+        if r.get("dead_lettered"):
+            text += f"; {r['dead_lettered']} refused for good, kept in its .dead file"
+        if r["status"] != "replayed":
+            text += f"; NOT FINISHED: {r['pending']} still queued ({r.get('last_error')})"
+        return text
+
+    ctx.out.result(result, human)
+    return 0 if result["status"] != "not finished" else 1

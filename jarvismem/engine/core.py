@@ -239,6 +239,14 @@ class MemoryEngine:
             return destination_digest("blob", str(where))
         return None
 
+    def destination_address(self, kind: str) -> str | None:
+        """Secret-free address of the backend a kind of outbox delivers to (None: none)."""
+        if kind == "redis" and self.redis is not None:
+            return redis_destination(self.redis)
+        if kind == "blob" and self.blob is not None:
+            return str(getattr(self.blob, "destination", None) or self.blob.name)
+        return None
+
     def outbox(self, kind: str, workflow_id: str) -> Outbox:
         """The process's outbox object for ``kind`` records of a workflow (no I/O).
 
@@ -257,6 +265,12 @@ class MemoryEngine:
                 max_bytes=s.outbox_max_bytes,
                 fsync=s.outbox_fsync_effective,
                 destination=dst,
+                destination_file=None
+                if dst is None
+                else root / self.keyspace.outbox_destination_file(kind, dst),
+                destination_info=None
+                if dst is None
+                else {"kind": kind, "address": self.destination_address(kind) or ""},
                 # Before outboxes were keyed by destination, this was the file.
                 legacy_path=root / self.keyspace.outbox_file(kind, workflow_id),
             )

@@ -146,30 +146,13 @@ class WorkflowState:
                 redis, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, max_len=s.ledger_max_len
             )
             self._redis_applier = _RedisApplier(redis, keyspace, s, workflow_id, self.ledger)
-            self.redis_writer = DurableWriter(
-                f"redis[{workflow_id}]",
-                redis_outbox,
-                self._redis_applier,
-                timeout=s.tier_timeout_episodic,
-                # One PING prober per client: replay resumes as soon as Redis answers
-                # again, not when a backoff grown during the outage runs out.
-                probe=recovery_probe(redis),
-                # A backlog of turns drains in runs, one script call each, instead of one
-                # round trip per turn while live writes queue behind it.
-                apply_many=self._redis_applier.turns,
-                batchable=_is_turn,
-            )
+            self.redis_writer = self._new_redis_writer(redis_outbox, s)
+        self._blob = blob
+        self._settings = s
         if blob is not None:
             if blob_outbox is None:
                 raise ValueError("a workflow with blob storage needs its blob outbox")
-            applier = _BlobApplier(blob)
-            self.blob_writer = DurableWriter(
-                f"blob[{workflow_id}]",
-                blob_outbox,
-                applier,
-                timeout=s.tier_timeout_working,
-                apply_now=applier.now,
-            )
+            self.blob_writer = self._new_blob_writer(blob, blob_outbox, s)
         if redis is not None and blob is not None:
             self.ltm = LongTermMemory(
                 redis, blob, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, redactor=redactor
@@ -184,6 +167,46 @@ class WorkflowState:
                 workflow_id,
                 CompactionPolicy.from_settings(s),
             )
+
+    def _new_redis_writer(self, outbox: Outbox, s: Settings) -> DurableWriter:
+        assert self._redis_applier is not None and self.redis is not None
+        return DurableWriter(
+            f"redis[{self.workflow_id}]",
+            outbox,
+            self._redis_applier,
+            timeout=s.tier_timeout_episodic,
+            # One PING prober per client: replay resumes as soon as Redis answers
+            # again, not when a backoff grown during the outage runs out.
+            probe=recovery_probe(self.redis),
+            # A backlog of turns drains in runs, one script call each, instead of one
+            # round trip per turn while live writes queue behind it.
+            apply_many=self._redis_applier.turns,
+            batchable=_is_turn,
+        )
+
+    def _new_blob_writer(self, blob: BlobStorage, outbox: Outbox, s: Settings) -> DurableWriter:
+        applier = _BlobApplier(blob)
+        return DurableWriter(
+            f"blob[{self.workflow_id}]",
+            outbox,
+            applier,
+            timeout=s.tier_timeout_working,
+            apply_now=applier.now,
+        )
+
+    def replay_writer(self, kind: str, outbox: Outbox) -> DurableWriter:
+        """A writer that replays ``outbox`` into this workflow's ``kind`` backend.
+
+        Same appliers, timeout and batching as the workflow's own writer of
+        that kind (so a replay is as idempotent as any other), for an outbox
+        that is not the workflow's own: a leftover queued under another
+        address of the same backend. The caller closes it.
+        """
+        if kind == "redis" and self._redis_applier is not None:
+            return self._new_redis_writer(outbox, self._settings)
+        if kind == "blob" and self._blob is not None:
+            return self._new_blob_writer(self._blob, outbox, self._settings)
+        raise ValueError(f"workflow {self.workflow_id} has no {kind} backend")
 
     @property
     def writers(self) -> tuple[DurableWriter, ...]:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -28,12 +29,36 @@ __all__ = [
     "Locked",
     "SharedState",
     "acquire_shared",
+    "open_lock_file",
     "release_claim",
     "release_shared",
     "try_claim",
     "try_lock_inline",
     "unlock_inline",
 ]
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+"""Errors of opening a lock file for writing on a read-only file system or folder."""
+
+
+def open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path`` (created, and its folder, if missing).
+
+    ``flock`` works on a read-only descriptor too: when the folder or its file
+    system refuses writes, an existing lock file is opened read-only, so the
+    outbox can still be read and replayed under the lock (its writes fail on
+    their own, as disk errors). Raises ``OSError`` when there is no way to lock.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except FileNotFoundError:  # first use: make the folder
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno not in _READ_ONLY:
+            raise
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 @dataclass
@@ -73,6 +98,14 @@ class SharedState:
     # A weak reference to the event loop that saw the data file unchanged during its
     # current turn (Outbox.stale); cleared by a callback at the loop's next turn.
     unchanged_in: Any = None
+    # The last disk error met reading the files / taking the claim (None: none
+    # since the last success); failed claims in a row, and when to try again.
+    read_error: str | None = None
+    claim_error: str | None = None
+    claim_failures: int = 0
+    claim_retry_at: float = 0.0
+    # The destination file was seen or written by this process (Outbox.destination_file).
+    destination_recorded: bool = False
 
     def pop_acked(self) -> None:
         """Forget the pending records the cursor says are delivered."""
@@ -129,11 +162,7 @@ class Locked:
         s.mutex.acquire()
         try:
             if s.lock_fd is None:
-                try:
-                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-                except FileNotFoundError:  # first use: make the folder
-                    s.path.parent.mkdir(parents=True, exist_ok=True)
-                    s.lock_fd = os.open(s.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+                s.lock_fd = open_lock_file(s.lock_path)
             fcntl.flock(s.lock_fd, fcntl.LOCK_EX)
         except BaseException:
             s.mutex.release()
@@ -192,11 +221,7 @@ def try_claim(shared: SharedState) -> bool:
     with shared.claim_mutex:
         if shared.claim_fd is not None:
             return False
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except FileNotFoundError:
-            shared.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock_file(lock_path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

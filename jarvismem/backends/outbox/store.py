@@ -22,6 +22,18 @@ power cut) is cut off with a warning when the file is next read; its ``put``
 never returned. A corrupt line elsewhere is skipped with a warning. Reopening
 the path resumes the pending records in order.
 
+Disk errors (a full or read-only file system, a data file replaced by a
+directory, a folder replaced by a file) are handled at this boundary, by what
+the operation is for. An operation that *keeps* something (:meth:`Outbox.put`,
+:meth:`Outbox.dead_letter`) or *moves the queue* (:meth:`Outbox.peek`,
+:meth:`Outbox.ack`) raises the ``OSError``: its caller counts a dropped
+record or backs off its replay. An operation that only *looks* at the files
+(:meth:`Outbox.load`, :meth:`Outbox.refresh`, :meth:`Outbox.stale`,
+:meth:`Outbox.try_claim_delivery`) never raises one: it keeps the last view,
+logs the condition once (and its end), shows it in :attr:`Outbox.disk_error`,
+and failed claims are retried with a capped backoff. A write cut short is
+taken back at once, so the file only ever holds whole lines.
+
 Nothing here blocks the event loop: construction does no I/O, the first use
 (:meth:`Outbox.load`) and every locked operation run in a worker thread, and
 the only calls made from the loop never wait (a non-blocking ``flock``, one
@@ -31,6 +43,8 @@ the only calls made from the loop never wait (a non-blocking ``flock``, one
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import time
@@ -63,6 +77,7 @@ from jarvismem.backends.outbox.locks import (
     unlock_inline,
 )
 from jarvismem.defaults import FSYNC_APPENDS, INLINE_WRITE_MAX_BYTES, OUTBOX_MAX_ENTRIES
+from jarvismem.resilience import Backoff
 
 __all__ = ["COMPACT_MIN_BYTES", "Outbox"]
 
@@ -71,6 +86,13 @@ log = logging.getLogger(__name__)
 COMPACT_MIN_BYTES = 1 << 20
 """Rewrite the data file when at least this many bytes of it are delivered records
 and they make up at least half of it (a fully drained file is emptied at once)."""
+
+CLAIM_RETRY = Backoff(base=0.2, cap=5.0, jitter="none")
+"""Wait before trying again a delivery claim the disk refused (one deliverer: no jitter)."""
+
+
+def _describe(exc: OSError) -> str:
+    return f"{type(exc).__name__} (errno {exc.errno}: {exc.strerror or exc})"
 
 
 def _forget_unchanged(shared: SharedState, mark: weakref.ref[asyncio.AbstractEventLoop]) -> None:
@@ -98,6 +120,10 @@ class Outbox:
         legacy_path: where an earlier version kept this outbox; a leftover
             there is moved here (with its cursor) on first load, so records
             queued before an upgrade are still replayed.
+        destination_file: a JSON file recording ``destination_info`` (which
+            backend the records are for, in words), written by the first put
+            when missing, so an operator can tell where a leftover belongs.
+        destination_info: what to record there (``kind``, ``address``).
     """
 
     def __init__(
@@ -109,6 +135,8 @@ class Outbox:
         fsync: bool = FSYNC_APPENDS,
         destination: str | None = None,
         legacy_path: Path | None = None,
+        destination_file: Path | None = None,
+        destination_info: dict[str, str] | None = None,
     ) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
@@ -120,6 +148,10 @@ class Outbox:
         self.fsync = fsync
         self.destination = destination
         self.legacy_path = None if legacy_path is None else Path(legacy_path)
+        self.destination_file = None if destination_file is None else Path(destination_file)
+        self._destination_info = dict(destination_info or {})
+        if destination is not None:
+            self._destination_info["digest"] = destination
         self._dst = destination_stamp(destination)
         self._shared = acquire_shared(self.path)
         self._dead_path = sibling(self._shared.path, ".dead")
@@ -250,9 +282,41 @@ class Outbox:
         self._shared.dropped_dirty = True
 
     async def refresh(self) -> int:
-        """Re-read the files (records appended by other processes); returns pending count."""
+        """Re-read the files (records appended by other processes); returns pending count.
+
+        Never raises for a disk error: the view stays as last read (see
+        :attr:`disk_error`), and the next write or delivery meets the error
+        where it can be counted or retried.
+        """
         self._check_open()
-        return await asyncio.to_thread(self._refresh_sync)
+        try:
+            pending = await asyncio.to_thread(self._refresh_sync)
+        except OSError as exc:
+            self._shared.read_error = self._note_disk_error(
+                self._shared.read_error, "read its files", exc
+            )
+            return len(self._shared.index)
+        if self._shared.read_error is not None:
+            log.warning("outbox %s: its files can be read again", self.path)
+            self._shared.read_error = None
+        return pending
+
+    @property
+    def disk_error(self) -> str | None:
+        """The disk error that stops reading the files or taking the claim (None: none)."""
+        return self._shared.read_error or self._shared.claim_error
+
+    def _note_disk_error(self, previous: str | None, what: str, exc: OSError) -> str:
+        """Log a disk error once (again only when it changes); returns its description."""
+        reason = _describe(exc)
+        if reason != previous:
+            log.warning(
+                "outbox %s: cannot %s (%s); writes are dropped and counted, replay retries",
+                self.path,
+                what,
+                reason,
+            )
+        return reason
 
     def try_claim_delivery(self) -> bool:
         """Become the only deliverer of this path on the machine, until released.
@@ -262,9 +326,25 @@ class Outbox:
         process. Non-blocking (``flock`` with ``LOCK_NB`` on
         ``<path>.deliver.lock``; the loop never waits for another process).
         Two deliverers replaying one file at once would send records twice
-        and could apply an older write after a newer one.
+        and could apply an older write after a newer one. False too (logged,
+        retried after a capped backoff) when the disk refuses the lock file.
         """
-        if not try_claim(self._shared):
+        s = self._shared
+        if s.claim_error is not None and time.monotonic() < s.claim_retry_at:
+            return False  # the disk refused the last try: wait out its backoff
+        try:
+            claimed = try_claim(s)
+        except OSError as exc:
+            # No lock file to take (its folder is gone or is a file, the file
+            # system refuses to create one): nobody can deliver this file now.
+            s.claim_error = self._note_disk_error(s.claim_error, "take its delivery claim", exc)
+            s.claim_retry_at = time.monotonic() + CLAIM_RETRY.delay(s.claim_failures)
+            s.claim_failures += 1
+            return False
+        if s.claim_error is not None:
+            log.warning("outbox %s: its delivery claim can be taken again", self.path)
+            s.claim_error, s.claim_failures = None, 0
+        if not claimed:
             return False
         self._claimed = True
         return True
@@ -389,6 +469,8 @@ class Outbox:
         put (which creates folders and the lock file) always uses the thread.
         """
         s = self._shared
+        if self.destination_file is not None and not s.destination_recorded:
+            return None  # the first put records the destination: worker-thread work
         if not try_lock_inline(s):
             return None
         try:
@@ -426,6 +508,8 @@ class Outbox:
                 )
             self._write_cursor(s)
             return False
+        if self.destination_file is not None and not s.destination_recorded:
+            self._record_destination(s, self.destination_file)
         if s.in_burst:
             log.warning("outbox %s accepts records again; %d dropped", s.path.name, s.burst_drops)
             s.in_burst = False
@@ -433,9 +517,17 @@ class Outbox:
         fd = os.open(s.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             start = os.fstat(fd).st_size
-            write_all(fd, line)
-            if self.fsync:
-                os.fsync(fd)
+            try:
+                write_all(fd, line)
+                if self.fsync:
+                    os.fsync(fd)
+            except OSError:
+                # A write cut short (a full disk) must not leave half a line: the
+                # next record would be glued to it and lost. The put failed, so
+                # the whole line goes, even one fully written but not fsynced.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
         finally:
             os.close(fd)
         s.index.append((seq, start, start + len(line)))
@@ -443,6 +535,15 @@ class Outbox:
         s.last_seq = seq
         s.known_size = start + len(line)
         return True
+
+    def _record_destination(self, s: SharedState, where: Path) -> None:
+        """Write the destination file if missing (atomically: a reader sees all or nothing)."""
+        if not where.exists():
+            where.parent.mkdir(parents=True, exist_ok=True)
+            tmp = sibling(where, f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self._destination_info, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, where)
+        s.destination_recorded = True
 
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
         if self._nothing_on_disk():
@@ -563,16 +664,19 @@ class Outbox:
         while pos < len(blob):
             nl = blob.find(b"\n", pos)
             if nl < 0:
-                # A torn last line: its writer died mid-write, so its put() never returned.
+                # A torn last line: its writer died mid-write, so its put() never
+                # returned. The view ends before it; the bytes must go before
+                # anything is appended (a new line would be glued to them), so
+                # when the disk refuses the cut, the OSError goes to the caller
+                # (a put fails and is counted; a read keeps this view).
+                s.known_size = start + pos
+                os.truncate(s.path, start + pos)
                 log.warning(
-                    "outbox %s: skipping a torn last record (%d bytes)",
+                    "outbox %s: cut off a torn last record (%d bytes)",
                     s.path.name,
                     len(blob) - pos,
                 )
-                with open(s.path, "r+b") as fh:
-                    fh.truncate(start + pos)
-                size = start + pos
-                break
+                return
             line = blob[pos:nl]
             offset = start + pos
             pos = nl + 1

@@ -7,6 +7,7 @@ shown to fail on a small history that breaks it, and to pass on one that does no
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -229,7 +230,69 @@ def test_log_turn_raising_or_hanging_is_caught() -> None:
     failed = turn("1", 1, 10, status="info", err="BackendUnavailableError", jm=True)
     hung = turn("2", 2, 20, status="info", err="CheckerTimeout", jm=False)
     obs = Observed(ledger={WF: []})
-    assert violations([failed, hung], obs) == {"log_turn_error": 1, "hung_op": 1}
+    assert violations([failed, hung], obs) == {"log_turn_raised": 1, "hung_op": 1}
+
+
+def test_log_turn_raising_for_a_disk_or_backend_condition_is_caught_once() -> None:
+    """A raw OSError from a full outbox disk is one log_turn violation, not also a raw one;
+    an input error (bad arguments) is the one exception log_turn may raise."""
+    disk = turn("1", 1, 10, status="info", err="OSError", jm=False, msg="[Errno 28] No space")
+    oom = turn("2", 2, 20, status="info", err="OutOfMemoryError", jm=False, msg="OOM command")
+    bad = turn("3", 3, 30, status="info", err="InvalidIdError", jm=True, input=True)
+    obs = Observed(ledger={WF: []})
+    assert violations([disk, oom, bad], obs) == {"log_turn_raised": 2}
+
+
+def ckpt_save(op_id: str, inv: int, rev: Any, cond: bool = False) -> Any:
+    return op("save_ckpt", op_id, inv, inv + 5, reg=CKPT, val=op_id, cond=cond, rev=rev)
+
+
+def test_two_saves_acknowledged_with_one_revision_are_caught() -> None:
+    obs = Observed(registers={CKPT: "y"})
+    ops = [ckpt_save("x", 10, 3), ckpt_save("y", 12, 3, cond=True)]
+    assert violations(ops, obs) == {"duplicate_revision": 1}
+    # None acknowledges no revision (queued, or skipped behind a newer save).
+    assert violations([ckpt_save("x", 10, None), ckpt_save("y", 12, 3)], obs) == {}
+    assert violations([ckpt_save("x", 10, 2), ckpt_save("y", 12, 3)], obs) == {}
+    # The same revision of another step is no conflict.
+    other = {**ckpt_save("x", 10, 3), "reg": "ckpt:wf0:s1"}
+    both = Observed(registers={CKPT: "y", "ckpt:wf0:s1": "x"})
+    assert violations([other, ckpt_save("y", 12, 3)], both) == {}
+
+
+def _dead_line(record: dict[str, Any], reason: str) -> bytes:
+    from jarvismem.backends.outbox.format import encode_dead_letter
+
+    return encode_dead_letter(4, record, reason, 1.0).encode()
+
+
+def _queued_turn(n: int) -> dict[str, Any]:
+    """A Redis outbox turn record: ledger fields as name / JSON value pairs."""
+    thought = turn_text(TENANT, WF, STEP, AGENT, n)[0]
+    fields = {"turn_id": str(n), "step_id": STEP, "agent_id": AGENT, "thought": thought}
+    args = [x for name, value in fields.items() for x in (name, json.dumps(value))]
+    return {"op": "turn", "args": args, "field": "x"}
+
+
+def test_an_acknowledged_turn_dead_lettered_for_a_transient_reason_is_caught() -> None:
+    from jarvismem.testing.checker.verify import parse_dead_letter
+
+    oom = "OutOfMemoryError: OOM command not allowed when used memory > 'maxmemory'."
+    athena = {"event": {"type": "thought", "content": turn_text(TENANT, WF, STEP, AGENT, 2)[0]}}
+    lines = [
+        (_queued_turn(1), oom),
+        (athena, "ConnectionError: Error 111 connecting to 127.0.0.1:6379"),
+        (_queued_turn(1), "BackendRejectedError: WRONGTYPE Operation against a key"),
+        (_queued_turn(3), "BusyLoadingError: LOADING Redis is loading"),  # never acknowledged
+    ]
+    dead = [parse_dead_letter("chk/redis/wf0.jsonl.dead", _dead_line(r, why)) for r, why in lines]
+    assert all(d is not None for d in dead)
+    ops = [turn("1", 1, 10), turn("2", 2, 20), turn("3", 3, 30, status="info")]
+    obs = Observed(ledger={WF: [entry(1), entry(2)]}, dead_letters=[d for d in dead if d])
+    verdict = verify(ops, obs)
+    assert dict(verdict.violations) == {"transient_dead_letter": 2}
+    assert verdict.figures["dead_letters"] == 4
+    assert verdict.figures["dead_letters_transient_reason"] == 3
 
 
 def test_a_non_empty_outbox_after_recovery_is_caught() -> None:

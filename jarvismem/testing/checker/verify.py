@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,14 @@ TURN_KINDS = ("log_turn", "relog")
 EXAMPLES_PER_INVARIANT = 3
 CHECKER_TIMEOUT = "CheckerTimeout"
 _TOOK = re.compile(r"took ([0-9.]+) seconds")
+# Dead-letter reasons that name a passing condition, not a refusal for good: a
+# write refused for one of these had to stay queued. Judged from the reason
+# text itself, not with the library's classifier, which is what is under test.
+TRANSIENT_REASON = re.compile(
+    r"\b(OOM|BUSY|LOADING|MASTERDOWN|READONLY|NOREPLICAS|TRYAGAIN|CLUSTERDOWN)\b"
+    r"|Connection\w*Error|Timeout\w*|BusyLoadingError|ReadOnlyError|OutOfMemoryError"
+    r"|BackendUnavailableError|Connection (refused|reset|closed)|Errno (28|30)\b"
+)
 
 INVARIANTS = (
     "lost_turn",
@@ -44,8 +54,10 @@ INVARIANTS = (
     "cross_tenant",
     "athena_duplicate",
     "outbox_not_drained",
+    "duplicate_revision",
+    "transient_dead_letter",
     "raw_exception",
-    "log_turn_error",
+    "log_turn_raised",
     "hung_op",
     "loop_lag",
 )
@@ -68,6 +80,54 @@ def parse_thought(text: str) -> tuple[str, str, str, str, int] | None:
 
 
 @dataclass
+class DeadLetter:
+    """One line of an outbox's ``.dead`` file: where, why, and the turns it carried."""
+
+    file: str
+    reason: str
+    turns: list[tuple[str, str, str, int]] = field(default_factory=list)
+    """(workflow, step, agent, turn) of every turn thought found in the record."""
+
+
+def _thoughts(value: Any) -> Iterator[tuple[str, str, str, str, int]]:
+    """Every turn thought inside a decoded record (queued ledger args are JSON strings)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _thoughts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _thoughts(item)
+    elif isinstance(value, str):
+        parsed = parse_thought(value)
+        if parsed is None and value.startswith('"'):
+            try:
+                inner = json.loads(value)
+            except ValueError:
+                inner = None
+            parsed = parse_thought(inner) if isinstance(inner, str) else None
+        if parsed is not None:
+            yield parsed
+
+
+def parse_dead_letter(file: str, line: bytes) -> DeadLetter | None:
+    """A ``.dead`` file line (``{"seq", "reason", "at", "rec"}``); None when unreadable.
+
+    The record of a Redis turn holds the thought among its ledger fields, an
+    Athena record in its event: either way the thought names the turn.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    turns = sorted(
+        {(wf, step, agent, turn) for _, wf, step, agent, turn in _thoughts(data.get("rec"))}
+    )
+    return DeadLetter(file=file, reason=str(data.get("reason", "")), turns=turns)
+
+
+@dataclass
 class Observed:
     """What the backends hold after the final recovery.
 
@@ -75,7 +135,8 @@ class Observed:
     ``agent_id``, ``thought``); ``registers``: register -> value id (None when
     absent); ``tasks``: space -> task texts in order; ``summaries``: workflow ->
     the stored summary's ``to_id``; ``athena_events``: (session tenant, thought
-    content) of each delivered thought event; ``outbox_pending``: file -> records.
+    content) of each delivered thought event; ``outbox_pending``: file -> records;
+    ``dead_letters``: every line of every outbox's ``.dead`` file.
     """
 
     ledger: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -84,6 +145,7 @@ class Observed:
     summaries: dict[str, str | None] = field(default_factory=dict)
     athena_events: list[tuple[str, str]] = field(default_factory=list)
     outbox_pending: dict[str, int] = field(default_factory=dict)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +178,13 @@ def _never(op: dict[str, Any]) -> float:
 
 
 def check_errors(ops: list[dict[str, Any]], v: Verdict) -> None:
-    """No raw (non-jarvismem) exception, no log_turn error, no op hung past the guard."""
+    """No raw (non-jarvismem) exception, no log_turn exception, no op hung past the guard.
+
+    ``log_turn`` may raise only for bad input (a jarvismem input error, which
+    the workload never causes): anything else it raises (a backend outage, OOM,
+    a full or read-only outbox disk, raw or translated) is ``log_turn_raised``,
+    counted once (not also as ``raw_exception``).
+    """
     for op in ops:
         err = op.get("err")
         if not err:
@@ -124,10 +192,55 @@ def check_errors(ops: list[dict[str, Any]], v: Verdict) -> None:
         where = f"{op['kind']} {op['id']}: {err}: {op.get('msg', '')}"[:300]
         if err == CHECKER_TIMEOUT:
             v.add("hung_op", where)
+        elif op["kind"] in TURN_KINDS:
+            if not op.get("input"):
+                v.add("log_turn_raised", where)
         elif not op.get("jm"):
             v.add("raw_exception", where)
-        elif op["kind"] in TURN_KINDS:
-            v.add("log_turn_error", where)
+
+
+def check_revisions(ops: list[dict[str, Any]], v: Verdict) -> None:
+    """No two different saves of one checkpoint acknowledged with one revision.
+
+    An acknowledged revision is an int returned by ``save_checkpoint``; a save
+    that returned None (queued, or skipped because a newer save was stored)
+    acknowledges none. Each save's state is unique to its op id.
+    """
+    by_rev: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for op in ops:
+        rev = op.get("rev")
+        if op["kind"] != "save_ckpt" or op["status"] != OK:
+            continue
+        if isinstance(rev, int) and not isinstance(rev, bool):
+            by_rev[(op["reg"], rev)].append(op["id"])
+    for (reg, rev), ids in sorted(by_rev.items()):
+        if len(set(ids)) > 1:
+            v.add(
+                "duplicate_revision",
+                f"{reg}: revision {rev} returned to saves {', '.join(sorted(set(ids))[:4])}",
+                len(set(ids)) - 1,
+            )
+
+
+def check_dead_letters(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:
+    """No acknowledged turn dead-lettered for a transient condition (it had to stay queued)."""
+    acked: set[tuple[str, str, str, int]] = set()
+    for op in ops:
+        if op["kind"] in TURN_KINDS and op["status"] == OK:
+            acked.add((op["wf"], op["step"], op["agent"], int(op["turn"])))
+    transient = 0
+    for dead in obs.dead_letters:
+        if not TRANSIENT_REASON.search(dead.reason):
+            continue
+        transient += 1
+        for turn in dead.turns:
+            if turn in acked:
+                v.add(
+                    "transient_dead_letter",
+                    f"{dead.file}: acknowledged turn {turn} dead-lettered: {dead.reason[:160]}",
+                )
+    v.figures["dead_letters"] = len(obs.dead_letters)
+    v.figures["dead_letters_transient_reason"] = transient
 
 
 def check_turns(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:
@@ -389,6 +502,8 @@ def verify(
     """
     v = Verdict()
     check_errors(ops, v)
+    check_revisions(ops, v)
+    check_dead_letters(ops, obs, v)
     check_turns(ops, obs, v)
     check_registers(ops, obs, v)
     check_tasks(ops, obs, v)

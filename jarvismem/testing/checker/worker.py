@@ -237,9 +237,12 @@ class Worker:
                 status, result = INFO, {"err": CHECKER_TIMEOUT, "jm": False}
             else:
                 status = FAIL if _is_definite_refusal(exc) else INFO
+                jm = isinstance(exc, JarvisMemError)
                 result = {
                     "err": type(exc).__name__,
-                    "jm": isinstance(exc, JarvisMemError),
+                    "jm": jm,
+                    # jarvismem's input errors (bad arguments) are ValueError/TypeError too.
+                    "input": jm and isinstance(exc, ValueError | TypeError),
                     "msg": str(exc)[:200],
                 }
         self.history.write({"ev": status, "id": op_id, "ts": time.time_ns(), **result})

@@ -57,6 +57,7 @@ WEIGHTS: dict[str, int] = {
     "log_turn": 30,
     "relog": 5,
     "save_ckpt": 12,
+    "save_race": 4,
     "load_ckpt": 6,
     "rehydrate": 3,
     "world_put": 5,
@@ -69,6 +70,9 @@ WEIGHTS: dict[str, int] = {
     "compact": 1,
 }
 WORLD_KEYS = ("k0", "k1")
+RACE_WINDOW = 0.5
+"""Seconds in which every process's save races pick the same (workflow, step)."""
+RACE_SAVES = (2, 4)
 
 
 @dataclass
@@ -311,6 +315,8 @@ class Worker:
                 await self.log_turn(tup, turn, relog=False)
         elif kind == "save_ckpt":
             await self.save_ckpt(wf, step, agent, conditional=rng.random() < 0.5)
+        elif kind == "save_race":
+            await self.save_race(rng)
         elif kind == "load_ckpt":
             await self.load_ckpt(wf, step, agent)
         elif kind == "rehydrate":
@@ -343,7 +349,27 @@ class Worker:
         if status == OK and not relog:
             self.acked_turns[tup].append(turn)
 
-    async def save_ckpt(self, wf: str, step: str, agent: str, *, conditional: bool) -> None:
+    async def save_race(self, rng: random.Random) -> None:
+        """Several saves of one (workflow, step) at once, conditional and not.
+
+        The target is a function of the seed and the current time window, so the
+        races of every process in the same window hit the same checkpoint: saves
+        concurrent within and across processes, each with its returned revision.
+        """
+        spec = self.spec
+        shared = random.Random(f"{spec.seed}:race:{int(time.time() / RACE_WINDOW)}")
+        wf, step = shared.choice(spec.workflows), shared.choice(spec.steps)
+        saves = [
+            self.save_ckpt(
+                wf, step, rng.choice(spec.agents), conditional=rng.random() < 0.5, race=True
+            )
+            for _ in range(rng.randint(*RACE_SAVES))
+        ]
+        await asyncio.gather(*saves)
+
+    async def save_ckpt(
+        self, wf: str, step: str, agent: str, *, conditional: bool, race: bool = False
+    ) -> None:
         mem = self.rt.memory(wf, step, agent)
         op_id = self.new_id()
         state = json.dumps({"w": op_id, "n": self.counter})
@@ -356,7 +382,7 @@ class Worker:
             rev = await mem.save_checkpoint(state, expected_rev=expected)
             return {"rev": rev, "expected": expected}
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "val": op_id, "cond": conditional}
+        fields = {"reg": f"ckpt:{wf}:{step}", "val": op_id, "cond": conditional, "race": race}
         await self.record(op_id, "save_ckpt", fields, call)
 
     async def load_ckpt(self, wf: str, step: str, agent: str) -> None:

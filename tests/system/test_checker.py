@@ -7,17 +7,27 @@ shown to fail on a small history that breaks it, and to pass on one that does no
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import random
 import shutil
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from jarvismem.testing.checker import CheckerConfig, Observed, run_checker, verify
+from jarvismem.testing.checker.disks import OutboxDisks
+from jarvismem.testing.checker.faults import FaultInjector
+from jarvismem.testing.checker.forwarders import Forwarders
 from jarvismem.testing.checker.history import Histogram, HistoryWriter, completed, read_history
 from jarvismem.testing.checker.verify import turn_text
+from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import require_backend
 
 CI_SECONDS = float(os.environ.get("JARVISMEM_CHECKER_SECONDS", "25"))
@@ -65,6 +75,9 @@ def test_random_faults_over_processes_violate_no_invariant(tmp_path: Path) -> No
     report = run_checker(
         CheckerConfig(seed=20261126, seconds=CI_SECONDS, athena=True, workdir=tmp_path)
     )
+    # Whatever it found, nothing it set up outlives it.
+    assert not [p for p in (tmp_path / "outbox").iterdir() if os.path.ismount(p)]
+    assert not [t for t in threading.enumerate() if t.name == "checker-forwarders"]
     assert report.problems == []
     assert report.acknowledged > 0 and sum(report.faults.values()) > 0
     assert report.violations == {}, report.examples
@@ -85,6 +98,155 @@ def test_a_reintroduced_bug_is_caught_by_the_run(tmp_path: Path) -> None:
         )
     )
     assert report.violations.get("athena_duplicate", 0) > 0, report.violations
+
+
+# --- the faults, one by one (checked while in force, through the injector's hold) ----------
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServerProcess]:
+    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
+    server = RedisServerProcess(tmp_path / "redis", appendfsync="always")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _write(port: int, key: str = "k") -> str:
+    """'ok' or the error a SET meets."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    try:
+        client.set(key, "v")
+        return "ok"
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+
+
+def _injector(server: RedisServerProcess, tmp_path: Path, probe: Any, **kw: Any) -> FaultInjector:
+    def kill_worker(rng: random.Random) -> None:
+        raise AssertionError("no worker here")
+
+    return FaultInjector(
+        random.Random(1), server, tmp_path / "blobs", None, kill_worker, sleep=probe, **kw
+    )
+
+
+def test_an_oom_window_refuses_writes_then_heals(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+    injector = _injector(private_redis, tmp_path, lambda s: seen.append(_write(private_redis.port)))
+    injector.inject("redis_oom")
+    # redis-py turns the "-OOM command not allowed ..." reply into OutOfMemoryError.
+    assert len(seen) == 1 and seen[0].startswith("OutOfMemoryError: command not allowed"), seen
+    assert _write(private_redis.port) == "ok"
+
+
+def test_a_restart_from_the_aof_comes_back_out_of_memory(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    """The first writes after the restart (the outboxes' replays) meet OOM; the data is back."""
+    assert _write(private_redis.port, "before") == "ok"
+    pid = private_redis.proc.pid if private_redis.proc else None
+    seen: list[tuple[str, Any]] = []
+
+    def probe(seconds: float) -> None:
+        if private_redis.running:
+            client = redis.Redis(host="127.0.0.1", port=private_redis.port, socket_timeout=5)
+            seen.append((_write(private_redis.port), client.get("before")))
+            client.close()
+
+    _injector(private_redis, tmp_path, probe).inject("redis_kill_oom")
+    assert private_redis.proc is not None and private_redis.proc.pid != pid
+    assert len(seen) == 1 and seen[0][0].startswith("OutOfMemoryError") and seen[0][1] == b"v"
+    assert private_redis.extra_args == []  # a later restart is a plain one
+    assert _write(private_redis.port) == "ok"
+
+
+def test_per_worker_forwarders_reach_redis_on_their_own_addresses_and_partition(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    forwarders = Forwarders(private_redis.port, 2).start()
+    try:
+        urls = {forwarders.url(0), forwarders.url(1), private_redis.url}
+        assert len(urls) == 3
+        held_slot = random.Random(1).randrange(2)  # the injector's first draw
+        ports = [forwarders.proxies[held_slot].port, forwarders.proxies[1 - held_slot].port]
+        seen: list[list[str]] = []
+
+        def through(port: int) -> str:
+            client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+            try:
+                client.set("held", "1")
+                return "through"
+            except redis.TimeoutError:
+                return "held"
+            finally:
+                client.close()
+
+        injector = _injector(
+            private_redis,
+            tmp_path,
+            lambda s: seen.append([through(p) for p in ports]),
+            forwarders=forwarders,
+        )
+        injector.inject("partition")
+        assert seen == [["held", "through"]]  # one worker's address only
+        assert _write(ports[0], "after") == "ok"
+    finally:
+        forwarders.close()
+    port = ports[0]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def _disk_probe(directory: Path) -> str:
+    try:
+        fd = os.open(directory / "new.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("outbox_readonly", "EROFS"), ("outbox_full", "ENOSPC")]
+)
+def test_an_outbox_disk_made_read_only_or_full_heals_and_is_unmounted(
+    private_redis: RedisServerProcess, tmp_path: Path, kind: str, error: str
+) -> None:
+    disks = OutboxDisks(tmp_path / "outbox", 1, "1m").mount()
+    if disks.skipped:
+        pytest.skip(disks.skipped)
+    directory = disks.dirs[0]
+    try:
+        assert os.path.ismount(directory)
+        # Held open for writing, as the outbox holds its lock files.
+        held = os.open(directory / "box.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        seen: list[str] = []
+        injector = _injector(
+            private_redis, tmp_path, lambda s: seen.append(_disk_probe(directory)), disks=disks
+        )
+        try:
+            injector.inject(kind)
+        finally:
+            os.close(held)
+        assert seen == [error]
+        assert _disk_probe(directory) == "ok"
+        injector.disks = disks
+        disks.readonly(0)
+        injector.heal_all()  # undoes a fault still in force, leaves the tmpfs
+        assert _disk_probe(directory) == "ok" and os.path.ismount(directory)
+    finally:
+        assert disks.unmount_all() == []
+    assert not os.path.ismount(directory)
 
 
 # --- the verifier, invariant by invariant -------------------------------------------------

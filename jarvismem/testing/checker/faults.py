@@ -52,7 +52,8 @@ class FaultInjector:
     """Applies faults to redis-server, the blob root, the Athena fake and the workers.
 
     ``kill_worker(rng)`` is the parent's callback that SIGKILLs and restarts a
-    worker (it owns the worker processes).
+    worker (it owns the worker processes); ``forwarders`` and ``disks`` are
+    needed by ``partition`` and the outbox disk faults.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class FaultInjector:
         kill_worker: Callable[[random.Random], None],
         forwarders: Forwarders | None = None,
         disks: OutboxDisks | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.rng = rng
         self.redis = redis
@@ -72,6 +74,8 @@ class FaultInjector:
         self.kill_worker = kill_worker
         self.forwarders = forwarders
         self.disks = disks
+        self.sleep = sleep
+        """Waits out each hold (a test passes its own, to look while a fault is in force)."""
         self.counts: Counter[str] = Counter()
         self._blob_away = blob_root.with_name(blob_root.name + ".away")
         self._athena_key = getattr(athena, "api_key", None)
@@ -84,32 +88,32 @@ class FaultInjector:
             self.kill_worker(rng)
         elif kind == "redis_stop":
             self.redis.pause()
-            time.sleep(rng.uniform(0.5, 3.0))
+            self.sleep(rng.uniform(0.5, 3.0))
             self.redis.resume()
         elif kind == "redis_kill":
             self.redis.kill()
-            time.sleep(rng.uniform(0.0, 1.0))
+            self.sleep(rng.uniform(0.0, 1.0))
             self.redis.start()
         elif kind == "redis_oom":
             set_oom(self.redis.port, True)
-            time.sleep(rng.uniform(1.0, 3.0))
+            self.sleep(rng.uniform(1.0, 3.0))
             set_oom(self.redis.port, False)
         elif kind == "redis_kill_oom":
             self.redis.kill()
-            time.sleep(rng.uniform(0.0, 1.0))
+            self.sleep(rng.uniform(0.0, 1.0))
             # Started with the limit in force: no write slips in before it.
             self.redis.extra_args += OOM_ARGS
             try:
                 self.redis.start()
             finally:
                 del self.redis.extra_args[-len(OOM_ARGS) :]
-            time.sleep(rng.uniform(1.0, 3.0))
+            self.sleep(rng.uniform(1.0, 3.0))
             set_oom(self.redis.port, False)
         elif kind == "partition":
             assert self.forwarders is not None
             slot = rng.randrange(self.forwarders.slots)
             self.forwarders.hold(slot)
-            time.sleep(rng.uniform(0.5, 3.0))
+            self.sleep(rng.uniform(0.5, 3.0))
             self.forwarders.release(slot)
         elif kind in DISK_FAULTS:
             assert self.disks is not None
@@ -118,7 +122,7 @@ class FaultInjector:
                 self.disks.readonly(slot)
             else:
                 self.disks.fill(slot)
-            time.sleep(rng.uniform(0.5, 3.0))
+            self.sleep(rng.uniform(0.5, 3.0))
             self._restore_disk(slot)
         elif kind == "blob_unwritable":
             # We may run as root, where chmod stops nothing: put a regular file
@@ -126,14 +130,14 @@ class FaultInjector:
             self.blob_root.mkdir(parents=True, exist_ok=True)
             self.blob_root.rename(self._blob_away)
             self.blob_root.write_bytes(b"not a directory\n")
-            time.sleep(rng.uniform(0.5, 3.0))
+            self.sleep(rng.uniform(0.5, 3.0))
             self._restore_blob()
         elif kind in ATHENA_FAULTS:
             if kind == "athena_401":
                 self.athena.api_key = "a-key-the-workers-do-not-have"
             else:
                 self.athena.mode = "error500" if kind == "athena_500" else "hang"
-            time.sleep(rng.uniform(1.0, 4.0))
+            self.sleep(rng.uniform(1.0, 4.0))
             self._restore_athena()
         else:
             raise ValueError(f"unknown fault {kind!r}")

@@ -310,6 +310,20 @@ def test_a_stale_read_is_caught() -> None:
     assert violations(ops, Observed(registers={CKPT: "y"})) == {"stale_read": 1}
 
 
+def test_a_queued_save_is_owed_only_to_reads_through_its_own_outbox() -> None:
+    """Outboxes are per machine and Redis address: another one may not see it yet."""
+    x = {**save("x", 10, 20), "rev": 1, "box": "A"}
+    queued = {**save("y", 30, 40), "rev": None, "box": "A"}
+    obs = Observed(registers={CKPT: "y"})
+    other = {**read("r", 50, "x"), "box": "B"}
+    own = {**read("r", 50, "x"), "box": "A"}
+    assert violations([x, queued, other], obs) == {}
+    assert violations([x, queued, own], obs) == {"stale_read": 1}
+    stored = {**queued, "rev": 2}  # acknowledged with a revision: stored, owed to all
+    assert violations([x, stored, other], obs) == {"stale_read": 1}
+    assert violations([x, queued, other], Observed(registers={CKPT: "x"})) == {"stale_final": 1}
+
+
 def test_a_read_overlapping_the_newer_save_may_see_the_older_one() -> None:
     ops = [save("x", 10, 20), save("y", 30, 60), read("r", 50, "x")]
     assert violations(ops, Observed(registers={CKPT: "y"})) == {}

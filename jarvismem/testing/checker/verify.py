@@ -307,29 +307,39 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
 
     # Acked writes of each register sorted by invoke time, with the earliest
     # completion among those invoked at or after each position: "is there an
-    # acked write invoked after t and acked before b" is then one bisect.
-    acked_inv: dict[str, list[float]] = {}
-    acked_ops: dict[str, list[dict[str, Any]]] = {}
-    min_done_after: dict[str, list[float]] = {}
-    for reg, ws in writes.items():
-        ok = sorted((w for w in ws if w["status"] == OK), key=lambda w: w["inv"])
-        acked_ops[reg] = ok
-        acked_inv[reg] = [w["inv"] for w in ok]
-        suffix = [float("inf")] * (len(ok) + 1)
-        for i in range(len(ok) - 1, -1, -1):
-            suffix[i] = min(suffix[i + 1], ok[i]["done"])
-        min_done_after[reg] = suffix
+    # acked write invoked after t and acked before b" is then one bisect. One
+    # index per (register, outbox) a read may come from (None: every write).
+    Index = tuple[list[float], list[dict[str, Any]], list[float]]
+    indexes: dict[tuple[str, str | None], Index] = {}
 
-    def superseded(x: dict[str, Any], reg: str, before: float | None) -> dict[str, Any] | None:
-        """An acked write of ``reg`` invoked after ``x`` was acked (and acked before ``before``)."""
-        i = bisect.bisect_right(acked_inv.get(reg, []), x["done"])
+    def index(reg: str, box: str | None) -> Index:
+        found = indexes.get((reg, box))
+        if found is None:
+            ok = sorted(
+                (w for w in writes.get(reg, []) if w["status"] == OK and _visible(w, box)),
+                key=lambda w: w["inv"],
+            )
+            suffix = [float("inf")] * (len(ok) + 1)
+            for i in range(len(ok) - 1, -1, -1):
+                suffix[i] = min(suffix[i + 1], ok[i]["done"])
+            found = indexes[(reg, box)] = ([w["inv"] for w in ok], ok, suffix)
+        return found
+
+    def superseded(
+        x: dict[str, Any], reg: str, before: float | None, box: str | None = None
+    ) -> dict[str, Any] | None:
+        """An acked write of ``reg`` invoked after ``x`` was acked (and acked before
+        ``before``), visible from outbox ``box``."""
+        acked_inv, ok, min_done_after = index(reg, box)
+        i = bisect.bisect_right(acked_inv, x["done"])
         limit = float("inf") if before is None else before
-        if i >= len(acked_inv.get(reg, [])) or min_done_after[reg][i] >= limit:
+        if i >= len(acked_inv) or min_done_after[i] >= limit:
             return None
-        ok = acked_ops[reg]
         return next(ok[j] for j in range(i, len(ok)) if ok[j]["done"] < limit)
 
-    def check_value(reg: str, val: str | None, what: str, before: float | None) -> None:
+    def check_value(
+        reg: str, val: str | None, what: str, before: float | None, box: str | None = None
+    ) -> None:
         if val is None:
             return
         x = by_val.get(val)
@@ -341,7 +351,7 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
             return
         if x["status"] != OK:
             return
-        y = superseded(x, reg, before)
+        y = superseded(x, reg, before, box)
         if y is not None:
             inv = "stale_read" if before is not None else "stale_final"
             queued = (
@@ -369,15 +379,31 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
     # (e.g. Redis stalled): counted as a figure, not judged stale.
     first_value_ack = {
         reg: min((w["done"] for w in ok if w.get("val") is not None), default=float("inf"))
-        for reg, ok in acked_ops.items()
+        for reg, ok in ((reg, index(reg, None)[1]) for reg in writes)
     }
     empty = 0
     for r in reads:
         if r.get("val") is None:
             empty += r["inv"] > first_value_ack.get(r["reg"], float("inf"))
             continue
-        check_value(r["reg"], r.get("val"), f"{r['kind']} {r['id']} read", r["inv"])
+        what = f"{r['kind']} {r['id']} read"
+        check_value(r["reg"], r.get("val"), what, r["inv"], r.get("box"))
     v.figures["empty_reads_after_ack"] = empty
+
+
+def _visible(write: dict[str, Any], box: str | None) -> bool:
+    """Whether a read through outbox ``box`` must see acknowledged ``write`` once acked.
+
+    A save that returned no revision was queued in its writer's outbox (or
+    skipped behind a newer save): until replayed, only reads through that same
+    outbox (same folder, same Redis address) merge it. Outboxes are per machine
+    and address, so a read from another one may miss it; every write counts for
+    the final state (after the recovery replayed every outbox) and when ``box``
+    is None (histories without outbox names: one shared outbox).
+    """
+    if box is None or write["kind"] != "save_ckpt" or write.get("rev") is not None:
+        return True
+    return write.get("box") in (None, box)
 
 
 def check_tasks(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:

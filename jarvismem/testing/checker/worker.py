@@ -180,6 +180,9 @@ class Worker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
+        # The outbox this process's queued writes wait in (folder and Redis
+        # address): only reads through it merge them before they are replayed.
+        self.box = f"{spec.redis_url} {spec.outbox_path}"
         self.history = HistoryWriter(spec.history_path())
         self.rt: Any = None
         self.counter = 0
@@ -382,7 +385,13 @@ class Worker:
             rev = await mem.save_checkpoint(state, expected_rev=expected)
             return {"rev": rev, "expected": expected}
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "val": op_id, "cond": conditional, "race": race}
+        fields = {
+            "reg": f"ckpt:{wf}:{step}",
+            "val": op_id,
+            "cond": conditional,
+            "race": race,
+            "box": self.box,
+        }
         await self.record(op_id, "save_ckpt", fields, call)
 
     async def load_ckpt(self, wf: str, step: str, agent: str) -> None:
@@ -391,7 +400,7 @@ class Worker:
         async def call() -> dict[str, Any]:
             return {"val": _writer_of(await mem.load_checkpoint())}
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "read": True}
+        fields = {"reg": f"ckpt:{wf}:{step}", "read": True, "box": self.box}
         await self.record(self.new_id(), "load_ckpt", fields, call)
 
     async def rehydrate(self, wf: str, step: str, agent: str) -> None:
@@ -404,7 +413,7 @@ class Worker:
                 "degraded": sorted(bundle.get("degraded") or {}),
             }
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "read": True}
+        fields = {"reg": f"ckpt:{wf}:{step}", "read": True, "box": self.box}
         await self.record(self.new_id(), "rehydrate", fields, call)
 
     async def world(self, wf: str, agent: str, key: str, *, delete: bool) -> None:

@@ -7,9 +7,18 @@ secrets (API keys, tokens, passwords in URLs): build them from ids and reasons.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class JarvisMemError(Exception):
     """Base class of every error raised by jarvismem."""
+
+    retryable: ClassVar[bool] = False
+    """Whether the same operation may succeed later unchanged (an outage, a server
+    short of memory). The one policy for queued writes: a write that meets a
+    retryable error stays queued and is replayed; any other error is final (a
+    refusal is dead-lettered, a caller error raised). Declared here, per class,
+    and nowhere else."""
 
 
 # --- configuration and input -------------------------------------------------
@@ -36,11 +45,16 @@ class InvalidPayloadError(JarvisMemError, ValueError):
 # The backends (Redis, blob storage, HTTP services) translate their client
 # libraries' errors at the edge: nothing above jarvismem.backends sees a
 # redis-py, httpx, Azure SDK or OS error. Each failure is either *transient*
-# (worth retrying later) or *rejected* (would fail the same way again).
+# (worth retrying later: ``retryable``) or *rejected* (would fail the same way again).
 
 
 class BackendUnavailableError(JarvisMemError):
-    """A configured backend cannot be reached right now (transient: retry later)."""
+    """A configured backend cannot be reached right now (transient: retry later).
+
+    Also a server that answers "not now": out of memory, loading, busy,
+    read-only or short of replicas during a failover, a cluster resharding."""
+
+    retryable = True
 
 
 class BackendRejectedError(JarvisMemError):
@@ -48,22 +62,31 @@ class BackendRejectedError(JarvisMemError):
     error, malformed record): retrying later would fail the same way, so a
     queued write that meets it is dead-lettered rather than retried forever."""
 
+    retryable = False
+
 
 # --- blob storage --------------------------------------------------------------
 
 
 class BlobError(JarvisMemError):
-    """A blob backend failed (I/O error, service error)."""
+    """A blob backend failed (I/O error, service error); retryable unless a
+    subclass says otherwise."""
+
+    retryable = True
 
 
 class BlobUnavailableError(BlobError, BackendUnavailableError):
     """Blob storage failed in a way that may pass (disk full, I/O error, timeout,
     connection lost, throttled, service error 5xx)."""
 
+    retryable = True
+
 
 class BlobRejectedError(BlobError, BackendRejectedError):
     """Blob storage refused the operation (permission denied, read-only, a folder
     in the way, an HTTP 4xx other than not-found/conflict)."""
+
+    retryable = False
 
 
 class BlobNotFoundError(BlobError, KeyError):
@@ -79,6 +102,8 @@ class BlobPreconditionFailedError(BlobError):
 
 class InvalidBlobPathError(BlobError, ValueError):
     """A blob path is malformed or would escape the storage root."""
+
+    retryable = False
 
 
 # --- redis-side tiers ------------------------------------------------------------
@@ -135,9 +160,13 @@ class AthenaUnsupportedError(AthenaError):
 class AthenaServerError(AthenaError):
     """HTTP 5xx (other than 501): datastore or LLM failure on the server."""
 
+    retryable = True
+
 
 class AthenaUnavailableError(AthenaError):
     """Connection refused, timeout, open circuit breaker, or a malformed answer."""
+
+    retryable = True
 
 
 # --- cognitive spaces ------------------------------------------------------------

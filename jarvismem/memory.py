@@ -309,11 +309,18 @@ class UnifiedMemory:
     async def save_checkpoint(
         self, state_json: str, *, expected_rev: int | None = None
     ) -> int | None:
-        """Save this step's resumable state; returns its new revision.
+        """Save this step's resumable state; returns the revision this save wrote.
 
+        An int is always a revision this save wrote itself, never another's.
         With ``expected_rev``, a save based on a stale revision raises
-        :class:`~jarvismem.errors.CheckpointConflictError`. Without it, during a
-        Redis outage the save is queued durably and ``None`` is returned.
+        :class:`~jarvismem.errors.CheckpointConflictError` and one that cannot be
+        checked now (Redis down or stalled) raises
+        :class:`~jarvismem.errors.BackendUnavailableError`; nothing is queued.
+        Without it, ``None`` means no revision is known to this call: the save
+        was queued durably (Redis unavailable; it lands when replayed unless a
+        newer save is stored by then), or it was superseded (a save newer than
+        this one is already stored, so this one is not), or there is no Redis.
+        Load the checkpoint to learn the current revision.
         """
         max_bytes = self.runtime.settings.max_checkpoint_bytes
         state = validate_checkpoint(state_json, max_bytes)

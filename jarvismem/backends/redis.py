@@ -15,6 +15,7 @@ import copy
 import errno
 import logging
 import os
+import re
 import ssl
 import time
 import weakref
@@ -467,19 +468,52 @@ async def probe_redis_write(client: RedisClient, key: str, url: str | None) -> N
 # Error replies that mean "not now" rather than "never": the server is loading,
 # busy with a script, short of memory or replicas, read-only during a failover,
 # or the cluster is resharding. A write that meets one is queued and retried.
-_TRANSIENT_REPLIES = (
-    "LOADING",
-    "BUSY",
-    "OOM",
-    "NOREPLICAS",
-    "READONLY",
-    "MASTERDOWN",
-    "CLUSTERDOWN",
-    "TRYAGAIN",
-    "MOVED",
-    "ASK",
-    "NOSCRIPT",
+TRANSIENT_REPLIES = frozenset(
+    {
+        "LOADING",
+        "BUSY",
+        "OOM",
+        "NOREPLICAS",
+        "READONLY",
+        "MASTERDOWN",
+        "CLUSTERDOWN",
+        "TRYAGAIN",
+        "MOVED",
+        "ASK",
+        "NOSCRIPT",
+    }
 )
+
+# redis-py prefixes a command refused inside MULTI/EXEC (or a raising pipeline)
+# with "Command # N (...) of pipeline caused error: ".
+_PIPELINE_NOTE = re.compile(r"Command # \d+ \(.*?\) of pipeline caused error: ", re.S)
+# Redis 6 wraps the error of a redis.call inside a script: "ERR Error running
+# script (call to f_...): @user_script:12: @user_script: 12: -OOM command not ...".
+_SCRIPT_INNER = re.compile(r": -([A-Z]+) ")
+
+
+def reply_code(text: str) -> str:
+    """The error code (``OOM``, ``WRONGTYPE``, ...) of a Redis error reply's text.
+
+    Found wherever the reply comes back: a plain reply, a script's error reply
+    (also the older servers' ``ERR Error running script ... -OOM ...`` form), a
+    per-command reply of a pipeline, a command refused inside MULTI/EXEC.
+    """
+    text = text.lstrip("-")
+    note = _PIPELINE_NOTE.match(text)
+    if note is not None:
+        text = text[note.end() :].lstrip("-")
+    code = text.split(" ", 1)[0].upper()
+    if code == "ERR" and "script" in text:
+        inner = _SCRIPT_INNER.search(text)
+        if inner is not None:
+            return inner.group(1)
+    return code
+
+
+def is_transient_reply(text: str) -> bool:
+    """True when an error reply means "not now" (see :data:`TRANSIENT_REPLIES`)."""
+    return reply_code(text) in TRANSIENT_REPLIES
 
 
 _REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
@@ -535,7 +569,7 @@ def is_transient_redis_error(exc: BaseException) -> bool:
     ):
         return True
     if isinstance(exc, ResponseError):
-        return str(exc).lstrip("-").split(" ", 1)[0].upper() in _TRANSIENT_REPLIES
+        return is_transient_reply(str(exc))
     return isinstance(exc, RedisError) and not isinstance(exc, ResponseError)
 
 

@@ -14,11 +14,14 @@ save script:
   idempotent: sent again after its reply was lost (by redis-py's retry or an
   outbox replay), it finds its id, returns the revision it made, and writes
   nothing; a conditional save never reports a conflict with itself;
+* a revision is one write: a save reports only a revision it made itself. One
+  skipped because a newer save was stored returns None, not the stored revision;
 * the **stamp** (microseconds from a per-process hybrid clock, see
-  :class:`StampClock`) orders saves in real time. A live save always lands
-  (its stamp is raised above the stored one if a clock lags); a save replayed
-  from the outbox lands only if it is newer than what is stored, so a queued
-  old checkpoint can never replace a newer acknowledged one.
+  :class:`StampClock`) orders saves in real time. A conditional save always
+  lands when its revision matches (its stamp is raised above the stored one if
+  a clock lags); an unconditional save, sent at once or replayed from the
+  outbox, lands only if it is newer than what is stored, so a queued old
+  checkpoint can never replace a newer acknowledged one.
 """
 
 from __future__ import annotations
@@ -179,8 +182,8 @@ class CheckpointStore:
 
     async def save(
         self, state: str, *, expected_rev: int | None = None, ts: float | None = None
-    ) -> int:
-        """Store ``state``; returns the new revision.
+    ) -> int | None:
+        """Store ``state``; returns the new revision (None: see :meth:`save_validated`).
 
         Raises :class:`CheckpointConflictError` when ``expected_rev`` is given and
         is not the stored revision (nothing is written then), and
@@ -200,11 +203,14 @@ class CheckpointStore:
         stamp: int | None = None,
         op_id: str | None = None,
         replay: bool = False,
-    ) -> int:
+    ) -> int | None:
         """:meth:`save` for a state already validated (live saves and outbox replay).
 
         ``stamp``/``op_id`` default to fresh ones. With ``replay=True`` a save
-        older than the stored one is skipped (the stored revision is returned).
+        older than the stored one is skipped and returns None: it wrote no
+        revision, and the stored one is another save's, never to be reported
+        as this one's (a caller holding it would then pass it as
+        ``expected_rev`` and overwrite a state it never saw).
         """
         stamp = CLOCK.next() if stamp is None else stamp
         async with redis_errors("checkpoint save"):
@@ -234,6 +240,8 @@ class CheckpointStore:
             )
         if int(reply[2]):
             CLOCK.observe(int(reply[2]))
+        if ok == 2:
+            return None  # superseded: a newer save is stored, this one never will be
         if not ok:
             raise CheckpointConflictError(
                 f"stale checkpoint revision: expected {expected_rev}, stored {rev}",

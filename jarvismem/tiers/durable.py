@@ -54,7 +54,7 @@ from jarvismem import telemetry
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
-from jarvismem.errors import BackendUnavailableError, BlobError, JarvisMemError
+from jarvismem.errors import JarvisMemError
 from jarvismem.resilience import Backoff
 
 log = telemetry.logger(__name__)
@@ -95,14 +95,15 @@ REPLAY_BACKOFF_BASE = 0.05
 def is_backend_failure(exc: BaseException) -> bool:
     """True for a transient failure of a backend: the write is queued and retried.
 
-    False for everything else: jarvismem's own input errors (caller bugs, raised
-    before anything is written) and refusals that would repeat (a wrong key
-    type, a script error: :class:`~jarvismem.errors.BackendRejectedError`).
+    The policy is the error class's own :attr:`~jarvismem.errors.JarvisMemError.retryable`
+    (declared in :mod:`jarvismem.errors`, for Redis and blob storage alike). False
+    for everything else: jarvismem's own input errors (caller bugs, raised before
+    anything is written) and refusals that would repeat (a wrong key type, a
+    script error, a blob write refused for permissions or a read-only file
+    system: dead-lettered, so they never wedge the records behind them).
     """
     if isinstance(exc, JarvisMemError):
-        return isinstance(exc, BackendUnavailableError | BlobError) and not isinstance(
-            exc, ValueError
-        )
+        return exc.retryable
     return is_transient_redis_error(exc)
 
 

@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis import is_transient_reply, redis_errors
 from jarvismem.backends.redis_pipeline import auto_pipeline
 from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidIdError
@@ -77,7 +77,8 @@ return {1, id}
 # order. KEYS: ledger, turn index. ARGV: ttl seconds, maxlen (0 = unbounded), then
 # per turn: index field ("" = no dedupe), the count n of its strings, n field/value
 # strings. Returns one reply per turn: {1, id} appended, {0, id} a duplicate,
-# {2, message} refused (a malformed entry: the other turns still apply).
+# {2, message} refused: a malformed entry (the other turns still apply), or a
+# refusal for now such as OOM, which the caller tells apart by the reply's code.
 # The TTLs are refreshed once, at the end: always a write (the index exists once a
 # deduplicated turn is in it), which the WAIT after it covers, as above.
 _APPEND_MANY_LUA = """
@@ -261,6 +262,16 @@ class EpisodicLedger:
                 return outcomes
             for reply in replies:
                 status = int(reply[0])
+                if status == 2 and is_transient_reply(_text(reply[1])):
+                    # Refused for now (out of memory, read-only, short of replicas):
+                    # an outage, not a malformed turn. It and every later turn stay
+                    # queued, in order (a turn of this call that did land is found
+                    # again by the index when re-sent).
+                    down = BackendUnavailableError(
+                        f"{self._append_what}: Redis unavailable ({_text(reply[1])[:200]})"
+                    )
+                    outcomes += [down] * (len(turns) - len(outcomes))
+                    return outcomes
                 if status == 2:
                     outcomes.append(
                         BackendRejectedError(f"{self._append_what}: refused ({_text(reply[1])})")

@@ -330,6 +330,32 @@ async def test_closing_the_client_closes_its_pool() -> None:
         (redis_exc.ReadOnlyError("READONLY You can't write against a read only replica"), True),
         (redis_exc.ResponseError("CLUSTERDOWN The cluster is down"), True),
         (redis_exc.NoScriptError("NOSCRIPT No matching script"), True),
+        (redis_exc.ResponseError("MASTERDOWN Link with MASTER is down"), True),
+        (redis_exc.ResponseError("NOREPLICAS Not enough good replicas to write."), True),
+        (redis_exc.ResponseError("TRYAGAIN Multiple keys request during rehashing"), True),
+        # redis-py's annotation of a refused command inside MULTI/EXEC or a pipeline
+        (
+            redis_exc.ResponseError(
+                "Command # 1 (HSET jm:x state {} rev 3) of pipeline caused error: "
+                "OOM command not allowed when used memory > 'maxmemory'."
+            ),
+            True,
+        ),
+        # Redis 6.2 wraps the error of a redis.call inside a script
+        (
+            redis_exc.ResponseError(
+                "ERR Error running script (call to f_0123): @user_script:12: "
+                "@user_script: 12: -OOM command not allowed when used memory > 'maxmemory'."
+            ),
+            True,
+        ),
+        (
+            redis_exc.ResponseError(
+                "Command # 2 (XADD k * a b) of pipeline caused error: "
+                "WRONGTYPE Operation against a key holding the wrong kind"
+            ),
+            False,
+        ),
         (
             redis_exc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind"),
             False,

@@ -19,6 +19,8 @@ from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,
     BlobError,
+    BlobRejectedError,
+    BlobUnavailableError,
     InvalidBlobPathError,
     InvalidPayloadError,
 )
@@ -46,6 +48,8 @@ class FakeBackend:
             raise BackendUnavailableError("backend down")
         if record.get("refuse"):
             raise BackendRejectedError("WRONGTYPE")
+        if record.get("blob_refuse"):
+            raise BlobRejectedError("append x: permission denied")
         if record.get("hang"):
             await asyncio.Event().wait()
         self.applied.append(record["n"])
@@ -85,6 +89,8 @@ async def make_writer(tmp_path: Path, backend: FakeBackend) -> AsyncIterator[Mak
     [
         (BackendUnavailableError("down"), True),
         (BlobError("503"), True),
+        (BlobUnavailableError("disk full"), True),
+        (BlobRejectedError("permission denied"), False),  # would fail the same way again
         (ConnectionRefusedError(), True),
         (TimeoutError(), True),
         (BackendRejectedError("WRONGTYPE"), False),
@@ -227,6 +233,25 @@ async def test_a_refused_record_in_the_queue_is_dead_lettered_and_the_rest_repla
     assert await writer.flush(timeout=5.0)
     assert backend.applied == [0, 2]
     assert writer.health()["dead_lettered"] == 1
+
+
+async def test_a_refused_blob_write_is_dead_lettered_and_never_wedges_the_queue(
+    make_writer: MakeWriter, backend: FakeBackend
+) -> None:
+    # A blob refusal (permission denied, read-only file system, Azure 403) repeats
+    # forever: like a refused Redis write it is dead-lettered, live or queued.
+    writer = make_writer()
+    assert await writer.submit({"n": 1, "blob_refuse": True}) is None
+    assert writer.health()["dead_lettered"] == 1
+    assert not writer.degraded and await writer.submit({"n": 2}) == "ok 2"
+    backend.down = True
+    await writer.submit({"n": 3})
+    await writer.submit({"n": 4, "blob_refuse": True})
+    await writer.submit({"n": 5})
+    backend.down = False
+    assert await writer.flush(timeout=5.0)
+    assert backend.applied == [2, 3, 5]
+    assert writer.health()["dead_lettered"] == 2
 
 
 # --- replay in runs (apply_many) ---------------------------------------------------------------

@@ -49,8 +49,21 @@ PROGRESS_EVERY = 5.0
 WORKER_EXIT_GRACE = 60.0
 RECOVERY_FLUSH_TIMEOUT = 30.0
 
-AMBIGUOUS_ATHENA_FAULTS = ("kill_worker", "athena_hang", "redis_stop", "redis_kill")
-"""Faults after which an Athena event may be delivered twice (documented at-least-once)."""
+AMBIGUOUS_ATHENA_FAULTS = (
+    "kill_worker",
+    "athena_hang",
+    "redis_stop",
+    "redis_kill",
+    "redis_oom",
+    "redis_kill_oom",
+    "partition",
+    "outbox_readonly",
+    "outbox_full",
+)
+"""Faults after which an Athena event may be delivered twice (documented at-least-once):
+a deliverer killed or its "sent" mark unwritable (read-only or full outbox disk)
+between its POST and that mark, a timed-out request the server stored, delivery
+claims in a Redis that is down, refusing writes or out of reach."""
 
 
 @dataclass

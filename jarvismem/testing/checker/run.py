@@ -368,7 +368,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
                 injector.heal_all()
         finally:
             if disks.mounted:
-                if not report.ok:
+                if not report.ok or not owned:
                     # The tmpfs contents go with the mounts: keep a copy to inspect.
                     shutil.copytree(
                         root / "outbox",

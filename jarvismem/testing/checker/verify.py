@@ -26,6 +26,7 @@ TURN_KINDS = ("log_turn", "relog")
 EXAMPLES_PER_INVARIANT = 3
 CHECKER_TIMEOUT = "CheckerTimeout"
 _TOOK = re.compile(r"took ([0-9.]+) seconds")
+_NUMBERS = re.compile(r"[0-9a-f]{6,}|[0-9]+")
 # Dead-letter reasons that name a passing condition, not a refusal for good: a
 # write refused for one of these had to stay queued. Judged from the reason
 # text itself, not with the library's classifier, which is what is under test.
@@ -241,6 +242,9 @@ def check_dead_letters(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> 
                 )
     v.figures["dead_letters"] = len(obs.dead_letters)
     v.figures["dead_letters_transient_reason"] = transient
+    # What the rest were refused for (numbers and ids cut out so alike ones group).
+    reasons = Counter(_NUMBERS.sub("#", d.reason)[:120] for d in obs.dead_letters)
+    v.figures["dead_letter_reasons"] = [f"{n} x {why}" for why, n in reasons.most_common(5)]
 
 
 def check_turns(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:

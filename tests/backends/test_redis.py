@@ -373,6 +373,48 @@ def test_redis_errors_become_transient_or_rejected(error: Exception, transient: 
 
 
 @pytest.mark.integration
+async def test_out_of_memory_is_transient_on_every_path_it_comes_back_on(redis_server: Any) -> None:
+    """A real server out of memory refuses writes on each path: all are outages."""
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        await client.config_set("maxmemory-policy", "noeviction")
+        await client.config_set("maxmemory", 1)
+        refusals: dict[str, BaseException] = {}
+        try:
+            await client.set("k", "v")
+        except redis_exc.RedisError as exc:
+            refusals["plain reply"] = exc
+        try:
+            await client.eval("return redis.call('SET', KEYS[1], 'v')", 1, "k")
+        except redis_exc.RedisError as exc:
+            refusals["script error reply"] = exc
+        pcall = await client.eval(
+            "local r = redis.pcall('SET', KEYS[1], 'v'); return r.err", 1, "k"
+        )
+        refusals["script's pcall text"] = redis_exc.ResponseError(pcall.decode())
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.set("k", "v")
+            pipe.get("k")
+            replies = await pipe.execute(raise_on_error=False)
+        assert isinstance(replies[0], BaseException)
+        refusals["pipeline per-command reply"] = replies[0]
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set("k", "v")
+                pipe.expire("k", 10)
+                await pipe.execute()
+        except redis_exc.RedisError as exc:
+            refusals["MULTI/EXEC"] = exc
+        assert len(refusals) == 5, sorted(refusals)
+        for path, exc in refusals.items():
+            assert is_transient_redis_error(exc), (path, exc)
+            assert isinstance(translate_redis_error(exc, path), BackendUnavailableError), path
+    finally:
+        await client.config_set("maxmemory", 0)
+        await client.aclose()
+
+
+@pytest.mark.integration
 async def test_a_wrong_key_type_on_a_real_server_is_a_rejection(
     real_redis: Any, keyspace: KeySpace
 ) -> None:

@@ -15,13 +15,12 @@ disk read-only or full (see :mod:`~jarvismem.testing.checker.disks`).
 from __future__ import annotations
 
 import random
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import redis
 
 from jarvismem.testing.checker.disks import OutboxDisks
 from jarvismem.testing.checker.forwarders import Forwarders
@@ -37,15 +36,25 @@ ALL_FAULTS = WORKER_FAULTS + REDIS_FAULTS + NET_FAULTS + DISK_FAULTS + BLOB_FAUL
 OOM_ARGS = ["--maxmemory", "1", "--maxmemory-policy", "noeviction"]
 
 
+def _command(port: int, *words: str) -> None:
+    """Send one command to the server on ``port`` and require ``+OK``.
+
+    Plain RESP over a socket: the testing package keeps the Redis client library
+    in the backends.
+    """
+    request = f"*{len(words)}\r\n" + "".join(f"${len(w.encode())}\r\n{w}\r\n" for w in words)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        reply = sock.recv(256)
+    if not reply.startswith(b"+OK"):
+        raise RuntimeError(f"{' '.join(words)}: {reply[:200]!r}")
+
+
 def set_oom(port: int, on: bool) -> None:
     """Make the server on ``port`` refuse writes (``maxmemory 1``, noeviction) or stop that."""
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10)
-    try:
-        if on:
-            client.config_set("maxmemory-policy", "noeviction")
-        client.config_set("maxmemory", "1" if on else "0")
-    finally:
-        client.close()
+    if on:
+        _command(port, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+    _command(port, "CONFIG", "SET", "maxmemory", "1" if on else "0")
 
 
 class FaultInjector:

@@ -569,7 +569,7 @@ def apply_mutation(name: str) -> None:
     if name == "unfenced-replay":
         save = CheckpointStore.save_validated
 
-        async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int:
+        async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int | None:
             kwargs.update(replay=False, op_id=None)
             return await save(self, state, **kwargs)
 

@@ -36,6 +36,8 @@ class LostReplyProxy:
         self._marker: bytes | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def lost(self) -> int:
@@ -45,6 +47,19 @@ class LostReplyProxy:
     def lose_next_reply(self, marker: bytes) -> None:
         """Lose the reply to the next request whose bytes contain ``marker`` (once)."""
         self._marker = marker
+
+    def hold(self) -> None:
+        """Stop passing bytes either way, on every connection, until :meth:`release`.
+
+        A partition: connections stay open (new ones are accepted) but nothing
+        arrives, so clients meet their own timeouts; bytes sent meanwhile are
+        delivered after the release, as TCP would. Call from the proxy's loop.
+        """
+        self._flowing.clear()
+
+    def release(self) -> None:
+        """End a :meth:`hold`: the held bytes go through."""
+        self._flowing.set()
 
     async def start(self) -> LostReplyProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -92,11 +107,13 @@ class LostReplyProxy:
                 if self._marker is not None and self._marker in data:
                     marker, self._marker = self._marker, None
                     armed.set()
+                await self._flowing.wait()
                 up_writer.write(data)
                 await up_writer.drain()
 
         async def server_to_client() -> None:
             while data := await up_reader.read(65536):
+                await self._flowing.wait()
                 if armed.is_set() and data.startswith(b"-"):
                     # An error reply (NOSCRIPT: the script did not run) is passed
                     # on; the request sent next with the marker is the target.

@@ -7,16 +7,27 @@ shown to fail on a small history that breaks it, and to pass on one that does no
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import random
 import shutil
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from jarvismem.testing.checker import CheckerConfig, Observed, run_checker, verify
+from jarvismem.testing.checker.disks import OutboxDisks
+from jarvismem.testing.checker.faults import FaultInjector
+from jarvismem.testing.checker.forwarders import Forwarders
 from jarvismem.testing.checker.history import Histogram, HistoryWriter, completed, read_history
 from jarvismem.testing.checker.verify import turn_text
+from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import require_backend
 
 CI_SECONDS = float(os.environ.get("JARVISMEM_CHECKER_SECONDS", "25"))
@@ -64,6 +75,9 @@ def test_random_faults_over_processes_violate_no_invariant(tmp_path: Path) -> No
     report = run_checker(
         CheckerConfig(seed=20261126, seconds=CI_SECONDS, athena=True, workdir=tmp_path)
     )
+    # Whatever it found, nothing it set up outlives it.
+    assert not [p for p in (tmp_path / "outbox").iterdir() if os.path.ismount(p)]
+    assert not [t for t in threading.enumerate() if t.name == "checker-forwarders"]
     assert report.problems == []
     assert report.acknowledged > 0 and sum(report.faults.values()) > 0
     assert report.violations == {}, report.examples
@@ -84,6 +98,155 @@ def test_a_reintroduced_bug_is_caught_by_the_run(tmp_path: Path) -> None:
         )
     )
     assert report.violations.get("athena_duplicate", 0) > 0, report.violations
+
+
+# --- the faults, one by one (checked while in force, through the injector's hold) ----------
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServerProcess]:
+    require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
+    server = RedisServerProcess(tmp_path / "redis", appendfsync="always")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _write(port: int, key: str = "k") -> str:
+    """'ok' or the error a SET meets."""
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+    try:
+        client.set(key, "v")
+        return "ok"
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+
+
+def _injector(server: RedisServerProcess, tmp_path: Path, probe: Any, **kw: Any) -> FaultInjector:
+    def kill_worker(rng: random.Random) -> None:
+        raise AssertionError("no worker here")
+
+    return FaultInjector(
+        random.Random(1), server, tmp_path / "blobs", None, kill_worker, sleep=probe, **kw
+    )
+
+
+def test_an_oom_window_refuses_writes_then_heals(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+    injector = _injector(private_redis, tmp_path, lambda s: seen.append(_write(private_redis.port)))
+    injector.inject("redis_oom")
+    # redis-py turns the "-OOM command not allowed ..." reply into OutOfMemoryError.
+    assert len(seen) == 1 and seen[0].startswith("OutOfMemoryError: command not allowed"), seen
+    assert _write(private_redis.port) == "ok"
+
+
+def test_a_restart_from_the_aof_comes_back_out_of_memory(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    """The first writes after the restart (the outboxes' replays) meet OOM; the data is back."""
+    assert _write(private_redis.port, "before") == "ok"
+    pid = private_redis.proc.pid if private_redis.proc else None
+    seen: list[tuple[str, Any]] = []
+
+    def probe(seconds: float) -> None:
+        if private_redis.running:
+            client = redis.Redis(host="127.0.0.1", port=private_redis.port, socket_timeout=5)
+            seen.append((_write(private_redis.port), client.get("before")))
+            client.close()
+
+    _injector(private_redis, tmp_path, probe).inject("redis_kill_oom")
+    assert private_redis.proc is not None and private_redis.proc.pid != pid
+    assert len(seen) == 1 and seen[0][0].startswith("OutOfMemoryError") and seen[0][1] == b"v"
+    assert private_redis.extra_args == []  # a later restart is a plain one
+    assert _write(private_redis.port) == "ok"
+
+
+def test_per_worker_forwarders_reach_redis_on_their_own_addresses_and_partition(
+    private_redis: RedisServerProcess, tmp_path: Path
+) -> None:
+    forwarders = Forwarders(private_redis.port, 2).start()
+    try:
+        urls = {forwarders.url(0), forwarders.url(1), private_redis.url}
+        assert len(urls) == 3
+        held_slot = random.Random(1).randrange(2)  # the injector's first draw
+        ports = [forwarders.proxies[held_slot].port, forwarders.proxies[1 - held_slot].port]
+        seen: list[list[str]] = []
+
+        def through(port: int) -> str:
+            client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5)
+            try:
+                client.set("held", "1")
+                return "through"
+            except redis.TimeoutError:
+                return "held"
+            finally:
+                client.close()
+
+        injector = _injector(
+            private_redis,
+            tmp_path,
+            lambda s: seen.append([through(p) for p in ports]),
+            forwarders=forwarders,
+        )
+        injector.inject("partition")
+        assert seen == [["held", "through"]]  # one worker's address only
+        assert _write(ports[0], "after") == "ok"
+    finally:
+        forwarders.close()
+    port = ports[0]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def _disk_probe(directory: Path) -> str:
+    try:
+        fd = os.open(directory / "new.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+@pytest.mark.parametrize(
+    ("kind", "error"), [("outbox_readonly", "EROFS"), ("outbox_full", "ENOSPC")]
+)
+def test_an_outbox_disk_made_read_only_or_full_heals_and_is_unmounted(
+    private_redis: RedisServerProcess, tmp_path: Path, kind: str, error: str
+) -> None:
+    disks = OutboxDisks(tmp_path / "outbox", 1, "1m").mount()
+    if disks.skipped:
+        pytest.skip(disks.skipped)
+    directory = disks.dirs[0]
+    try:
+        assert os.path.ismount(directory)
+        # Held open for writing, as the outbox holds its lock files.
+        held = os.open(directory / "box.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        seen: list[str] = []
+        injector = _injector(
+            private_redis, tmp_path, lambda s: seen.append(_disk_probe(directory)), disks=disks
+        )
+        try:
+            injector.inject(kind)
+        finally:
+            os.close(held)
+        assert seen == [error]
+        assert _disk_probe(directory) == "ok"
+        injector.disks = disks
+        disks.readonly(0)
+        injector.heal_all()  # undoes a fault still in force, leaves the tmpfs
+        assert _disk_probe(directory) == "ok" and os.path.ismount(directory)
+    finally:
+        assert disks.unmount_all() == []
+    assert not os.path.ismount(directory)
 
 
 # --- the verifier, invariant by invariant -------------------------------------------------
@@ -145,6 +308,20 @@ def test_a_lost_acknowledged_checkpoint_is_caught() -> None:
 def test_a_stale_read_is_caught() -> None:
     ops = [save("x", 10, 20), save("y", 30, 40), read("r", 50, "x")]
     assert violations(ops, Observed(registers={CKPT: "y"})) == {"stale_read": 1}
+
+
+def test_a_queued_save_is_owed_only_to_reads_through_its_own_outbox() -> None:
+    """Outboxes are per machine and Redis address: another one may not see it yet."""
+    x = {**save("x", 10, 20), "rev": 1, "box": "A"}
+    queued = {**save("y", 30, 40), "rev": None, "box": "A"}
+    obs = Observed(registers={CKPT: "y"})
+    other = {**read("r", 50, "x"), "box": "B"}
+    own = {**read("r", 50, "x"), "box": "A"}
+    assert violations([x, queued, other], obs) == {}
+    assert violations([x, queued, own], obs) == {"stale_read": 1}
+    stored = {**queued, "rev": 2}  # acknowledged with a revision: stored, owed to all
+    assert violations([x, stored, other], obs) == {"stale_read": 1}
+    assert violations([x, queued, other], Observed(registers={CKPT: "x"})) == {"stale_final": 1}
 
 
 def test_a_read_overlapping_the_newer_save_may_see_the_older_one() -> None:
@@ -229,7 +406,69 @@ def test_log_turn_raising_or_hanging_is_caught() -> None:
     failed = turn("1", 1, 10, status="info", err="BackendUnavailableError", jm=True)
     hung = turn("2", 2, 20, status="info", err="CheckerTimeout", jm=False)
     obs = Observed(ledger={WF: []})
-    assert violations([failed, hung], obs) == {"log_turn_error": 1, "hung_op": 1}
+    assert violations([failed, hung], obs) == {"log_turn_raised": 1, "hung_op": 1}
+
+
+def test_log_turn_raising_for_a_disk_or_backend_condition_is_caught_once() -> None:
+    """A raw OSError from a full outbox disk is one log_turn violation, not also a raw one;
+    an input error (bad arguments) is the one exception log_turn may raise."""
+    disk = turn("1", 1, 10, status="info", err="OSError", jm=False, msg="[Errno 28] No space")
+    oom = turn("2", 2, 20, status="info", err="OutOfMemoryError", jm=False, msg="OOM command")
+    bad = turn("3", 3, 30, status="info", err="InvalidIdError", jm=True, input=True)
+    obs = Observed(ledger={WF: []})
+    assert violations([disk, oom, bad], obs) == {"log_turn_raised": 2}
+
+
+def ckpt_save(op_id: str, inv: int, rev: Any, cond: bool = False) -> Any:
+    return op("save_ckpt", op_id, inv, inv + 5, reg=CKPT, val=op_id, cond=cond, rev=rev)
+
+
+def test_two_saves_acknowledged_with_one_revision_are_caught() -> None:
+    obs = Observed(registers={CKPT: "y"})
+    ops = [ckpt_save("x", 10, 3), ckpt_save("y", 12, 3, cond=True)]
+    assert violations(ops, obs) == {"duplicate_revision": 1}
+    # None acknowledges no revision (queued, or skipped behind a newer save).
+    assert violations([ckpt_save("x", 10, None), ckpt_save("y", 12, 3)], obs) == {}
+    assert violations([ckpt_save("x", 10, 2), ckpt_save("y", 12, 3)], obs) == {}
+    # The same revision of another step is no conflict.
+    other = {**ckpt_save("x", 10, 3), "reg": "ckpt:wf0:s1"}
+    both = Observed(registers={CKPT: "y", "ckpt:wf0:s1": "x"})
+    assert violations([other, ckpt_save("y", 12, 3)], both) == {}
+
+
+def _dead_line(record: dict[str, Any], reason: str) -> bytes:
+    from jarvismem.backends.outbox.format import encode_dead_letter
+
+    return encode_dead_letter(4, record, reason, 1.0).encode()
+
+
+def _queued_turn(n: int) -> dict[str, Any]:
+    """A Redis outbox turn record: ledger fields as name / JSON value pairs."""
+    thought = turn_text(TENANT, WF, STEP, AGENT, n)[0]
+    fields = {"turn_id": str(n), "step_id": STEP, "agent_id": AGENT, "thought": thought}
+    args = [x for name, value in fields.items() for x in (name, json.dumps(value))]
+    return {"op": "turn", "args": args, "field": "x"}
+
+
+def test_an_acknowledged_turn_dead_lettered_for_a_transient_reason_is_caught() -> None:
+    from jarvismem.testing.checker.verify import parse_dead_letter
+
+    oom = "OutOfMemoryError: OOM command not allowed when used memory > 'maxmemory'."
+    athena = {"event": {"type": "thought", "content": turn_text(TENANT, WF, STEP, AGENT, 2)[0]}}
+    lines = [
+        (_queued_turn(1), oom),
+        (athena, "ConnectionError: Error 111 connecting to 127.0.0.1:6379"),
+        (_queued_turn(1), "BackendRejectedError: WRONGTYPE Operation against a key"),
+        (_queued_turn(3), "BusyLoadingError: LOADING Redis is loading"),  # never acknowledged
+    ]
+    dead = [parse_dead_letter("chk/redis/wf0.jsonl.dead", _dead_line(r, why)) for r, why in lines]
+    assert all(d is not None for d in dead)
+    ops = [turn("1", 1, 10), turn("2", 2, 20), turn("3", 3, 30, status="info")]
+    obs = Observed(ledger={WF: [entry(1), entry(2)]}, dead_letters=[d for d in dead if d])
+    verdict = verify(ops, obs)
+    assert dict(verdict.violations) == {"transient_dead_letter": 2}
+    assert verdict.figures["dead_letters"] == 4
+    assert verdict.figures["dead_letters_transient_reason"] == 3
 
 
 def test_a_non_empty_outbox_after_recovery_is_caught() -> None:

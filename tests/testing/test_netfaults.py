@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,5 +40,25 @@ async def test_an_unreachable_upstream_closes_the_client() -> None:
         try:
             with pytest.raises(aioredis.ConnectionError):
                 await client.ping()
+        finally:
+            await client.aclose()
+
+
+async def test_a_held_proxy_passes_nothing_until_released(
+    real_redis: Any, keyspace: KeySpace
+) -> None:
+    """A partition: the command is sent but never reaches the server while held."""
+    parts = urlsplit(REAL_REDIS_URL)
+    key = keyspace.ledger("wf-proxy-hold")
+    async with LostReplyProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        client = aioredis.Redis(port=proxy.port, retry=None)
+        try:
+            assert await client.ping()
+            proxy.hold()
+            pending = asyncio.ensure_future(client.execute_command("INCR", key))
+            await asyncio.sleep(0.3)
+            assert not pending.done() and await real_redis.get(key) is None
+            proxy.release()
+            assert await pending == 1
         finally:
             await client.aclose()

@@ -41,6 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="re-introduce a known bug in every worker (the run must then fail)",
     )
+    parser.add_argument(
+        "--no-forwarders",
+        action="store_true",
+        help="workers reach Redis directly (no per-worker address; no partition fault)",
+    )
+    parser.add_argument(
+        "--outbox-disk-size", default="32m", help="of each worker's outbox tmpfs (root only)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else int(time.time())
@@ -67,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             workdir=args.workdir,
             mutation=args.mutate,
             progress=lambda line: print(line, file=chatter, flush=True),
+            forwarders=not args.no_forwarders,
+            outbox_disk_size=args.outbox_disk_size,
         )
     )
     print(json.dumps(report.as_dict(), indent=2) if args.json else format_report(report))

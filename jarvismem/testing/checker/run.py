@@ -24,9 +24,17 @@ from jarvismem.errors import SpaceNotFoundError
 from jarvismem.keys import KeySpace
 from jarvismem.records import decode_entry
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.checker.faults import ALL_FAULTS, ATHENA_FAULTS, FaultInjector
+from jarvismem.testing.checker.disks import FILLER, OutboxDisks
+from jarvismem.testing.checker.faults import (
+    ALL_FAULTS,
+    ATHENA_FAULTS,
+    DISK_FAULTS,
+    NET_FAULTS,
+    FaultInjector,
+)
+from jarvismem.testing.checker.forwarders import Forwarders
 from jarvismem.testing.checker.history import STATS, completed, history_files, read_history
-from jarvismem.testing.checker.verify import Observed, Verdict, verify
+from jarvismem.testing.checker.verify import Observed, Verdict, parse_dead_letter, verify
 from jarvismem.testing.checker.worker import (
     ATHENA_KEY,
     NAMESPACE,
@@ -41,8 +49,21 @@ PROGRESS_EVERY = 5.0
 WORKER_EXIT_GRACE = 60.0
 RECOVERY_FLUSH_TIMEOUT = 30.0
 
-AMBIGUOUS_ATHENA_FAULTS = ("kill_worker", "athena_hang", "redis_stop", "redis_kill")
-"""Faults after which an Athena event may be delivered twice (documented at-least-once)."""
+AMBIGUOUS_ATHENA_FAULTS = (
+    "kill_worker",
+    "athena_hang",
+    "redis_stop",
+    "redis_kill",
+    "redis_oom",
+    "redis_kill_oom",
+    "partition",
+    "outbox_readonly",
+    "outbox_full",
+)
+"""Faults after which an Athena event may be delivered twice (documented at-least-once):
+a deliverer killed or its "sent" mark unwritable (read-only or full outbox disk)
+between its POST and that mark, a timed-out request the server stored, delivery
+claims in a Redis that is down, refusing writes or out of reach."""
 
 
 @dataclass
@@ -58,7 +79,10 @@ class CheckerConfig:
     one when None); ``workdir``: kept when given, else a temp dir (removed when
     the run found nothing); ``mutation``: a bug every worker re-introduces on
     purpose (see ``worker.MUTATIONS``), to show it is caught; ``progress``:
-    called with each progress line.
+    called with each progress line; ``forwarders``: each worker slot reaches
+    Redis through its own loopback forwarder (its outboxes keyed by its own
+    address; needed for ``partition``); ``outbox_disk_size``: of each slot's
+    outbox tmpfs (where mounting is permitted; needed for the disk faults).
     """
 
     seed: int = 0
@@ -76,6 +100,8 @@ class CheckerConfig:
     workdir: Path | None = None
     mutation: str | None = None
     progress: Callable[[str], None] | None = None
+    forwarders: bool = True
+    outbox_disk_size: str = "32m"
 
 
 @dataclass
@@ -98,6 +124,7 @@ class CheckerReport:
     errors_by_type: dict[str, int] = field(default_factory=dict)
     workdir: str = ""
     problems: list[str] = field(default_factory=list)
+    skipped_faults: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -114,10 +141,17 @@ class CheckerReport:
 class _Workers:
     """The worker processes, by slot; a killed one is restarted as the next incarnation."""
 
-    def __init__(self, config: CheckerConfig, root: Path, base: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        config: CheckerConfig,
+        root: Path,
+        base: dict[str, Any],
+        per_slot: Callable[[int], dict[str, Any]],
+    ) -> None:
         self.config = config
         self.root = root
         self.base = base
+        self.per_slot = per_slot
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.incarnation: dict[int, int] = {}
         self.started = 0
@@ -127,8 +161,8 @@ class _Workers:
     def spawn(self, slot: int) -> None:
         inc = self.incarnation.get(slot, -1) + 1
         self.incarnation[slot] = inc
-        tenant = TENANTS[slot % 2] if self.config.athena else TENANTS[0]
-        spec = WorkerSpec(slot=slot, incarnation=inc, tenant=tenant, **self.base)
+        fields = {**self.base, **self.per_slot(slot)}
+        spec = WorkerSpec(slot=slot, incarnation=inc, tenant=_tenant(self.config, slot), **fields)
         path = self.root / "specs" / f"{spec.writer}.json"
         spec.save(path)
         env = dict(os.environ)
@@ -194,6 +228,10 @@ class _Progress:
         return self.lines // 2
 
 
+def _tenant(config: CheckerConfig, slot: int) -> str:
+    return TENANTS[slot % 2] if config.athena else TENANTS[0]
+
+
 def run_checker(config: CheckerConfig) -> CheckerReport:
     """Run the workload and fault schedule of ``config``, then verify; returns the figures."""
     started = time.monotonic()
@@ -208,8 +246,23 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
     athena: FakeAthenaServer | None = None
     workers: _Workers | None = None
     injector: FaultInjector | None = None
+    forwarders: Forwarders | None = None
+    disks = OutboxDisks(root / "outbox", config.processes, config.outbox_disk_size)
     try:
         redis.start()
+        if config.forwarders:
+            forwarders = Forwarders(redis.port, config.processes).start()
+        if set(config.faults) & set(DISK_FAULTS):
+            disks.mount()
+            if disks.skipped:
+                for kind in DISK_FAULTS:
+                    report.skipped_faults[kind] = disks.skipped
+        if forwarders is None:
+            for kind in NET_FAULTS:
+                report.skipped_faults[kind] = "no forwarders (CheckerConfig.forwarders False)"
+        for kind, why in report.skipped_faults.items():
+            if kind in config.faults:
+                say(f"fault {kind} skipped: {why}")
         if config.athena:
             athena = FakeAthenaServer(api_key=ATHENA_KEY, hang_seconds=3.0).start()
         blob_root = root / "blobs"
@@ -221,7 +274,8 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
             "seed": config.seed,
             "redis_url": redis.url,
             "blob_root": str(blob_root),
-            "outbox_path": str(root / "outbox"),
+            # The final recovery's own (direct address); each slot has its own folder.
+            "outbox_path": str(root / "outbox" / "direct"),
             "history_dir": str(history_dir),
             "end_time": end_time,
             "tasks": config.tasks,
@@ -232,11 +286,25 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
             "athena_url": athena.url if athena is not None else None,
             "mutation": config.mutation,
         }
-        workers = _Workers(config, root, base)
+        fwd = forwarders
+
+        def per_slot(slot: int) -> dict[str, Any]:
+            return {
+                "redis_url": fwd.url(slot) if fwd is not None else redis.url,
+                "outbox_path": str(disks.dirs[slot]),
+            }
+
+        workers = _Workers(config, root, base, per_slot)
         for slot in range(config.processes):
             workers.spawn(slot)
-        faults = [f for f in config.faults if config.athena or f not in ATHENA_FAULTS]
-        injector = FaultInjector(rng, redis, blob_root, athena, workers.kill)
+        faults = [
+            f
+            for f in config.faults
+            if (config.athena or f not in ATHENA_FAULTS) and f not in report.skipped_faults
+        ]
+        injector = FaultInjector(
+            rng, redis, blob_root, athena, workers.kill, forwarders=forwarders, disks=disks
+        )
         progress = _Progress(history_dir)
         next_progress = time.monotonic() + PROGRESS_EVERY
         while time.time() < end_time - 1.0:
@@ -260,7 +328,14 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
         report.worker_incarnations = workers.started
         say(f"[{time.monotonic() - started:6.1f}s] recovery and verification")
         tenants = TENANTS if config.athena else TENANTS[:1]
-        obs = asyncio.run(_recover_and_observe(base, tenants, athena))
+        # One recovery per Redis address: each slot's outboxes are keyed by its
+        # forwarder's address and only a runtime at that address replays them.
+        targets = [
+            (str(per_slot(slot)["redis_url"]), str(disks.dirs[slot]), _tenant(config, slot))
+            for slot in range(config.processes)
+        ]
+        targets += [(redis.url, str(base["outbox_path"]), tenant) for tenant in tenants]
+        obs = asyncio.run(_recover_and_observe(base, targets, athena))
         events = read_history(history_files(history_dir))
         ops = list(completed(events))
         stats = [e for e in events if e.get("ev") == STATS]
@@ -283,16 +358,32 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
         report.problems.append(f"work directory kept: {root}")
         raise
     finally:
-        if injector is not None:
-            injector.heal_all()
         if workers is not None:
             for proc in workers.procs.values():
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        if athena is not None:
-            athena.stop()
-        redis.kill()
+        try:
+            if injector is not None:
+                injector.heal_all()
+        finally:
+            if disks.mounted:
+                if not report.ok or not owned:
+                    # The tmpfs contents go with the mounts: keep a copy to inspect.
+                    shutil.copytree(
+                        root / "outbox",
+                        root / "outbox-kept",
+                        ignore=shutil.ignore_patterns(FILLER),
+                        dirs_exist_ok=True,
+                    )
+                failed = disks.unmount_all()
+                if failed:
+                    report.problems.append(f"could not unmount {failed}")
+            if forwarders is not None:
+                forwarders.close()
+            if athena is not None:
+                athena.stop()
+            redis.kill()
     report.seconds = round(time.monotonic() - started, 2)
     if owned and report.ok:
         shutil.rmtree(root, ignore_errors=True)
@@ -313,14 +404,15 @@ def _fill(report: CheckerReport, verdict: Verdict, ops: list[dict[str, Any]]) ->
 
 
 async def _recover_and_observe(
-    base: dict[str, Any], tenants: tuple[str, ...], athena: FakeAthenaServer | None
+    base: dict[str, Any], targets: list[tuple[str, str, str]], athena: FakeAthenaServer | None
 ) -> Observed:
-    """A fresh runtime per tenant rehydrates and flushes every workflow; then read the state."""
-    for tenant in tenants:
+    """A fresh runtime per (Redis address, outbox folder, tenant) rehydrates and
+    flushes every workflow; then the last one (the direct address) reads the state."""
+    for redis_url, outbox_path, tenant in targets:
         settings = worker_settings(
-            redis_url=base["redis_url"],
+            redis_url=redis_url,
             blob_root=base["blob_root"],
-            outbox_path=base["outbox_path"],
+            outbox_path=outbox_path,
             tenant=tenant,
             athena_url=base["athena_url"],
         )
@@ -342,7 +434,7 @@ async def _recover_and_observe(
                     while memory is not None and await memory.outbox.load():
                         if not await memory.flush(timeout=RECOVERY_FLUSH_TIMEOUT):
                             break
-            if tenant == tenants[-1]:
+            if (redis_url, outbox_path, tenant) == targets[-1]:
                 obs = await _observe(rt, KeySpace(NAMESPACE), base, athena)
         finally:
             await rt.close()
@@ -382,8 +474,10 @@ async def _observe(
         for sid, event in athena.events:
             if event.get("type") == "thought":
                 obs.athena_events.append((tenant_of.get(sid, "?"), str(event.get("content"))))
-    outbox_root = Path(base["outbox_path"])
+    # Every slot's folder and the direct one: the parent of the direct one.
+    outbox_root = Path(base["outbox_path"]).parent
     paths = await asyncio.to_thread(lambda: sorted(outbox_root.rglob("*.jsonl")))
+    obs.dead_letters = await asyncio.to_thread(_dead_letters, outbox_root)
     for path in paths:
         box = await asyncio.to_thread(Outbox, path)
         try:
@@ -392,6 +486,18 @@ async def _observe(
         finally:
             await box.close()
     return obs
+
+
+def _dead_letters(outbox_root: Path) -> list[Any]:
+    """Every line of every ``.dead`` file under ``outbox_root``."""
+    dead = []
+    for path in sorted(outbox_root.rglob("*.dead")):
+        name = str(path.relative_to(outbox_root))
+        for line in path.read_bytes().splitlines():
+            letter = parse_dead_letter(name, line)
+            if letter is not None:
+                dead.append(letter)
+    return dead
 
 
 def _writer(raw: Any) -> str | None:
@@ -425,6 +531,7 @@ def format_report(report: CheckerReport) -> str:
     lines += [f"{k:16} {v:7}" for k, v in sorted(report.ops_by_kind.items())]
     lines += ["", f"{'fault':16} {'count':>7}"]
     lines += [f"{k:16} {v:7}" for k, v in sorted(report.faults.items())] or ["(none)"]
+    lines += [f"{k:16} skipped: {why}" for k, why in sorted(report.skipped_faults.items())]
     lines += ["", "figures"]
     for key, value in report.figures.items():
         if isinstance(value, list):

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,15 @@ TURN_KINDS = ("log_turn", "relog")
 EXAMPLES_PER_INVARIANT = 3
 CHECKER_TIMEOUT = "CheckerTimeout"
 _TOOK = re.compile(r"took ([0-9.]+) seconds")
+_NUMBERS = re.compile(r"[0-9a-f]{6,}|[0-9]+")
+# Dead-letter reasons that name a passing condition, not a refusal for good: a
+# write refused for one of these had to stay queued. Judged from the reason
+# text itself, not with the library's classifier, which is what is under test.
+TRANSIENT_REASON = re.compile(
+    r"\b(OOM|BUSY|LOADING|MASTERDOWN|READONLY|NOREPLICAS|TRYAGAIN|CLUSTERDOWN)\b"
+    r"|Connection\w*Error|Timeout\w*|BusyLoadingError|ReadOnlyError|OutOfMemoryError"
+    r"|BackendUnavailableError|Connection (refused|reset|closed)|Errno (28|30)\b"
+)
 
 INVARIANTS = (
     "lost_turn",
@@ -44,8 +55,10 @@ INVARIANTS = (
     "cross_tenant",
     "athena_duplicate",
     "outbox_not_drained",
+    "duplicate_revision",
+    "transient_dead_letter",
     "raw_exception",
-    "log_turn_error",
+    "log_turn_raised",
     "hung_op",
     "loop_lag",
 )
@@ -68,6 +81,54 @@ def parse_thought(text: str) -> tuple[str, str, str, str, int] | None:
 
 
 @dataclass
+class DeadLetter:
+    """One line of an outbox's ``.dead`` file: where, why, and the turns it carried."""
+
+    file: str
+    reason: str
+    turns: list[tuple[str, str, str, int]] = field(default_factory=list)
+    """(workflow, step, agent, turn) of every turn thought found in the record."""
+
+
+def _thoughts(value: Any) -> Iterator[tuple[str, str, str, str, int]]:
+    """Every turn thought inside a decoded record (queued ledger args are JSON strings)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _thoughts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _thoughts(item)
+    elif isinstance(value, str):
+        parsed = parse_thought(value)
+        if parsed is None and value.startswith('"'):
+            try:
+                inner = json.loads(value)
+            except ValueError:
+                inner = None
+            parsed = parse_thought(inner) if isinstance(inner, str) else None
+        if parsed is not None:
+            yield parsed
+
+
+def parse_dead_letter(file: str, line: bytes) -> DeadLetter | None:
+    """A ``.dead`` file line (``{"seq", "reason", "at", "rec"}``); None when unreadable.
+
+    The record of a Redis turn holds the thought among its ledger fields, an
+    Athena record in its event: either way the thought names the turn.
+    """
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    turns = sorted(
+        {(wf, step, agent, turn) for _, wf, step, agent, turn in _thoughts(data.get("rec"))}
+    )
+    return DeadLetter(file=file, reason=str(data.get("reason", "")), turns=turns)
+
+
+@dataclass
 class Observed:
     """What the backends hold after the final recovery.
 
@@ -75,7 +136,8 @@ class Observed:
     ``agent_id``, ``thought``); ``registers``: register -> value id (None when
     absent); ``tasks``: space -> task texts in order; ``summaries``: workflow ->
     the stored summary's ``to_id``; ``athena_events``: (session tenant, thought
-    content) of each delivered thought event; ``outbox_pending``: file -> records.
+    content) of each delivered thought event; ``outbox_pending``: file -> records;
+    ``dead_letters``: every line of every outbox's ``.dead`` file.
     """
 
     ledger: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -84,6 +146,7 @@ class Observed:
     summaries: dict[str, str | None] = field(default_factory=dict)
     athena_events: list[tuple[str, str]] = field(default_factory=list)
     outbox_pending: dict[str, int] = field(default_factory=dict)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
 
 
 @dataclass
@@ -116,7 +179,13 @@ def _never(op: dict[str, Any]) -> float:
 
 
 def check_errors(ops: list[dict[str, Any]], v: Verdict) -> None:
-    """No raw (non-jarvismem) exception, no log_turn error, no op hung past the guard."""
+    """No raw (non-jarvismem) exception, no log_turn exception, no op hung past the guard.
+
+    ``log_turn`` may raise only for bad input (a jarvismem input error, which
+    the workload never causes): anything else it raises (a backend outage, OOM,
+    a full or read-only outbox disk, raw or translated) is ``log_turn_raised``,
+    counted once (not also as ``raw_exception``).
+    """
     for op in ops:
         err = op.get("err")
         if not err:
@@ -124,10 +193,58 @@ def check_errors(ops: list[dict[str, Any]], v: Verdict) -> None:
         where = f"{op['kind']} {op['id']}: {err}: {op.get('msg', '')}"[:300]
         if err == CHECKER_TIMEOUT:
             v.add("hung_op", where)
+        elif op["kind"] in TURN_KINDS:
+            if not op.get("input"):
+                v.add("log_turn_raised", where)
         elif not op.get("jm"):
             v.add("raw_exception", where)
-        elif op["kind"] in TURN_KINDS:
-            v.add("log_turn_error", where)
+
+
+def check_revisions(ops: list[dict[str, Any]], v: Verdict) -> None:
+    """No two different saves of one checkpoint acknowledged with one revision.
+
+    An acknowledged revision is an int returned by ``save_checkpoint``; a save
+    that returned None (queued, or skipped because a newer save was stored)
+    acknowledges none. Each save's state is unique to its op id.
+    """
+    by_rev: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for op in ops:
+        rev = op.get("rev")
+        if op["kind"] != "save_ckpt" or op["status"] != OK:
+            continue
+        if isinstance(rev, int) and not isinstance(rev, bool):
+            by_rev[(op["reg"], rev)].append(op["id"])
+    for (reg, rev), ids in sorted(by_rev.items()):
+        if len(set(ids)) > 1:
+            v.add(
+                "duplicate_revision",
+                f"{reg}: revision {rev} returned to saves {', '.join(sorted(set(ids))[:4])}",
+                len(set(ids)) - 1,
+            )
+
+
+def check_dead_letters(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:
+    """No acknowledged turn dead-lettered for a transient condition (it had to stay queued)."""
+    acked: set[tuple[str, str, str, int]] = set()
+    for op in ops:
+        if op["kind"] in TURN_KINDS and op["status"] == OK:
+            acked.add((op["wf"], op["step"], op["agent"], int(op["turn"])))
+    transient = 0
+    for dead in obs.dead_letters:
+        if not TRANSIENT_REASON.search(dead.reason):
+            continue
+        transient += 1
+        for turn in dead.turns:
+            if turn in acked:
+                v.add(
+                    "transient_dead_letter",
+                    f"{dead.file}: acknowledged turn {turn} dead-lettered: {dead.reason[:160]}",
+                )
+    v.figures["dead_letters"] = len(obs.dead_letters)
+    v.figures["dead_letters_transient_reason"] = transient
+    # What the rest were refused for (numbers and ids cut out so alike ones group).
+    reasons = Counter(_NUMBERS.sub("#", d.reason)[:120] for d in obs.dead_letters)
+    v.figures["dead_letter_reasons"] = [f"{n} x {why}" for why, n in reasons.most_common(5)]
 
 
 def check_turns(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:
@@ -194,29 +311,39 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
 
     # Acked writes of each register sorted by invoke time, with the earliest
     # completion among those invoked at or after each position: "is there an
-    # acked write invoked after t and acked before b" is then one bisect.
-    acked_inv: dict[str, list[float]] = {}
-    acked_ops: dict[str, list[dict[str, Any]]] = {}
-    min_done_after: dict[str, list[float]] = {}
-    for reg, ws in writes.items():
-        ok = sorted((w for w in ws if w["status"] == OK), key=lambda w: w["inv"])
-        acked_ops[reg] = ok
-        acked_inv[reg] = [w["inv"] for w in ok]
-        suffix = [float("inf")] * (len(ok) + 1)
-        for i in range(len(ok) - 1, -1, -1):
-            suffix[i] = min(suffix[i + 1], ok[i]["done"])
-        min_done_after[reg] = suffix
+    # acked write invoked after t and acked before b" is then one bisect. One
+    # index per (register, outbox) a read may come from (None: every write).
+    Index = tuple[list[float], list[dict[str, Any]], list[float]]
+    indexes: dict[tuple[str, str | None], Index] = {}
 
-    def superseded(x: dict[str, Any], reg: str, before: float | None) -> dict[str, Any] | None:
-        """An acked write of ``reg`` invoked after ``x`` was acked (and acked before ``before``)."""
-        i = bisect.bisect_right(acked_inv.get(reg, []), x["done"])
+    def index(reg: str, box: str | None) -> Index:
+        found = indexes.get((reg, box))
+        if found is None:
+            ok = sorted(
+                (w for w in writes.get(reg, []) if w["status"] == OK and _visible(w, box)),
+                key=lambda w: w["inv"],
+            )
+            suffix = [float("inf")] * (len(ok) + 1)
+            for i in range(len(ok) - 1, -1, -1):
+                suffix[i] = min(suffix[i + 1], ok[i]["done"])
+            found = indexes[(reg, box)] = ([w["inv"] for w in ok], ok, suffix)
+        return found
+
+    def superseded(
+        x: dict[str, Any], reg: str, before: float | None, box: str | None = None
+    ) -> dict[str, Any] | None:
+        """An acked write of ``reg`` invoked after ``x`` was acked (and acked before
+        ``before``), visible from outbox ``box``."""
+        acked_inv, ok, min_done_after = index(reg, box)
+        i = bisect.bisect_right(acked_inv, x["done"])
         limit = float("inf") if before is None else before
-        if i >= len(acked_inv.get(reg, [])) or min_done_after[reg][i] >= limit:
+        if i >= len(acked_inv) or min_done_after[i] >= limit:
             return None
-        ok = acked_ops[reg]
         return next(ok[j] for j in range(i, len(ok)) if ok[j]["done"] < limit)
 
-    def check_value(reg: str, val: str | None, what: str, before: float | None) -> None:
+    def check_value(
+        reg: str, val: str | None, what: str, before: float | None, box: str | None = None
+    ) -> None:
         if val is None:
             return
         x = by_val.get(val)
@@ -228,7 +355,7 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
             return
         if x["status"] != OK:
             return
-        y = superseded(x, reg, before)
+        y = superseded(x, reg, before, box)
         if y is not None:
             inv = "stale_read" if before is not None else "stale_final"
             queued = (
@@ -256,15 +383,31 @@ def check_registers(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> Non
     # (e.g. Redis stalled): counted as a figure, not judged stale.
     first_value_ack = {
         reg: min((w["done"] for w in ok if w.get("val") is not None), default=float("inf"))
-        for reg, ok in acked_ops.items()
+        for reg, ok in ((reg, index(reg, None)[1]) for reg in writes)
     }
     empty = 0
     for r in reads:
         if r.get("val") is None:
             empty += r["inv"] > first_value_ack.get(r["reg"], float("inf"))
             continue
-        check_value(r["reg"], r.get("val"), f"{r['kind']} {r['id']} read", r["inv"])
+        what = f"{r['kind']} {r['id']} read"
+        check_value(r["reg"], r.get("val"), what, r["inv"], r.get("box"))
     v.figures["empty_reads_after_ack"] = empty
+
+
+def _visible(write: dict[str, Any], box: str | None) -> bool:
+    """Whether a read through outbox ``box`` must see acknowledged ``write`` once acked.
+
+    A save that returned no revision was queued in its writer's outbox (or
+    skipped behind a newer save): until replayed, only reads through that same
+    outbox (same folder, same Redis address) merge it. Outboxes are per machine
+    and address, so a read from another one may miss it; every write counts for
+    the final state (after the recovery replayed every outbox) and when ``box``
+    is None (histories without outbox names: one shared outbox).
+    """
+    if box is None or write["kind"] != "save_ckpt" or write.get("rev") is not None:
+        return True
+    return write.get("box") in (None, box)
 
 
 def check_tasks(ops: list[dict[str, Any]], obs: Observed, v: Verdict) -> None:
@@ -389,6 +532,8 @@ def verify(
     """
     v = Verdict()
     check_errors(ops, v)
+    check_revisions(ops, v)
+    check_dead_letters(ops, obs, v)
     check_turns(ops, obs, v)
     check_registers(ops, obs, v)
     check_tasks(ops, obs, v)

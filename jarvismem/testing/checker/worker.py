@@ -57,6 +57,7 @@ WEIGHTS: dict[str, int] = {
     "log_turn": 30,
     "relog": 5,
     "save_ckpt": 12,
+    "save_race": 4,
     "load_ckpt": 6,
     "rehydrate": 3,
     "world_put": 5,
@@ -69,6 +70,9 @@ WEIGHTS: dict[str, int] = {
     "compact": 1,
 }
 WORLD_KEYS = ("k0", "k1")
+RACE_WINDOW = 0.5
+"""Seconds in which every process's save races pick the same (workflow, step)."""
+RACE_SAVES = (2, 4)
 
 
 @dataclass
@@ -176,6 +180,9 @@ class Worker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         self.spec = spec
+        # The outbox this process's queued writes wait in (folder and Redis
+        # address): only reads through it merge them before they are replayed.
+        self.box = f"{spec.redis_url} {spec.outbox_path}"
         self.history = HistoryWriter(spec.history_path())
         self.rt: Any = None
         self.counter = 0
@@ -237,9 +244,12 @@ class Worker:
                 status, result = INFO, {"err": CHECKER_TIMEOUT, "jm": False}
             else:
                 status = FAIL if _is_definite_refusal(exc) else INFO
+                jm = isinstance(exc, JarvisMemError)
                 result = {
                     "err": type(exc).__name__,
-                    "jm": isinstance(exc, JarvisMemError),
+                    "jm": jm,
+                    # jarvismem's input errors (bad arguments) are ValueError/TypeError too.
+                    "input": jm and isinstance(exc, ValueError | TypeError),
                     "msg": str(exc)[:200],
                 }
         self.history.write({"ev": status, "id": op_id, "ts": time.time_ns(), **result})
@@ -308,6 +318,8 @@ class Worker:
                 await self.log_turn(tup, turn, relog=False)
         elif kind == "save_ckpt":
             await self.save_ckpt(wf, step, agent, conditional=rng.random() < 0.5)
+        elif kind == "save_race":
+            await self.save_race(rng)
         elif kind == "load_ckpt":
             await self.load_ckpt(wf, step, agent)
         elif kind == "rehydrate":
@@ -340,7 +352,27 @@ class Worker:
         if status == OK and not relog:
             self.acked_turns[tup].append(turn)
 
-    async def save_ckpt(self, wf: str, step: str, agent: str, *, conditional: bool) -> None:
+    async def save_race(self, rng: random.Random) -> None:
+        """Several saves of one (workflow, step) at once, conditional and not.
+
+        The target is a function of the seed and the current time window, so the
+        races of every process in the same window hit the same checkpoint: saves
+        concurrent within and across processes, each with its returned revision.
+        """
+        spec = self.spec
+        shared = random.Random(f"{spec.seed}:race:{int(time.time() / RACE_WINDOW)}")
+        wf, step = shared.choice(spec.workflows), shared.choice(spec.steps)
+        saves = [
+            self.save_ckpt(
+                wf, step, rng.choice(spec.agents), conditional=rng.random() < 0.5, race=True
+            )
+            for _ in range(rng.randint(*RACE_SAVES))
+        ]
+        await asyncio.gather(*saves)
+
+    async def save_ckpt(
+        self, wf: str, step: str, agent: str, *, conditional: bool, race: bool = False
+    ) -> None:
         mem = self.rt.memory(wf, step, agent)
         op_id = self.new_id()
         state = json.dumps({"w": op_id, "n": self.counter})
@@ -353,7 +385,13 @@ class Worker:
             rev = await mem.save_checkpoint(state, expected_rev=expected)
             return {"rev": rev, "expected": expected}
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "val": op_id, "cond": conditional}
+        fields = {
+            "reg": f"ckpt:{wf}:{step}",
+            "val": op_id,
+            "cond": conditional,
+            "race": race,
+            "box": self.box,
+        }
         await self.record(op_id, "save_ckpt", fields, call)
 
     async def load_ckpt(self, wf: str, step: str, agent: str) -> None:
@@ -362,7 +400,7 @@ class Worker:
         async def call() -> dict[str, Any]:
             return {"val": _writer_of(await mem.load_checkpoint())}
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "read": True}
+        fields = {"reg": f"ckpt:{wf}:{step}", "read": True, "box": self.box}
         await self.record(self.new_id(), "load_ckpt", fields, call)
 
     async def rehydrate(self, wf: str, step: str, agent: str) -> None:
@@ -375,7 +413,7 @@ class Worker:
                 "degraded": sorted(bundle.get("degraded") or {}),
             }
 
-        fields = {"reg": f"ckpt:{wf}:{step}", "read": True}
+        fields = {"reg": f"ckpt:{wf}:{step}", "read": True, "box": self.box}
         await self.record(self.new_id(), "rehydrate", fields, call)
 
     async def world(self, wf: str, agent: str, key: str, *, delete: bool) -> None:
@@ -531,7 +569,7 @@ def apply_mutation(name: str) -> None:
     if name == "unfenced-replay":
         save = CheckpointStore.save_validated
 
-        async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int:
+        async def unfenced(self: CheckpointStore, state: str, **kwargs: Any) -> int | None:
             kwargs.update(replay=False, op_id=None)
             return await save(self, state, **kwargs)
 

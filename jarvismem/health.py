@@ -259,6 +259,8 @@ async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> d
             reasons.append(
                 f"{name}: {box['dropped']} write(s) dropped (outbox full or local disk error)"
             )
+        if box.get("disk_error"):
+            reasons.append(f"{name}: local outbox disk: {box['disk_error']}")
         if box.get("dead_lettered"):
             reasons.append(
                 f"{name}: {box['dead_lettered']} write(s) refused by the backend for good, "

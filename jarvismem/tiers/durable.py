@@ -46,6 +46,7 @@ The rules that keep this safe when processes crash, stall or race:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -161,6 +162,8 @@ class DurableWriter:
         self._wake: asyncio.Event | None = None
         self._started = False
         self.last_error: str | None = None
+        # A disk fault drops every write until it clears: one ERROR per burst, not per write.
+        self._dropping = False
         self.last_error_at: float | None = None
         self.replayed = 0
         self._closed = False
@@ -230,13 +233,19 @@ class DurableWriter:
             # write is lost. Count it and say so, but never fail the caller.
             self.outbox.dropped += 1
             telemetry.outbox_dropped(self.name)
-            log.error(
-                "%s: could not queue a write in the local outbox (%s, errno %s); dropped",
+            log.log(
+                logging.DEBUG if self._dropping else logging.ERROR,
+                "%s: could not queue a write in the local outbox (%s, errno %s); dropped "
+                "(and every write until the disk takes one again; counted in health())",
                 self.name,
                 type(exc).__name__,
                 exc.errno,
             )
+            self._dropping = True
             return
+        if self._dropping:
+            self._dropping = False
+            log.warning("%s: the local outbox takes writes again", self.name)
         self._ensure_drainer()
 
     async def _dead_letter_live(self, record: dict[str, Any], exc: BaseException) -> None:
@@ -502,6 +511,8 @@ class DurableWriter:
             "replayed": self.replayed,
             "degraded": self.degraded,
             "last_error": self.last_error,
+            # The outbox's own disk condition (read-only, full, a folder in the way), if any.
+            "disk_error": self.outbox.disk_error,
         }
 
     async def close(self) -> None:

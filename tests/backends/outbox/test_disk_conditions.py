@@ -124,6 +124,9 @@ async def assert_survives(
     health = await outbox_health(rt, workflow_id)
     assert health["dropped"] - before == len(turns), health
     assert (await mem.health())["outboxes"][f"redis[{workflow_id}]"]["dropped"] == health["dropped"]
+    # One ERROR for the burst of drops, not one per write.
+    errors = [r for r in caplog.records if "could not queue a write" in r.getMessage()]
+    assert len([r for r in errors if r.levelno >= logging.ERROR]) <= 1, len(errors)
     # Wake the replay task and let it meet the broken disk (a flush cuts its
     # backoff short); the very same task must still be running afterwards.
     task = drain_task(workflow_id)
@@ -216,3 +219,7 @@ async def test_the_folder_replaced_by_a_file_drops_counts_and_keeps_replaying(
     folder.write_bytes(b"not a folder")
     with caplog.at_level(logging.WARNING):
         await assert_survives(rt, workflow_id, range(3, 6), caplog)
+    # health() names the outbox's disk condition while it lasts.
+    mem_health = await mem.health()
+    assert mem_health["outboxes"][f"redis[{workflow_id}]"]["disk_error"], mem_health
+    assert any("local outbox disk" in reason for reason in mem_health["reasons"]), mem_health

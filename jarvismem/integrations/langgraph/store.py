@@ -50,7 +50,7 @@ from langgraph.store.base import validate_op_namespace as _validate_op_namespace
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE
 from jarvismem.errors import ConfigError, InvalidPayloadError
-from jarvismem.keys import KeySpace, validate_id
+from jarvismem.keys import KeySpace, lg_text, validate_id
 from jarvismem.recall import DeletableRecallStore, RecallRequest, RedisRecallStore, WriteRequest
 from jarvismem.runtime import MemoryRuntime
 
@@ -157,9 +157,24 @@ def _when(ms: bytes) -> datetime:
 
 
 def _member(namespace: tuple[str, ...], key: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidPayloadError("a LangGraph store key must be a non-empty string")
     return ".".join(namespace) + SEP + key
+
+
+def _check_ids(op: Op) -> None:
+    """Every namespace label and key of ``op`` by :func:`~jarvismem.keys.lg_text`
+    (after LangGraph's own namespace check), so that a batch is refused whole
+    before anything is read or written."""
+    _validate_op_namespace(op)
+    labels: tuple[str, ...] = ()
+    if isinstance(op, PutOp | GetOp):
+        labels = op.namespace
+        lg_text(op.key, "store key")
+    elif isinstance(op, SearchOp):
+        labels = op.namespace_prefix
+    elif isinstance(op, ListNamespacesOp):
+        labels = tuple(label for c in op.match_conditions or () for label in c.path)
+    for label in labels:
+        lg_text(label, "store namespace label")
 
 
 def _split(member: str) -> tuple[tuple[str, ...], str]:
@@ -467,7 +482,7 @@ class JarvisMemStore(BaseStore):
         """Run ``ops``; reads see the store as it was before the batch's puts."""
         ops = list(ops)
         for op in ops:
-            _validate_op_namespace(op)
+            _check_ids(op)
         results: list[Result] = [None] * len(ops)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):

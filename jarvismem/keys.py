@@ -437,6 +437,14 @@ class KeySpace:
         """Hash ``<a.b.c>`` -> number of items in that namespace."""
         return f"{self._lg_store(name)}:nss"
 
+    def lg_store_reindex(self, name: str) -> str:
+        """Hash item name -> the text its recall entry must hold (``""``: none).
+
+        Written with the item, by the same script (one slot), and cleared once the
+        recall index holds that text: an index write that failed is not lost.
+        """
+        return f"{self._lg_store(name)}:reindex"
+
     # --- blob paths -------------------------------------------------------------------
 
     def _wf_dir(self, workflow_id: str) -> str:

@@ -21,7 +21,8 @@ elsewhere (another slot, or another backend), so it cannot be written by the
 item's script: instead that script records, in ``reindex``, every index change
 its writes need (a put's text, or the removal of a deleted or expired item).
 The put then makes its changes and clears their records; one that fails stays
-recorded, and every query search first applies what is recorded, so a search
+recorded (the put still returns: its item is stored, its index change is not
+lost), and every query search first applies what is recorded, so a search
 never sees an index behind the items, and no second put is needed. Reads by
 key and namespace listings never touch the index. Search by ``filter``
 matches the JSON value (exact values, nested objects, ``$eq $ne $gt $gte $lt

@@ -118,7 +118,7 @@ TIER_TIMEOUT_WORKING: Final = 5.0
 """Scratchpad read (and scratchpad write) deadline, in seconds."""
 
 TIER_TIMEOUT_EPISODIC: Final = 2.0
-"""Ledger read (and Redis write) deadline, in seconds."""
+"""Ledger read (and Redis write) deadline, in seconds; also recall reads' (``recall``)."""
 
 TIER_TIMEOUT_LTM: Final = 5.0
 """Long-term summary read deadline, in seconds."""

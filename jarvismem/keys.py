@@ -437,6 +437,14 @@ class KeySpace:
         """Hash ``<a.b.c>`` -> number of items in that namespace."""
         return f"{self._lg_store(name)}:nss"
 
+    def lg_store_reindex(self, name: str) -> str:
+        """Hash item name -> the text its recall entry must hold (``""``: none).
+
+        Written with the item, by the same script (one slot), and cleared once the
+        recall index holds that text: an index write that failed is not lost.
+        """
+        return f"{self._lg_store(name)}:reindex"
+
     # --- blob paths -------------------------------------------------------------------
 
     def _wf_dir(self, workflow_id: str) -> str:
@@ -586,31 +594,61 @@ _LG_SAFE_RE = re.compile(r"[A-Za-z0-9._-]")
 _LG_ALL_SAFE_RE = re.compile(r"[A-Za-z0-9._-]+\Z")
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_PATH_SEGMENT_RE = re.compile(r"[/\\]")
+
+
+def lg_text(value: object, kind: str, *, empty: bool = False) -> str:
+    """Return ``value`` if it is usable as a LangGraph id, else raise :class:`InvalidIdError`.
+
+    The one rule for every id a LangGraph caller hands in (thread, checkpoint
+    namespace and id, task, run, channel, store namespace label and key), checked
+    before anything is written. LangGraph ids are free text, so the rule refuses
+    only what would break a key, a field name or a reply, or read as a path:
+
+    * a non-string, or an empty one (unless ``empty``: the root checkpoint namespace);
+    * more than :data:`MAX_LG_TOKEN_LENGTH` characters;
+    * a control character (NUL joins the parts of every member name);
+    * text that is not valid Unicode (a lone surrogate cannot be encoded as UTF-8,
+      so Redis could never be sent it);
+    * a ``.`` or ``..`` path segment (between ``/`` or ``\\``): an id never walks a path.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(f"LangGraph {kind} must be a string, got {type(value).__name__}")
+    if not value:
+        if empty:
+            return value
+        raise InvalidIdError(f"LangGraph {kind} must not be empty")
+    if len(value) > MAX_LG_TOKEN_LENGTH:
+        raise InvalidIdError(
+            f"LangGraph {kind} is {len(value)} characters long; the limit is {MAX_LG_TOKEN_LENGTH}"
+        )
+    if _CONTROL_RE.search(value):
+        raise InvalidIdError(f"LangGraph {kind} must not hold a control character (NUL, newline)")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidIdError(
+            f"LangGraph {kind} is not valid Unicode text (it holds a lone surrogate)"
+        ) from None
+    if any(part in (".", "..") for part in _PATH_SEGMENT_RE.split(value)):
+        raise InvalidIdError(f"LangGraph {kind} must not hold a '.' or '..' path segment")
+    return value
+
+
 def lg_token(value: object, kind: str) -> str:
     """A LangGraph thread or run id escaped for a key: ``%XX`` for every other byte.
 
     LangGraph ids are free text (often UUIDs, which pass unchanged). Escaping
     ``%`` too keeps the mapping injective, and no escaped id holds a brace, a
     ``:`` or a glob character, so it can neither move the hash tag nor widen a
-    SCAN. Raises :class:`InvalidIdError` for a non-string, empty, over-long or
-    NUL-holding id.
+    SCAN. Raises :class:`InvalidIdError` for an id :func:`lg_text` refuses.
     """
-    if not isinstance(value, str):
-        raise InvalidIdError(f"LangGraph {kind} must be a string, got {type(value).__name__}")
-    if not value:
-        raise InvalidIdError(f"LangGraph {kind} must not be empty")
-    if len(value) > MAX_LG_TOKEN_LENGTH:
-        raise InvalidIdError(
-            f"LangGraph {kind} is {len(value)} characters long; the limit is {MAX_LG_TOKEN_LENGTH}"
-        )
-    if "\x00" in value:
-        raise InvalidIdError(f"LangGraph {kind} must not hold a NUL character")
+    value = lg_text(value, kind)
     if _LG_ALL_SAFE_RE.match(value):
         return value
     return "".join(
-        c
-        if _LG_SAFE_RE.match(c)
-        else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        c if _LG_SAFE_RE.match(c) else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
         for c in value
     )
 

@@ -200,7 +200,7 @@ class Settings(BaseSettings):
         defaults.TIER_TIMEOUT_WORKING, gt=0, description="Scratchpad read timeout, s."
     )
     tier_timeout_episodic: float = Field(
-        defaults.TIER_TIMEOUT_EPISODIC, gt=0, description="Ledger read timeout, s."
+        defaults.TIER_TIMEOUT_EPISODIC, gt=0, description="Ledger and recall read timeout, s."
     )
     tier_timeout_ltm: float = Field(
         defaults.TIER_TIMEOUT_LTM, gt=0, description="Summary read timeout, s."

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pytest
 from hypothesis import assume, given
@@ -15,8 +16,11 @@ from jarvismem.backends.blob.base import validate_blob_path, validate_blob_prefi
 from jarvismem.errors import InvalidIdError
 from jarvismem.keys import (
     MAX_ID_LENGTH,
+    MAX_LG_TOKEN_LENGTH,
     MAX_REVISION,
     KeySpace,
+    lg_text,
+    lg_token,
     validate_id,
     validate_revision,
     validate_turn_id,
@@ -479,3 +483,41 @@ def test_staging_translation_refuses_what_it_did_not_make() -> None:
         staged.staged_path("wf", live.scratchpad("other", "s", "a"))
     with pytest.raises(InvalidIdError):
         live.staged("a:b")
+
+
+# --- LangGraph ids: one rule for the saver and the store -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1ef4f797-8335-6428-8001-8a1503f9b875", "parent:5f1e|child:9a2b", "/memories/notes.txt",
+     "ü thread", "...", "a.b", "~a, b"],
+)  # fmt: skip
+def test_lg_text_keeps_free_text_ids(value: str) -> None:
+    assert lg_text(value, "thread_id") == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["t\ud800", "t\x00x", "a\nb", "\x7f", "t" * (MAX_LG_TOKEN_LENGTH + 1), "../etc/passwd",
+     "a/./b", "..", ".", "a\\..\\b", "", None, 3, b"bytes"],
+)  # fmt: skip
+def test_lg_text_refuses_what_breaks_a_key_a_reply_or_reads_as_a_path(value: object) -> None:
+    with pytest.raises(InvalidIdError):
+        lg_text(value, "thread_id")
+
+
+def test_lg_text_allows_the_empty_root_namespace_only_when_asked() -> None:
+    assert lg_text("", "checkpoint_ns", empty=True) == ""
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_lg_token_of_every_accepted_id_is_key_safe_and_injective(value: str) -> None:
+    try:
+        lg_text(value, "thread_id")
+    except InvalidIdError:
+        return
+    token = lg_token(value, "thread_id")
+    assert not set(token) & set("{}:*?[]\\ ")
+    # %XX escapes of UTF-8 bytes decode back to the id.
+    assert unquote(token, errors="strict") == value

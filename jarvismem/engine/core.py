@@ -148,7 +148,11 @@ class MemoryEngine:
         if recall_store is None and redis is not None:
             # The embedded default: BM25 over an inverted index in Redis.
             recall_store = RedisRecallStore(
-                redis, self.keyspace, indexed_metadata=settings.recall_indexed_metadata_keys
+                redis,
+                self.keyspace,
+                indexed_metadata=settings.recall_indexed_metadata_keys,
+                # Recall reads keep the deadline of the ledger's (a stalled Redis).
+                timeout=settings.tier_timeout_episodic,
             )
             embedder = create_embedder(settings) if owns_clients else shared_embedder(settings)
             if embedder is not None:

@@ -278,8 +278,12 @@ class RedisRecallStore:
     ``keyspace``: the tenant's key maker. ``ttl_seconds``: expiry of a scope's
     keys, refreshed on every write (``None`` = keep forever).
     ``indexed_metadata``: metadata keys whose values are searchable like content
-    (changing them rebuilds each scope's index when it is next used). Redis
-    failures raise :class:`~jarvismem.errors.BackendUnavailableError` or
+    (changing them rebuilds each scope's index when it is next used).
+    ``timeout``: deadline of a read (:meth:`recall`, :meth:`list_entries`), in
+    seconds; the engine gives it ``TIER_TIMEOUT_EPISODIC``, as to the ledger's reads,
+    so a stalled Redis fails a recall as it fails them (``None``: no deadline).
+    Writes have none: one cut short could still apply. Redis failures, and a read
+    past its deadline, raise :class:`~jarvismem.errors.BackendUnavailableError` or
     :class:`~jarvismem.errors.BackendRejectedError`, never redis-py's errors.
     """
 
@@ -290,9 +294,13 @@ class RedisRecallStore:
         ttl_seconds: int | None = None,
         *,
         indexed_metadata: Iterable[str] = RECALL_INDEXED_METADATA,
+        timeout: float | None = None,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise InvalidPayloadError("ttl_seconds must be positive or None")
+        if timeout is not None and not timeout > 0:
+            raise InvalidPayloadError("timeout must be positive or None")
+        self._timeout = timeout
         self._redis = redis
         self._keyspace = keyspace
         self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
@@ -427,7 +435,7 @@ class RedisRecallStore:
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
         """BM25 over the scope's index, recency breaking ties, then the recency fill."""
-        async with redis_errors("recall"):
+        async with redis_errors("recall", self._timeout):
             return await self._recall(request)
 
     async def _recall(self, request: RecallRequest) -> list[RecallResult]:
@@ -571,7 +579,7 @@ class RedisRecallStore:
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first (one HGETALL)."""
         entries_key, _ = self.keys(namespace, agent_id, session_id)
-        async with redis_errors("recall list_entries"):
+        async with redis_errors("recall list_entries", self._timeout):
             raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
         entries = [MemoryEntry.model_validate_json(v) for v in raw.values()]
         return by_age(entries)

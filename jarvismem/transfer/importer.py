@@ -190,7 +190,9 @@ class RecordWriter:
         redis = self._need_redis("ledger")
         stream = self.ks.ledger(self.workflow_id)
         index = self.ks.turn_index(self.workflow_id)
-        async with redis.pipeline(transaction=False) as pipe:
+        # The one Redis call the importer makes itself (the tiers translate their own):
+        # a refusal or an outage (OOM, a lost connection) is a jarvismem error here too.
+        async with redis_errors("import ledger"), redis.pipeline(transaction=False) as pipe:
             for rec in self._ledger:
                 fields = redact_value(rec.fields, self._redact, self._is_secret)
                 pipe.xadd(stream, encode_entry(fields), id=rec.id)

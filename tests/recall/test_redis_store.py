@@ -478,3 +478,45 @@ async def test_a_common_token_is_split_into_chunks_that_writes_and_deletes_keep_
     assert await store.reindex("a1") == 1
     rebuilt = await store.recall(RecallRequest(agent_id="a1", query="walrus", limit=3))
     assert [(r.entry.id, r.score) for r in rebuilt] == [(r.entry.id, r.score) for r in found]
+
+
+# --- a stalled Redis: recall reads keep the tier deadline ----------------------------------
+
+
+@pytest.mark.integration
+async def test_a_recall_during_a_redis_stall_gives_up_before_the_stall_ends(
+    redis_server: Any, make_settings: Any, make_runtime: Any
+) -> None:
+    """A Redis SIGSTOPped for 3 s: ``recall`` raises BackendUnavailableError after the
+    read deadline (TIER_TIMEOUT_EPISODIC, as a ledger read or a conditional save), not
+    when the server wakes. Asserted by order: it has raised before the SIGCONT is sent."""
+    from jarvismem.errors import BackendUnavailableError
+
+    client: Any = aioredis.Redis.from_url(redis_server.url)
+    try:
+        rt = make_runtime(settings=make_settings(tier_timeout_episodic=0.5), redis=client)
+        mem = rt.memory("wf1", "s1", "a1")
+        await mem.remember("the user drinks green tea")
+        assert [r.entry.content for r in await mem.recall("tea")] == ["the user drinks green tea"]
+        events: list[str] = []
+
+        async def resume_later() -> None:
+            await asyncio.sleep(3.0)
+            events.append("sigcont")
+            redis_server.resume()
+
+        redis_server.pause()
+        waker = asyncio.create_task(resume_later())
+        try:
+            try:
+                await mem.recall("tea")
+                events.append("returned")
+            except BackendUnavailableError:
+                events.append("raised")
+        finally:
+            await waker
+        assert events == ["raised", "sigcont"]
+        # Once Redis answers again, so does recall.
+        assert [r.entry.content for r in await mem.recall("tea")] == ["the user drinks green tea"]
+    finally:
+        await client.aclose()

@@ -634,3 +634,41 @@ async def test_an_imported_file_is_redacted_like_any_write(
     for secret in PLANTED:
         assert secret not in stored, secret
     assert "[REDACTED]" in stored
+
+
+@pytest.mark.integration
+async def test_an_import_into_a_redis_out_of_memory_raises_a_jarvismem_error(
+    redis_server: Any,
+    local_blob: Any,
+    make_runtime: MakeRuntime,
+    tmp_path: Path,
+) -> None:
+    """A real OOM (``maxmemory 1``): the import raises BackendUnavailableError, not
+    redis-py's OutOfMemoryError, and the target is left as it was; once Redis has
+    room again the same import works."""
+    import redis.asyncio as aioredis
+
+    from jarvismem.errors import BackendUnavailableError
+
+    client: Any = aioredis.Redis.from_url(redis_server.url)
+    try:
+        rt = make_runtime(redis=client, blob=local_blob)
+        mem = rt.memory("wf1", "s1", "a1")
+        # Turns only: the ledger's own batched writes are the first to meet the OOM.
+        for turn in range(1, TURNS + 1):
+            await mem.log_turn(turn, f"thinks {turn}", {"n": turn}, f"ok {turn}", tokens=3)
+        path = tmp_path / "wf1.jsonl"
+        await _export(rt, "wf1", path)
+        bundle = await rt.memory("wf1", "s1", "a1").rehydrate_bundle()
+        before = await _dump(rt, client)
+        await client.config_set("maxmemory", 1)
+        try:
+            with pytest.raises(BackendUnavailableError, match="OutOfMemoryError"):
+                await import_workflow(rt, path, force=True)
+            assert await _dump(rt, client) == before
+        finally:
+            await client.config_set("maxmemory", 0)
+        await import_workflow(rt, path, force=True)
+        assert await rt.memory("wf1", "s1", "a1").rehydrate_bundle() == bundle
+    finally:
+        await client.aclose()

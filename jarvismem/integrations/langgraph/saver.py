@@ -59,7 +59,7 @@ from jarvismem.backends.redis_durability import (
     wait_shortfall,
 )
 from jarvismem.errors import ConfigError, InvalidIdError
-from jarvismem.keys import KeySpace
+from jarvismem.keys import KeySpace, lg_text
 from jarvismem.redaction import (
     Redactor,
     default_redactor,
@@ -262,14 +262,9 @@ return 1
 
 
 def _text(value: object, kind: str, *, empty: bool = False) -> str:
-    """``value`` if it is a string usable in a member name, else InvalidIdError."""
-    if not isinstance(value, str):
-        raise InvalidIdError(f"LangGraph {kind} must be a string, got {type(value).__name__}")
-    if not value and not empty:
-        raise InvalidIdError(f"LangGraph {kind} must not be empty")
-    if SEP in value:
-        raise InvalidIdError(f"LangGraph {kind} must not hold a NUL character")
-    return value
+    """``value`` if it is an id usable in a member name (:func:`~jarvismem.keys.lg_text`),
+    else InvalidIdError. Every public method checks its ids with it before any write."""
+    return lg_text(value, kind, empty=empty)
 
 
 def _typed(kind: str, data: bytes) -> bytes:
@@ -621,8 +616,11 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         ns = _text(conf.get("checkpoint_ns", ""), "checkpoint_ns", empty=True)
         checkpoint_id = _text(conf.get("checkpoint_id"), "checkpoint_id")
         prefix = SEP.join((ns, checkpoint_id, _text(task_id, "task_id")))
+        task_path = _text(task_path, "task_path", empty=True)
+        channels = [_text(channel, "channel") for channel, _ in writes]
+        keys = self._keys(thread_id)
         args: list[Any] = [self._ttl_ms]
-        for i, (channel, value) in enumerate(writes):
+        for i, (channel, (_, value)) in enumerate(zip(channels, writes, strict=True)):
             idx = WRITES_IDX_MAP.get(channel, i)
             kind, data = self.serde.dumps_typed(self._hide(channel, value))
             meta = json.dumps({"c": channel, "t": kind, "p": task_path}, ensure_ascii=False)
@@ -631,7 +629,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             return
         async with redis_errors("langgraph put_writes"):
             await run_script(
-                self._redis, self._put_writes, self._keys(thread_id), args, "langgraph put_writes"
+                self._redis, self._put_writes, keys, args, "langgraph put_writes"
             )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -663,6 +661,8 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         if limit is not None and limit <= 0:
             return
         before_id = get_checkpoint_id(before) if before else None
+        if before_id is not None:
+            before_id = _text(before_id, "before checkpoint_id")
         if config is None:
             async with redis_errors("langgraph list threads"):
                 raw: list[Any] = await self._redis.zrange(self._keyspace.lg_threads(), 0, -1)
@@ -673,7 +673,11 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             conf = config["configurable"]
             threads = [_text(conf.get("thread_id"), "thread_id")]
             ns = conf.get("checkpoint_ns")
+            if ns is not None:
+                ns = _text(ns, "checkpoint_ns", empty=True)
             checkpoint_id = get_checkpoint_id(config)
+            if checkpoint_id:
+                checkpoint_id = _text(checkpoint_id, "checkpoint_id")
         left = limit
         for thread_id in threads:
             async for tup in self._list_thread(thread_id, ns, checkpoint_id, before_id, filter):

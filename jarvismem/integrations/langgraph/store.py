@@ -10,11 +10,21 @@ so every batch's writes are one atomic Lua script, on Redis Cluster too. Keys in
 * ``exp`` sorted set item -> expiry deadline (ms), items with a TTL only; every
   script first removes up to :data:`SWEEP_BATCH` expired items, and reads skip
   any expired item still there;
-* ``nss`` hash ``<a.b.c>`` -> item count (``list_namespaces`` without a scan).
+* ``nss`` hash ``<a.b.c>`` -> item count (``list_namespaces`` without a scan);
+* ``reindex`` hash item -> the text its recall entry must hold (``""``: none):
+  the index changes still to make (see below).
 
 Search by ``query`` is lexical (BM25) through jarvismem's recall tier: each
 indexed item's text is a recall entry of the store's own scope, whose metadata
-names the item; the item itself is read back from Redis. Search by ``filter``
+names the item; the item itself is read back from Redis. The recall index lives
+elsewhere (another slot, or another backend), so it cannot be written by the
+item's script: instead that script records, in ``reindex``, every index change
+its writes need (a put's text, or the removal of a deleted or expired item).
+The put then makes its changes and clears their records; one that fails stays
+recorded (the put still returns: its item is stored, its index change is not
+lost), and every query search first applies what is recorded, so a search
+never sees an index behind the items, and no second put is needed. Reads by
+key and namespace listings never touch the index. Search by ``filter``
 matches the JSON value (exact values, nested objects, ``$eq $ne $gt $gte $lt
 $lte``). TTLs are in minutes, as LangGraph counts them, and are refreshed by
 reads unless ``refresh_ttl=False``.
@@ -25,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -50,8 +61,14 @@ from langgraph.store.base import validate_op_namespace as _validate_op_namespace
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.backends.redis_durability import run_script
 from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE
-from jarvismem.errors import ConfigError, InvalidPayloadError
-from jarvismem.keys import KeySpace, validate_id
+from jarvismem.errors import (
+    BackendRejectedError,
+    BackendUnavailableError,
+    ConfigError,
+    InvalidPayloadError,
+    RecallError,
+)
+from jarvismem.keys import KeySpace, lg_text, validate_id
 from jarvismem.recall import DeletableRecallStore, RecallRequest, RedisRecallStore, WriteRequest
 from jarvismem.redaction import (
     Redactor,
@@ -73,10 +90,17 @@ READ_CHUNK = 500
 MAX_RECALL = 10_000
 """The most recall candidates one query search asks for before filtering."""
 
+REPAIR_BATCH = 100
+"""Recorded index changes a put applies besides its own, and a search per round trip."""
+
+log = logging.getLogger(__name__)
+
+_TRANSIENT = (BackendUnavailableError, BackendRejectedError, RecallError)
+"""Index failures that may pass: their records stay for the next search or put."""
+
 _LUA_COMMON = """
 local now = tonumber(ARGV[1])
 local SEP = '\\0'
-local expired = {}
 local function ns_of(m) return string.sub(m, 1, string.find(m, SEP, 1, true) - 1) end
 local function remove(m)
   if redis.call('HDEL', KEYS[1], m) == 1 then
@@ -84,22 +108,24 @@ local function remove(m)
     if redis.call('HINCRBY', KEYS[4], ns_of(m), -1) <= 0 then
       redis.call('HDEL', KEYS[4], ns_of(m))
     end
+    -- Its recall entry goes too: recorded here, done by the next put or search.
+    redis.call('HSET', KEYS[5], m, '')
   end
   redis.call('ZREM', KEYS[3], m)
 end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, SWEEP_BATCH)) do
   remove(m)
-  expired[#expired + 1] = m
 end
 """.replace("SWEEP_BATCH", str(SWEEP_BATCH))
 
-# KEYS: items, idx, exp, nss. ARGV: now ms, then (member, JSON value | "" = delete,
-# ttl ms | "0") triples. An update keeps the item's creation time. Returns the
-# names of the items that expired.
+# KEYS: items, idx, exp, nss, reindex. ARGV: now ms, then (member, JSON value |
+# "" = delete, ttl ms | "0", text to index | "") quadruples. An update keeps the
+# item's creation time. Returns up to REPAIR_BATCH recorded index changes
+# (member, text, ...), this batch's among them when few are recorded.
 _WRITE = (
     _LUA_COMMON
     + """
-for i = 2, #ARGV, 3 do
+for i = 2, #ARGV, 4 do
   local m, value, ttl = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if value == '' then
     remove(m)
@@ -118,13 +144,14 @@ for i = 2, #ARGV, 3 do
     else
       redis.call('ZREM', KEYS[3], m)
     end
+    redis.call('HSET', KEYS[5], m, ARGV[i + 3])
   end
 end
-return expired
+return redis.call('HSCAN', KEYS[5], 0, 'COUNT', REPAIR_BATCH)[2]
 """
-)
+).replace("REPAIR_BATCH", str(REPAIR_BATCH))
 
-# ARGV: now ms, "1" to refresh TTLs | "0", member, ... Returns {expired, records}.
+# ARGV: now ms, "1" to refresh TTLs | "0", member, ... Returns the records.
 _READ = (
     _LUA_COMMON
     + """
@@ -144,21 +171,36 @@ for i = 3, #ARGV do
   end
   out[#out + 1] = rec
 end
-return {expired, out}
+return out
 """
 )
 
-# ARGV: now ms. Returns {expired, HGETALL nss}.
+# ARGV: now ms. Returns HGETALL nss.
 _NAMESPACES = (
     _LUA_COMMON
     + """
-return {expired, redis.call('HGETALL', KEYS[4])}
+return redis.call('HGETALL', KEYS[4])
 """
 )
+
+# KEYS: reindex. ARGV: (member, text) pairs whose index change is made: each
+# record still holding that text is cleared (a newer put's record stays).
+_SETTLE = """
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+  end
+end
+return 1
+"""
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _str(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
 
 
 def _when(ms: bytes) -> datetime:
@@ -166,9 +208,24 @@ def _when(ms: bytes) -> datetime:
 
 
 def _member(namespace: tuple[str, ...], key: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidPayloadError("a LangGraph store key must be a non-empty string")
     return ".".join(namespace) + SEP + key
+
+
+def _check_ids(op: Op) -> None:
+    """Every namespace label and key of ``op`` by :func:`~jarvismem.keys.lg_text`
+    (after LangGraph's own namespace check), so that a batch is refused whole
+    before anything is read or written."""
+    _validate_op_namespace(op)
+    labels: tuple[str, ...] = ()
+    if isinstance(op, PutOp | GetOp):
+        labels = op.namespace
+        lg_text(op.key, "store key")
+    elif isinstance(op, SearchOp):
+        labels = op.namespace_prefix
+    elif isinstance(op, ListNamespacesOp):
+        labels = tuple(label for c in op.match_conditions or () for label in c.path)
+    for label in labels:
+        lg_text(label, "store namespace label")
 
 
 def _split(member: str) -> tuple[tuple[str, ...], str]:
@@ -277,6 +334,7 @@ class JarvisMemStore(BaseStore):
             self._keyspace.lg_store_index(name),
             self._keyspace.lg_store_expiry(name),
             self._keyspace.lg_store_namespaces(name),
+            self._keyspace.lg_store_reindex(name),
         ]
         self._recall = recall if recall is not None else RedisRecallStore(redis, self._keyspace)
         self._recall_ns = validate_id(recall_namespace, "recall namespace")
@@ -286,6 +344,7 @@ class JarvisMemStore(BaseStore):
         self._write = redis.register_script(_WRITE)
         self._read = redis.register_script(_READ)
         self._namespaces = redis.register_script(_NAMESPACES)
+        self._settle = redis.register_script(_SETTLE)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -331,27 +390,73 @@ class JarvisMemStore(BaseStore):
         return "lg-" + hashlib.sha256(member.encode()).hexdigest()[:40]
 
     async def _forget(self, members: Iterable[bytes | str]) -> None:
-        """Take items that are gone out of the recall index (best effort, in parallel)."""
-        names = [m.decode() if isinstance(m, bytes) else m for m in members]
+        """Take items that are gone out of the recall index (in parallel)."""
+        names = [_str(m) for m in members]
         if names:
-            await asyncio.gather(
-                *(
-                    self._recall.delete(
-                        self._entry_id(m), agent_id=self._recall_agent, namespace=self._recall_ns
-                    )
-                    for m in names
-                )
+            await asyncio.gather(*(self._index_one(m, "") for m in names))
+
+    async def _index_one(self, member: str, text: str) -> None:
+        """Make the recall entry of ``member`` hold ``text`` (``""``: no entry)."""
+        entry_id = self._entry_id(member)
+        if not text:
+            await self._recall.delete(
+                entry_id, agent_id=self._recall_agent, namespace=self._recall_ns
             )
+            return
+        await self._recall.write(
+            WriteRequest(
+                content=text,
+                id=entry_id,
+                metadata={"item": member},
+                agent_id=self._recall_agent,
+                namespace=self._recall_ns,
+            )
+        )
+
+    async def _reindex(self, changes: dict[str, str]) -> None:
+        """Make the recorded index ``changes`` (item -> text), in parallel, and clear
+        the records of those made. Raises the first failure; a transient one's record
+        stays for later, any other's is cleared (it could never be made)."""
+        if not changes:
+            return
+        items = list(changes.items())
+        outcomes = await asyncio.gather(
+            *(self._index_one(m, text) for m, text in items), return_exceptions=True
+        )
+        settled: list[str] = []
+        first: BaseException | None = None
+        for (member, text), outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                first = first or outcome
+                if isinstance(outcome, _TRANSIENT):
+                    continue
+                log.error("langgraph store: dropped the index change of %r: %r", member, outcome)
+            settled += [member, text]
+        if settled:
+            async with redis_errors("langgraph store reindex"):
+                await self._settle(keys=[self._keys[4]], args=settled)
+        if first is not None:
+            raise first
+
+    async def _repair(self) -> None:
+        """Make every recorded index change (a query search's first step)."""
+        batch: dict[str, str] = {}
+        async with redis_errors("langgraph store reindex"):
+            async for field, text in self._redis.hscan_iter(self._keys[4], count=REPAIR_BATCH):
+                batch[_str(field)] = _str(text)
+                if len(batch) >= REPAIR_BATCH:
+                    await self._reindex(batch)
+                    batch = {}
+            await self._reindex(batch)
 
     async def _read_items(self, members: list[str], refresh: bool) -> dict[str, Item]:
         found: dict[str, Item] = {}
         for start in range(0, len(members), READ_CHUNK):
             chunk = members[start : start + READ_CHUNK]
             async with redis_errors("langgraph store read"):
-                expired, records = await self._read(
+                records = await self._read(
                     keys=self._keys, args=[_now_ms(), "1" if refresh else "0", *chunk]
                 )
-            await self._forget(expired)
             for member, raw in zip(chunk, records, strict=True):
                 if raw is None:
                     continue
@@ -385,35 +490,29 @@ class JarvisMemStore(BaseStore):
         for op in ops:  # the last put of an item in a batch wins
             last[_member(op.namespace, op.key)] = self._redacted(op)
         args: list[Any] = [_now_ms()]
+        own: dict[str, str] = {}
         for member, op in last.items():
+            own[member] = self._text(op) if op.value is not None else ""
             if op.value is None:
-                args += [member, "", "0"]
+                args += [member, "", "0", ""]
                 continue
             try:
                 payload = json.dumps(op.value, ensure_ascii=False, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
                 raise InvalidPayloadError(f"store value must be JSON-serialisable: {exc}") from None
             ttl_ms = 0 if op.ttl is None else max(1, int(op.ttl * 60_000))
-            args += [member, payload, ttl_ms]
+            args += [member, payload, ttl_ms, own[member]]
         async with redis_errors("langgraph store write"):
-            expired = await run_script(
+            flat = await run_script(
                 self._redis, self._write, self._keys, args, "langgraph store write"
             )
-        await self._forget(expired)
-        for member, op in last.items():
-            text = self._text(op) if op.value is not None else ""
-            if text:
-                await self._recall.write(
-                    WriteRequest(
-                        content=text,
-                        id=self._entry_id(member),
-                        metadata={"item": member},
-                        agent_id=self._recall_agent,
-                        namespace=self._recall_ns,
-                    )
-                )
-            else:
-                await self._forget([member])
+        recorded = {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
+        try:
+            # This batch's changes, and some that earlier calls left recorded.
+            await self._reindex(recorded | own)
+        except _TRANSIENT as exc:
+            # The items are stored with their records: the next search makes the change.
+            log.warning("langgraph store: index change left for the next search: %s", exc)
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
         if op.limit <= 0 or op.offset < 0:
@@ -423,6 +522,7 @@ class JarvisMemStore(BaseStore):
         query = (op.query or "").strip()
         scores: dict[str, float] = {}
         if query:
+            await self._repair()
             wanted = max(2 * want, 10)
             while True:
                 results = await self._recall.recall(
@@ -498,8 +598,7 @@ class JarvisMemStore(BaseStore):
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         async with redis_errors("langgraph store list_namespaces"):
-            expired, flat = await self._namespaces(keys=self._keys, args=[_now_ms()])
-        await self._forget(expired)
+            flat = await self._namespaces(keys=self._keys, args=[_now_ms()])
         namespaces = [tuple(flat[i].decode().split(".")) for i in range(0, len(flat), 2)]
         conditions = op.match_conditions or ()
         chosen = [ns for ns in namespaces if all(_matches(c, ns) for c in conditions)]
@@ -511,7 +610,7 @@ class JarvisMemStore(BaseStore):
         """Run ``ops``; reads see the store as it was before the batch's puts."""
         ops = list(ops)
         for op in ops:
-            _validate_op_namespace(op)
+            _check_ids(op)
         results: list[Result] = [None] * len(ops)
         for i, op in enumerate(ops):
             if isinstance(op, GetOp):

@@ -19,7 +19,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
 from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
 
-from jarvismem.errors import InvalidPayloadError
+from jarvismem.errors import InvalidIdError, InvalidPayloadError
 from jarvismem.integrations.langgraph import JarvisMemStore
 from jarvismem.keys import KeySpace
 from jarvismem.recall import InMemoryRecallStore
@@ -67,11 +67,12 @@ async def test_a_missing_item_is_none_and_delete_removes(store: JarvisMemStore) 
 async def test_namespaces_keep_items_apart(store: JarvisMemStore) -> None:
     await store.aput(("a", "b"), "k", {"v": "ab"})
     await store.aput(("a", "bc"), "k", {"v": "abc"})
-    await store.aput(("a",), "b\x00k", {"v": "odd key"})
     got = [await store.aget(ns, "k") for ns in (("a", "b"), ("a", "bc"))]
     assert [i.value["v"] for i in got if i] == ["ab", "abc"]
-    odd = await store.aget(("a",), "b\x00k")
-    assert odd is not None and odd.value == {"v": "odd key"}
+    # NUL joins a namespace and a key: a key holding one is refused, never aliased.
+    with pytest.raises(InvalidIdError, match="store key"):
+        await store.aput(("a",), "b\x00k", {"v": "odd key"})
+    assert await store.aget(("a", "b"), "k") is not None
 
 
 async def test_bad_namespaces_and_values_are_refused(store: JarvisMemStore) -> None:

@@ -58,7 +58,7 @@ from jarvismem.backends.redis_durability import (
     wait_args,
     wait_shortfall,
 )
-from jarvismem.errors import ConfigError, InvalidIdError
+from jarvismem.errors import ConfigError
 from jarvismem.keys import KeySpace, lg_text
 from jarvismem.redaction import (
     Redactor,

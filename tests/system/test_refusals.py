@@ -177,9 +177,7 @@ def remount(where: Path, mode: str) -> None:
 async def test_a_scratchpad_on_a_read_only_file_system_dead_letters_and_never_wedges(
     workflow_id: str, real_url: str, durable_settings: Callable[..., Any], tmpfs: Path
 ) -> None:
-    rt = await MemoryRuntime.from_env(
-        durable_settings(real_url, storage_base_path=tmpfs / "blobs")
-    )
+    rt = await MemoryRuntime.from_env(durable_settings(real_url, storage_base_path=tmpfs / "blobs"))
     mem = rt.memory(workflow_id, "s1", "a")
     await mem.log_turn("1", "t", "a", "r")
     remount(tmpfs, "ro")

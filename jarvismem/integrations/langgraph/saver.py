@@ -628,9 +628,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         if len(args) == 1:
             return
         async with redis_errors("langgraph put_writes"):
-            await run_script(
-                self._redis, self._put_writes, keys, args, "langgraph put_writes"
-            )
+            await run_script(self._redis, self._put_writes, keys, args, "langgraph put_writes")
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or its namespace's newest; None if absent."""

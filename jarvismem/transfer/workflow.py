@@ -7,6 +7,7 @@ clear it for ``--force``).
 from __future__ import annotations
 
 from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.redis import redis_errors
 from jarvismem.keys import KeySpace
 from jarvismem.records import as_text
 from jarvismem.runtime import MemoryRuntime
@@ -16,7 +17,9 @@ async def workflow_keys(rt: MemoryRuntime, workflow_id: str) -> list[str]:
     """Every Redis key of ``workflow_id`` in the runtime's namespace, sorted."""
     assert rt.redis is not None
     pattern = rt.keyspace.workflow_pattern(workflow_id)
-    return sorted([as_text(k) async for k in rt.redis.scan_iter(match=pattern, count=1000)])
+    async with redis_errors(f"list the keys of {workflow_id}"):
+        keys = [as_text(k) async for k in rt.redis.scan_iter(match=pattern, count=1000)]
+    return sorted(keys)
 
 
 def key_suffix(rt: MemoryRuntime, workflow_id: str, key: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.errors import InvalidIdError
+from jarvismem.errors import BackendUnavailableError, InvalidIdError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.transfer import export_workflow, parse_header, parse_record
 from tests.transfer.conftest import STEPS, TURNS, MakeRuntime, populate
@@ -50,3 +50,12 @@ async def test_an_empty_workflow_exports_its_header_alone(make_store_runtime: Ma
 async def test_a_bad_workflow_id_is_refused(make_store_runtime: MakeRuntime) -> None:
     with pytest.raises(InvalidIdError):
         await _lines(make_store_runtime(), "../etc")
+
+
+async def test_an_export_with_redis_down_raises_a_jarvismem_error(
+    unreachable_redis: Any, make_runtime: Any
+) -> None:
+    # The key listing (SCAN) is a Redis call like any other: translated, never raw redis-py.
+    rt = make_runtime(redis=unreachable_redis)
+    with pytest.raises(BackendUnavailableError):
+        await _lines(rt, "wf-1")

@@ -161,7 +161,9 @@ class MemoryEngine:
                 self._hybrid = HybridRecallStore(
                     recall_store,
                     embedder,
-                    vectors=RedisVectorStore(redis, self.keyspace),
+                    vectors=RedisVectorStore(
+                        redis, self.keyspace, timeout=settings.tier_timeout_episodic
+                    ),
                     batch_size=settings.embeddings_batch,
                     owns_embedder=owns_clients,
                 )

@@ -361,12 +361,19 @@ class RedisVectorStore:
 
     ``keyspace``: the tenant's key maker (the same one as the recall store's).
     Redis failures raise :class:`~jarvismem.errors.BackendUnavailableError` or
-    :class:`~jarvismem.errors.BackendRejectedError`.
+    :class:`~jarvismem.errors.BackendRejectedError`. ``timeout``: deadline of a
+    search, in seconds (None: none), as the recall store's reads have, so a stalled
+    Redis fails a hybrid recall instead of holding it for the whole stall.
     """
 
-    def __init__(self, redis: RedisClient, keyspace: KeySpace) -> None:
+    def __init__(
+        self, redis: RedisClient, keyspace: KeySpace, *, timeout: float | None = None
+    ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise InvalidPayloadError("timeout must be positive or None")
         self._redis = redis
         self._keyspace = keyspace
+        self._timeout = timeout
         self._mark = redis.register_script(_MARK_SCRIPT)
         self._put = redis.register_script(_PUT_SCRIPT)
         self._delete = redis.register_script(_DELETE_SCRIPT)
@@ -488,7 +495,7 @@ class RedisVectorStore:
         """
         vectors_key, version_key, _ = self.keys(scope)
         cached = self._cache.get(scope)
-        async with redis_errors("recall vector search"):
+        async with redis_errors("recall vector search", self._timeout):
             if cached is not None:
                 current = int(await self._redis.get(version_key) or 0)
                 if current != cached[0]:

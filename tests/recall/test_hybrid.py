@@ -459,3 +459,44 @@ async def test_the_inner_store_is_asked_for_matches_only_then_for_the_fill() -> 
     # Every entry is a little similar to "sedan" (the constant axis): no fill asked.
     assert len(inner.asked) == 1
     await store.aclose()
+
+
+@pytest.mark.integration
+async def test_a_vector_search_during_a_redis_stall_gives_up_before_the_stall_ends(
+    redis_server: Any,
+) -> None:
+    """The vector half of a hybrid recall keeps the same read deadline as the lexical
+    half: a SIGSTOPped Redis fails the search at once it has passed, not at SIGCONT."""
+    import redis.asyncio as aioredis
+
+    from jarvismem.errors import BackendUnavailableError
+
+    client: Any = aioredis.Redis.from_url(redis_server.url)
+    keyspace = KeySpace("stall")
+    vectors = RedisVectorStore(client, keyspace, timeout=0.5)
+    store = hybrid(RedisRecallStore(client, keyspace), ConceptEmbedder(), vectors=vectors)
+    try:
+        await write_all(store, *CORPUS)
+        assert await store.flush(10)
+        query = (await ConceptEmbedder().embed(["automobile"]))[0]
+        events: list[str] = []
+
+        async def resume_later() -> None:
+            await asyncio.sleep(3.0)
+            events.append("sigcont")
+            redis_server.resume()
+
+        redis_server.pause()
+        waker = asyncio.create_task(resume_later())
+        try:
+            try:
+                await vectors.search(SCOPE, query, ConceptEmbedder.name, 5)
+                events.append("returned")
+            except BackendUnavailableError:
+                events.append("raised")
+        finally:
+            await waker
+        assert events == ["raised", "sigcont"]
+    finally:
+        await store.aclose()
+        await client.aclose()

@@ -466,7 +466,7 @@ async def test_a_vector_search_during_a_redis_stall_gives_up_before_the_stall_en
     redis_server: Any,
 ) -> None:
     """The vector half of a hybrid recall keeps the same read deadline as the lexical
-    half: a SIGSTOPped Redis fails the search at once it has passed, not at SIGCONT."""
+    half: a SIGSTOPped Redis fails the search once the deadline has passed, not at SIGCONT."""
     import redis.asyncio as aioredis
 
     from jarvismem.errors import BackendUnavailableError

@@ -323,6 +323,38 @@ def fake_llm() -> Iterator[Any]:
         yield server
 
 
+async def during_a_stall(
+    server: RedisServerProcess, call: Callable[[], Any], seconds: float = 3.0
+) -> list[str]:
+    """SIGSTOP ``server`` for ``seconds`` and await ``call()`` meanwhile.
+
+    Returns the events in order: ``"raised"`` (a ``BackendUnavailableError``) or
+    ``"returned"``, and ``"sigcont"``. A read with a deadline gives
+    ``["raised", "sigcont"]``: it gave up before the stall ended, asserted by
+    order, not by a timing threshold.
+    """
+    from jarvismem.errors import BackendUnavailableError
+
+    events: list[str] = []
+
+    async def resume_later() -> None:
+        await asyncio.sleep(seconds)
+        events.append("sigcont")
+        server.resume()
+
+    server.pause()
+    waker = asyncio.create_task(resume_later())
+    try:
+        try:
+            await call()
+            events.append("returned")
+        except BackendUnavailableError:
+            events.append("raised")
+    finally:
+        await waker
+    return events
+
+
 async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
     """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

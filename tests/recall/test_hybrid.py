@@ -17,6 +17,7 @@ from jarvismem.recall.stores import RecallStore
 from jarvismem.recall.vectors import InMemoryVectorStore, RedisVectorStore, VectorHit
 from jarvismem.testing.fake_llm import hashed_embedding
 from jarvismem.testing.recall_conformance import RecallStoreConformance
+from tests.conftest import during_a_stall
 
 AGENT = "agent-h"
 SCOPE = KeySpace.recall_scope("default", AGENT, None)
@@ -469,8 +470,6 @@ async def test_a_vector_search_during_a_redis_stall_gives_up_before_the_stall_en
     half: a SIGSTOPped Redis fails the search once the deadline has passed, not at SIGCONT."""
     import redis.asyncio as aioredis
 
-    from jarvismem.errors import BackendUnavailableError
-
     client: Any = aioredis.Redis.from_url(redis_server.url)
     keyspace = KeySpace("stall")
     vectors = RedisVectorStore(client, keyspace, timeout=0.5)
@@ -479,24 +478,8 @@ async def test_a_vector_search_during_a_redis_stall_gives_up_before_the_stall_en
         await write_all(store, *CORPUS)
         assert await store.flush(10)
         query = (await ConceptEmbedder().embed(["automobile"]))[0]
-        events: list[str] = []
-
-        async def resume_later() -> None:
-            await asyncio.sleep(3.0)
-            events.append("sigcont")
-            redis_server.resume()
-
-        redis_server.pause()
-        waker = asyncio.create_task(resume_later())
-        try:
-            try:
-                await vectors.search(SCOPE, query, ConceptEmbedder.name, 5)
-                events.append("returned")
-            except BackendUnavailableError:
-                events.append("raised")
-        finally:
-            await waker
-        assert events == ["raised", "sigcont"]
+        search = lambda: vectors.search(SCOPE, query, ConceptEmbedder.name, 5)  # noqa: E731
+        assert await during_a_stall(redis_server, search) == ["raised", "sigcont"]
     finally:
         await store.aclose()
         await client.aclose()

@@ -22,7 +22,7 @@ from jarvismem.recall.bm25 import tokenize
 from jarvismem.recall.models import MemoryEntry, RecallRequest, WriteRequest
 from jarvismem.recall.redis_store import RedisRecallStore, index_signature
 from jarvismem.recall.stores import entry_tokens
-from tests.conftest import REAL_REDIS_URL
+from tests.conftest import REAL_REDIS_URL, during_a_stall
 
 # --- Redis layout ---------------------------------------------------------------------------
 
@@ -490,31 +490,13 @@ async def test_a_recall_during_a_redis_stall_gives_up_before_the_stall_ends(
     """A Redis SIGSTOPped for 3 s: ``recall`` raises BackendUnavailableError after the
     read deadline (TIER_TIMEOUT_EPISODIC, as a ledger read or a conditional save), not
     when the server wakes. Asserted by order: it has raised before the SIGCONT is sent."""
-    from jarvismem.errors import BackendUnavailableError
-
     client: Any = aioredis.Redis.from_url(redis_server.url)
     try:
         rt = make_runtime(settings=make_settings(tier_timeout_episodic=0.5), redis=client)
         mem = rt.memory("wf1", "s1", "a1")
         await mem.remember("the user drinks green tea")
         assert [r.entry.content for r in await mem.recall("tea")] == ["the user drinks green tea"]
-        events: list[str] = []
-
-        async def resume_later() -> None:
-            await asyncio.sleep(3.0)
-            events.append("sigcont")
-            redis_server.resume()
-
-        redis_server.pause()
-        waker = asyncio.create_task(resume_later())
-        try:
-            try:
-                await mem.recall("tea")
-                events.append("returned")
-            except BackendUnavailableError:
-                events.append("raised")
-        finally:
-            await waker
+        events = await during_a_stall(redis_server, lambda: mem.recall("tea"))
         assert events == ["raised", "sigcont"]
         # Once Redis answers again, so does recall.
         assert [r.entry.content for r in await mem.recall("tea")] == ["the user drinks green tea"]

@@ -383,6 +383,21 @@ def test_a_turn_delivered_twice_to_athena_is_counted() -> None:
     assert verdict.figures["athena_duplicate_events"] == 2
 
 
+def test_copies_relogged_while_claims_were_out_of_reach_may_each_reach_athena() -> None:
+    # Redis (the delivery claims) down, out of memory or partitioned: each queued copy
+    # of a turn is sent without a claim (documented at-least-once). A turn logged
+    # once and re-logged twice may arrive three times, and no more.
+    thought = turn_text(TENANT, WF, STEP, AGENT, 1)[0]
+    relogs = [turn(op_id, 1, inv) | {"kind": "relog"} for op_id, inv in (("b", 2), ("c", 4))]
+    ops = [turn("a", 1, 0), *relogs]
+    thrice = Observed(athena_events=[(TENANT, thought)] * 3, ledger={WF: [entry(1)]})
+    assert violations(ops, thrice, athena_claims_unavailable=True) == {}
+    assert violations(ops, thrice) == {"athena_duplicate": 2}  # claims were there: a bug
+    four = Observed(athena_events=[(TENANT, thought)] * 4, ledger={WF: [entry(1)]})
+    assert violations(ops, four, athena_claims_unavailable=True) == {"athena_duplicate": 1}
+    assert violations(ops, four, athena_claims_unavailable=True, athena_crash_duplicates=1) == {}
+
+
 def test_athena_duplicates_explained_by_faults_are_only_a_figure() -> None:
     thought = turn_text("ta", WF, STEP, AGENT, 1)[0]
     observed = Observed(athena_events=[("ta", thought)] * 3)

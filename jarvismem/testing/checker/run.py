@@ -65,6 +65,10 @@ a deliverer killed or its "sent" mark unwritable (read-only or full outbox disk)
 between its POST and that mark, a timed-out request the server stored, delivery
 claims in a Redis that is down, refusing writes or out of reach."""
 
+CLAIMLESS_FAULTS = ("redis_stop", "redis_kill", "redis_oom", "redis_kill_oom", "partition")
+"""Faults during which a deliverer cannot take claims in Redis and sends without one:
+every queued copy of a turn re-logged meanwhile may then reach Athena."""
+
 
 @dataclass
 class CheckerConfig:
@@ -352,6 +356,7 @@ def run_checker(config: CheckerConfig) -> CheckerReport:
             stats,
             max_lag_ms=config.max_lag_ms,
             athena_crash_duplicates=ambiguous * outboxes,
+            athena_claims_unavailable=any(report.faults.get(f) for f in CLAIMLESS_FAULTS),
         )
         _fill(report, verdict, ops)
     except BaseException:

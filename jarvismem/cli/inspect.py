@@ -168,6 +168,10 @@ async def tail(ctx: CliContext) -> int:
         assert ledger is not None
         entries = await ledger.tail(a.n) if a.n else []
         if not a.follow:
+            if not a.n and not ctx.out.json_mode:
+                # Zero entries asked for: nothing to print, and the ledger is
+                # not empty for all this command read of it.
+                return 0
             # One JSON document (an array, [] when empty); humans get a line per entry.
             ctx.out.result(entries, lambda es: _human_entries(es, workflow))
             return 0

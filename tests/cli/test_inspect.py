@@ -87,6 +87,28 @@ async def test_tail_prints_the_last_entries(any_cli: Cli, runtime: MemoryRuntime
     assert empty_json.returncode == 0 and json.loads(empty_json.stdout) == []
 
 
+async def test_tail_n_0_prints_no_entry_and_no_empty_note(cli: Cli) -> None:
+    async with await MemoryRuntime.from_env(cli.runtime_settings()) as rt:
+        await seed_turns(rt, "wf-six", range(1, 7))
+    proc = await cli.arun("tail", "--workflow", "wf-six", "-n", "0")
+    # Zero entries were asked for: none is shown, and the ledger is not empty.
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    as_json = await cli.arun("tail", "--workflow", "wf-six", "-n", "0", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+
+
+def test_a_negative_count_is_an_argument_error(cli: Cli) -> None:
+    for args in (
+        ("tail", "--workflow", "wf"),
+        ("bundle", "--workflow", "wf", "--step", "s", "--agent", "a"),
+    ):
+        proc = cli.run(*args, "-n", "-1")
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[-1] == (
+            f"jarvismem {args[0]}: error: argument -n: expected a whole number >= 0, got '-1'"
+        )
+
+
 async def test_tail_follow_streams_a_turn_appended_after_it_started(
     any_cli: Cli, runtime: MemoryRuntime
 ) -> None:

@@ -117,3 +117,39 @@ def test_bench_passes_the_reference_and_plot_options(cli: Cli, tmp_path: Path) -
     assert ran["argv"] == [
         "--with-reference", "--plots", "docs/img", "--topology", "sentinel,cluster"
     ]  # fmt: skip
+
+
+def _suite_report(quick: bool) -> dict[str, Any]:
+    """A report of the suite's own types: one target met, one missed."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.stats import Target
+        from benchmarks.suite import Report
+    finally:
+        sys.path.remove(str(ROOT))
+    report = Report(config={"quick": quick})
+    report.targets += [
+        Target("S1 >= 0.6 x raw sequential XADD", 0.9, 0.6, ">="),
+        Target("S5 RSS growth MB/100k turns <= 20", 98.4, 20.0, "<="),
+    ]
+    return report.as_dict()
+
+
+def test_a_quick_run_does_not_judge_its_targets() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.stats import render_report
+    finally:
+        sys.path.remove(str(ROOT))
+    quick = _suite_report(quick=True)
+    # Quick-size figures say nothing of a target set for full size: no verdict.
+    for target in quick["targets"]:
+        assert target["judged"] is False and target["passed"] is None, target
+    text = render_report(quick)
+    assert "falls short" not in text and "| pass" not in text
+    assert text.count("(target judged at full size)") == 2
+    full = _suite_report(quick=False)
+    assert [(t["judged"], t["passed"]) for t in full["targets"]] == [(True, True), (True, False)]
+    text = render_report(full)
+    assert "| pass" in text and "falls short" in text
+    assert "judged at full size" not in text

@@ -54,10 +54,26 @@ def _run(cli: Cli, env: dict[str, str], cwd: Path, *args: str) -> dict[str, obje
     return result
 
 
-def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli, tmp_path: Path) -> None:
-    proc = cli.run("bench", env=_only_jarvismem_on_the_path(cli, tmp_path))
-    assert proc.returncode == 2
-    assert "run `jarvismem bench` from the root of a jarvismem checkout" in proc.stderr
+def test_bench_outside_a_checkout_is_not_offered_and_says_how_to_get_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # An installed jarvismem (no benchmarks/ importable), run from an unrelated folder.
+    env = _only_jarvismem_on_the_path(cli, tmp_path)
+    listed = cli.run("--help", env=env)
+    assert listed.returncode == 0 and "demo" in listed.stdout
+    assert " bench " not in listed.stdout  # the command list does not offer it
+    proc = cli.run("bench", "--quick", env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        "jarvismem: error: jarvismem bench runs the benchmarks of a source checkout, which an "
+        "installed jarvismem does not carry: git clone the jarvismem repository, then from "
+        "its root: pip install -e '.[bench]' && jarvismem bench (or python -m benchmarks)"
+    ]
+
+
+def test_bench_is_offered_in_a_checkout(cli: Cli) -> None:
+    proc = cli.run("--help", env=dict(cli.env, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0 and " bench " in proc.stdout
 
 
 def test_benchmarks_are_found_in_a_checkout() -> None:

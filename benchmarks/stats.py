@@ -76,14 +76,16 @@ class Target:
             return False
         return self.value >= self.limit if self.op == ">=" else self.value <= self.limit
 
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
+    def as_dict(self, *, judged: bool = True) -> dict[str, Any]:
+        """JSON-ready form. ``judged=False`` (a quick run): ``passed`` is None, since
+        a limit set for full-size runs says nothing of a figure measured at small sizes."""
         return {
             "name": self.name,
             "value": self.value,
             "limit": self.limit,
             "op": self.op,
-            "passed": self.passed,
+            "judged": judged,
+            "passed": self.passed if judged else None,
             "note": self.note,
         }
 
@@ -112,6 +114,13 @@ def render_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join([line, sep, *body])
 
 
+def _verdict(target: dict[str, Any]) -> str:
+    """The result cell of a target: its verdict, or why there is none."""
+    if not target.get("judged", True):
+        return "(target judged at full size)"
+    return "pass" if target["passed"] else "falls short"
+
+
 def render_report(report: dict[str, Any]) -> str:
     """The human-readable report: measurements, ratios, then targets."""
     meas = [{"measurement": name, **fig} for name, fig in report["measurements"].items()]
@@ -135,10 +144,15 @@ def render_report(report: dict[str, Any]) -> str:
             "target": t["name"],
             "value": t["value"],
             "limit": f"{t['op']} {_fmt(t['limit'])}",
-            "result": "pass" if t["passed"] else "falls short",
+            "result": _verdict(t),
         }
         for t in report["targets"]
     ]
+    if any(not t.get("judged", True) for t in report["targets"]):
+        out += [
+            "Quick run: the figures are of small sizes; targets are judged at full size only.",
+            "",
+        ]
     out.append(render_table(trows, ["target", "value", "limit", "result"]))
     notes = report.get("notes") or []
     if notes:

@@ -118,6 +118,20 @@ class CheckpointConflictError(JarvisMemError):
         self.actual = actual
 
 
+class WorkflowNotFoundError(JarvisMemError, LookupError):
+    """No workflow of that id holds anything in the namespace (no Redis key, no
+    blob, no queued write). ``suggestions``: indexed workflow ids close to it."""
+
+    def __init__(self, workflow_id: str, namespace: str, suggestions: tuple[str, ...] = ()) -> None:
+        message = f"no workflow {workflow_id!r} in namespace {namespace!r}"
+        if suggestions:
+            message += f" (did you mean {' or '.join(repr(s) for s in suggestions)}?)"
+        super().__init__(message)
+        self.workflow_id = workflow_id
+        self.namespace = namespace
+        self.suggestions = suggestions
+
+
 class LockNotAcquiredError(JarvisMemError):
     """Another process holds the lock (e.g. the workflow's compactor)."""
 

@@ -36,7 +36,7 @@ from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.outbox.format import sibling
 from jarvismem.backends.redis import redis_errors
 from jarvismem.engine.core import MemoryEngine
-from jarvismem.errors import InvalidIdError
+from jarvismem.errors import BackendUnavailableError, InvalidIdError
 from jarvismem.keys import validate_id
 from jarvismem.records import as_text
 from jarvismem.tiers.episodic import INDEX_REFRESH_SECONDS, WorkflowIndex, ledger_stats
@@ -46,6 +46,7 @@ __all__ = [
     "WorkflowInfo",
     "delete_workflow",
     "list_workflows",
+    "workflow_exists",
 ]
 
 # Companion files of an outbox data file (see jarvismem.backends.outbox.store).
@@ -141,6 +142,46 @@ async def list_workflows(
     rows = [r for r in await asyncio.gather(*(row(w) for w in names)) if r is not None]
     rows.sort(key=lambda r: (-(r.last_activity or 0.0), r.workflow_id))
     return rows
+
+
+async def workflow_exists(engine: MemoryEngine, workflow_id: str) -> bool | None:
+    """Whether ``workflow_id`` holds anything this machine can see; None: cannot tell.
+
+    A workflow exists when any tier holds something of it: an entry in the
+    workflow index, any Redis key of it (a checkpoint or spaces without a
+    ledger count too), a blob under its folder (its Redis keys may have expired
+    or live on another server), or a write queued in a local outbox (written
+    while Redis was down, not yet delivered). Cheapest checks first; the SCAN of
+    the keyspace runs only when nothing else found it. When Redis cannot be
+    reached and neither blobs nor outboxes hold the workflow, the answer is
+    None rather than False: an outage is not proof of absence.
+    """
+    workflow = validate_id(workflow_id, "workflow_id")
+    ks = engine.keyspace
+    if await asyncio.to_thread(_outbox_files, engine, workflow, sidecars=False):
+        return True
+    redis_down = blob_down = False
+    if engine.redis is not None:
+        try:
+            async with redis_errors(f"look up workflow {workflow}"):
+                if await engine.redis.zscore(ks.workflow_index(), workflow) is not None:
+                    return True
+                if await engine.redis.exists(ks.ledger(workflow)):
+                    return True
+        except BackendUnavailableError:
+            redis_down = True
+    if engine.blob is not None:
+        try:
+            if await engine.blob.list(ks.workflow_blob_prefix(workflow)):
+                return True
+        except BackendUnavailableError:
+            blob_down = True
+    if engine.redis is not None and not redis_down:
+        async with redis_errors(f"look up workflow {workflow}: scan"):
+            keys = engine.redis.scan_iter(match=ks.workflow_pattern(workflow), count=1000)
+            async for _key in keys:
+                return True
+    return None if redis_down or blob_down else False
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from jarvismem.cli import setup as setup_cmds
 from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.cli._context import CliContext, resolve_env_file
 from jarvismem.cli._output import Output, error_line
-from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError
+from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError, WorkflowNotFoundError
 from jarvismem.redaction import default_redactor
 
 __all__ = ["build_parser", "main"]
@@ -214,6 +214,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, InvalidIdError) as exc:
         _report(_describe(exc), verbosity)
         return EXIT_USAGE
+    except WorkflowNotFoundError as exc:
+        if out.json_mode:
+            # Scripts read stdout: the refusal is a JSON object there too.
+            out.result(
+                {
+                    "error": "workflow_not_found",
+                    "message": str(exc),
+                    "workflow_id": exc.workflow_id,
+                    "namespace": exc.namespace,
+                    "did_you_mean": list(exc.suggestions),
+                },
+                str,
+            )
+        _report(_describe(exc), verbosity)
+        return EXIT_FAILED
     except JarvisMemError as exc:
         _report(_describe(exc), verbosity)
         return EXIT_FAILED

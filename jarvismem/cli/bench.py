@@ -1,5 +1,8 @@
 """``jarvismem bench``: run the benchmark suite in ``benchmarks/`` (from a checkout).
 
+The suite is not part of the installed package: outside a checkout the command
+is not listed and refuses with how to get the suite (exit 2).
+
 The suite's own options (``python -m benchmarks --help``) are mirrored here, so
 ``jarvismem bench --quick --json --only S1`` parses like any other command and
 a typo is reported by name. The suite reads its Redis server from
@@ -32,15 +35,33 @@ SUITE_OPTIONS = (
 """The options of ``python -m benchmarks``; a test checks they match the suite's parser."""
 
 
+NOT_A_CHECKOUT = (
+    "jarvismem bench runs the benchmarks of a source checkout, which an installed jarvismem "
+    "does not carry: git clone the jarvismem repository, then from its root: "
+    "pip install -e '.[bench]' && jarvismem bench (or python -m benchmarks)"
+)
+"""Why ``bench`` refuses where no ``benchmarks/`` package is importable, and what to do."""
+
+
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``bench`` to the ``jarvismem`` parser (with the suite's options)."""
+    """Add ``bench`` to the ``jarvismem`` parser (with the suite's options).
+
+    The suite lives in a checkout's ``benchmarks/``, not in the installed
+    package: where it cannot be imported, the command is left out of the
+    command list (no ``help``), and running it says how to get the suite.
+    """
+    listed = (
+        {"help": "run the benchmark suite (python -m benchmarks), from a checkout"}
+        if benchmarks_available()
+        else {}
+    )
     p = sub.add_parser(
         "bench",
         parents=[common],
-        help="run the benchmark suite (python -m benchmarks), from a checkout",
         description="Runs `python -m benchmarks` from the current directory (a jarvismem "
         "checkout) against the Redis server of --redis-url or REDIS_URL (.env included); "
         "--json prints the suite's report as JSON.",
+        **listed,
     )
     p.add_argument("--quick", action="store_true", help="small sizes (the CI smoke run)")
     p.add_argument(
@@ -105,10 +126,7 @@ def suite_argv(args: argparse.Namespace) -> list[str]:
 async def bench(ctx: CliContext) -> int:
     """Run the suite as a child process and return its exit code."""
     if not benchmarks_available():
-        raise ConfigError(
-            "the benchmark suite is not importable here: run `jarvismem bench` from the root "
-            "of a jarvismem checkout (the folder that holds benchmarks/)"
-        )
+        raise ConfigError(NOT_A_CHECKOUT)
     settings = ctx.settings()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))

@@ -11,7 +11,7 @@ from typing import Any
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.backends.redis import redis_errors
 from jarvismem.cli._args import count, seconds
-from jarvismem.cli._context import CliContext
+from jarvismem.cli._context import CliContext, require_workflow
 from jarvismem.cli._leftovers import find_leftovers
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
@@ -163,10 +163,15 @@ async def tail(ctx: CliContext) -> int:
     workflow = validate_id(a.workflow, "workflow_id")
     async with ctx.runtime() as rt:
         _require_redis(rt)
+        await require_workflow(rt, workflow)
         ledger = rt.workflow(workflow).ledger
         assert ledger is not None
         entries = await ledger.tail(a.n) if a.n else []
         if not a.follow:
+            if not a.n and not ctx.out.json_mode:
+                # Zero entries asked for: nothing to print, and the ledger is
+                # not empty for all this command read of it.
+                return 0
             # One JSON document (an array, [] when empty); humans get a line per entry.
             ctx.out.result(entries, lambda es: _human_entries(es, workflow))
             return 0
@@ -230,6 +235,7 @@ async def bundle(ctx: CliContext) -> int:
     """Print the rehydrate bundle of (workflow, step, agent)."""
     a = ctx.args
     async with ctx.runtime() as rt:
+        await require_workflow(rt, a.workflow)
         mem = rt.memory(a.workflow, a.step, a.agent)
         data = await mem.rehydrate_bundle(ledger_tail=a.n)
     ctx.out.result(data, render_bundle)
@@ -243,6 +249,7 @@ async def compact(ctx: CliContext) -> int:
     """Fold the ledger into the long-term summary now; exit 1 if the summarizer failed."""
     workflow = validate_id(ctx.args.workflow, "workflow_id")
     async with ctx.runtime() as rt:
+        await require_workflow(rt, workflow)
         compactor = rt.workflow(workflow).compactor
         if compactor is None:
             raise ConfigError("long-term compaction needs both Redis and blob storage")
@@ -289,11 +296,13 @@ async def spaces(ctx: CliContext) -> int:
     async with ctx.runtime() as rt:
         _require_redis(rt)
         assert rt.redis is not None
+        await require_workflow(rt, workflow)
         store = SpacesStore(
             rt.redis, rt.keyspace, workflow, agent, ttl_seconds=rt.settings.ttl_seconds
         )
-        # A container never written reads as a fresh one with a new random id on
-        # every call: say there is none instead (exit 0, like `tail` on an empty ledger).
+        # A container never written (of a workflow that exists) reads as a fresh one
+        # with a new random id on every call: say there is none instead (exit 0,
+        # like `tail` on an empty ledger).
         async with redis_errors("spaces exists"):
             exists = bool(await rt.redis.exists(store.key))
         snapshot = await store.snapshot() if exists else {}

@@ -191,11 +191,22 @@ def _check(values: dict[str, str]) -> None:
     load_settings(**overrides)
 
 
-def _local(url: str, port: int) -> bool:
-    """Whether ``url`` names this machine on ``port`` (where docker compose publishes)."""
+COMPOSE_REDIS_PORT = 6380
+"""Where docker-compose.yml publishes Redis on this machine (its ``REDIS_HOST_PORT``
+default): not 6379, which a locally installed redis-server usually holds."""
+# A URL without a port means its scheme's default one.
+_SCHEME_PORTS = {"redis": 6379, "rediss": 6379, "http": 80, "https": 443}
+COMPOSE_AZURITE_PORT = 10000
+COMPOSE_ATHENA_PORT = 8080
+
+
+def _local(url: str, port: int | None = None) -> bool:
+    """Whether ``url`` names this machine (on ``port``, when given)."""
     try:
         parts = urlsplit(url)
-        return parts.hostname in ("127.0.0.1", "localhost", "::1") and (parts.port or port) == port
+        if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            return False
+        return port is None or (parts.port or _SCHEME_PORTS.get(parts.scheme)) == port
     except ValueError:
         return False
 
@@ -204,26 +215,36 @@ def next_steps(values: dict[str, str], output: str) -> tuple[list[str], list[str
     """What to run after writing ``output``, and notes on the choices made.
 
     ``docker compose`` is suggested only for the services the file points at
-    on this machine (compose publishes Redis on 6379, Azurite on 10000, Athena
-    on 8080); ``--env-file`` is added when the file is not ``./.env``.
+    on this machine, on the ports compose publishes them on (Redis on 6380,
+    Azurite on 10000, Athena on 8080); a local Redis URL on another port gets a
+    note naming the compose one instead. ``--env-file`` is added when the file
+    is not ``./.env``.
     """
     services = []
-    if values.get("REDIS_URL") and _local(values["REDIS_URL"], 6379):
+    notes = []
+    redis_url = values.get("REDIS_URL", "")
+    if redis_url and _local(redis_url, COMPOSE_REDIS_PORT):
         services.append("redis")
+    elif redis_url and _local(redis_url):
+        # Not where compose publishes: a redis-server of this machine, or a mistake.
+        notes.append(
+            "REDIS_URL points at a Redis of this machine that is not the one of "
+            "`docker compose up -d redis`, which listens on "
+            f"redis://127.0.0.1:{COMPOSE_REDIS_PORT}/0; start that Redis yourself, or "
+            "write that URL instead to use compose"
+        )
     azure = values.get("AZURE_STORAGE_CONNECTION_STRING", "")
-    if values.get("STORAGE_BACKEND") == "azure" and (
-        "127.0.0.1:10000" in azure or "localhost:10000" in azure
-    ):
+    azurite = (f"127.0.0.1:{COMPOSE_AZURITE_PORT}", f"localhost:{COMPOSE_AZURITE_PORT}")
+    if values.get("STORAGE_BACKEND") == "azure" and any(a in azure for a in azurite):
         services.append("azurite")
     steps = []
     if services:
         steps.append(f"docker compose up -d {' '.join(services)}  # from a jarvismem checkout")
-    if values.get("ATHENA_URL") and _local(values["ATHENA_URL"], 8080):
+    if values.get("ATHENA_URL") and _local(values["ATHENA_URL"], COMPOSE_ATHENA_PORT):
         steps.append("docker compose --profile athena up -d  # Athena and its datastores")
     default_file = Path(output).resolve() == Path(".env").resolve()
     prefix = "jarvismem" if default_file else f"jarvismem --env-file {shlex.quote(output)}"
     steps += [f"{prefix} status", f"{prefix} demo"]
-    notes = []
     if not values.get("REDIS_URL"):
         notes.append(
             "REDIS_URL is not set: each process uses an embedded, ephemeral store and memory "

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiofiles
 
-from jarvismem.cli._context import CliContext
+from jarvismem.cli._context import CliContext, require_workflow
 from jarvismem.cli._output import ProgressBar
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
@@ -54,6 +54,8 @@ async def export(ctx: CliContext) -> int:
     lines = 0
     try:
         async with ctx.runtime() as rt:
+            # Before the file is opened: an unknown workflow leaves no header-only file.
+            await require_workflow(rt, workflow)
             if a.output:
                 async with aiofiles.open(a.output, "w", encoding="utf-8") as fh:
                     async for line in export_workflow(rt, workflow, progress=bar):

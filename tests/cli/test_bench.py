@@ -54,10 +54,26 @@ def _run(cli: Cli, env: dict[str, str], cwd: Path, *args: str) -> dict[str, obje
     return result
 
 
-def test_bench_outside_a_checkout_says_where_to_run_it(cli: Cli, tmp_path: Path) -> None:
-    proc = cli.run("bench", env=_only_jarvismem_on_the_path(cli, tmp_path))
-    assert proc.returncode == 2
-    assert "run `jarvismem bench` from the root of a jarvismem checkout" in proc.stderr
+def test_bench_outside_a_checkout_is_not_offered_and_says_how_to_get_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # An installed jarvismem (no benchmarks/ importable), run from an unrelated folder.
+    env = _only_jarvismem_on_the_path(cli, tmp_path)
+    listed = cli.run("--help", env=env)
+    assert listed.returncode == 0 and "demo" in listed.stdout
+    assert " bench " not in listed.stdout  # the command list does not offer it
+    proc = cli.run("bench", "--quick", env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.splitlines() == [
+        "jarvismem: error: jarvismem bench runs the benchmarks of a source checkout, which an "
+        "installed jarvismem does not carry: git clone the jarvismem repository, then from "
+        "its root: pip install -e '.[bench]' && jarvismem bench (or python -m benchmarks)"
+    ]
+
+
+def test_bench_is_offered_in_a_checkout(cli: Cli) -> None:
+    proc = cli.run("--help", env=dict(cli.env, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0 and " bench " in proc.stdout
 
 
 def test_benchmarks_are_found_in_a_checkout() -> None:
@@ -117,3 +133,39 @@ def test_bench_passes_the_reference_and_plot_options(cli: Cli, tmp_path: Path) -
     assert ran["argv"] == [
         "--with-reference", "--plots", "docs/img", "--topology", "sentinel,cluster"
     ]  # fmt: skip
+
+
+def _suite_report(quick: bool) -> dict[str, Any]:
+    """A report of the suite's own types: one target met, one missed."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.stats import Target
+        from benchmarks.suite import Report
+    finally:
+        sys.path.remove(str(ROOT))
+    report = Report(config={"quick": quick})
+    report.targets += [
+        Target("S1 >= 0.6 x raw sequential XADD", 0.9, 0.6, ">="),
+        Target("S5 RSS growth MB/100k turns <= 20", 98.4, 20.0, "<="),
+    ]
+    return report.as_dict()
+
+
+def test_a_quick_run_does_not_judge_its_targets() -> None:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks.stats import render_report
+    finally:
+        sys.path.remove(str(ROOT))
+    quick = _suite_report(quick=True)
+    # Quick-size figures say nothing of a target set for full size: no verdict.
+    for target in quick["targets"]:
+        assert target["judged"] is False and target["passed"] is None, target
+    text = render_report(quick)
+    assert "falls short" not in text and "| pass" not in text
+    assert text.count("(target judged at full size)") == 2
+    full = _suite_report(quick=False)
+    assert [(t["judged"], t["passed"]) for t in full["targets"]] == [(True, True), (True, False)]
+    text = render_report(full)
+    assert "| pass" in text and "falls short" in text
+    assert "judged at full size" not in text

@@ -127,14 +127,17 @@ def test_every_ratio_is_present_and_numeric(quick_report: dict[str, Any], name: 
 
 
 @pytest.mark.integration
-def test_every_target_reports_a_numeric_value_and_a_verdict(quick_report: dict[str, Any]) -> None:
+def test_every_target_reports_a_numeric_value_and_no_quick_verdict(
+    quick_report: dict[str, Any],
+) -> None:
     targets = quick_report["targets"]
     names = " ".join(t["name"] for t in targets)
     for scenario in ("S1", "S2", "S3", "S4", "S5", "S7", "S8"):
         assert scenario in names
     for target in targets:
         assert _numeric(target["value"]) and _numeric(target["limit"]), target
-        assert isinstance(target["passed"], bool)
+        # Targets are set for full-size runs: a quick run reports, never judges.
+        assert target["judged"] is False and target["passed"] is None, target
 
 
 @pytest.mark.integration

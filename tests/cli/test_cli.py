@@ -6,6 +6,7 @@ beside this one; fixtures are in tests/cli/conftest.py.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -140,8 +141,13 @@ def test_an_unknown_option_is_named_before_a_missing_required_one(cli: Cli) -> N
         "jarvismem tail: error: unrecognized argument: --workfow (did you mean --workflow?)"
     )
     assert "required" not in proc.stderr
-    # A unique prefix stays accepted, as argparse accepts it; --opt=value too.
-    assert cli.run("tail", "--work=wf1", "-n", "1").returncode == 0
+    # A unique prefix stays accepted, as argparse accepts it; --opt=value too (the
+    # command then runs, and refuses a workflow that holds nothing).
+    accepted = cli.run("tail", "--work=wf1", "-n", "1")
+    assert (accepted.returncode, accepted.stderr.split("(")[0].strip()) == (
+        1,
+        f"jarvismem: error: no workflow 'wf1' in namespace '{cli.namespace}'",
+    )
 
 
 def test_a_bad_count_says_what_was_expected(cli: Cli) -> None:
@@ -194,6 +200,11 @@ def test_global_redis_url_overrides_redis_url_before_or_after_the_command(
 
 
 def test_a_reader_that_went_away_ends_the_command_quietly_with_141(cli: Cli) -> None:
+    async def seed() -> None:
+        async with await MemoryRuntime.from_env(cli.runtime_settings()) as rt:
+            await seed_turns(rt, "wf1", range(1, 2))
+
+    asyncio.run(seed())
     for args in (("completion", "bash"), ("status",), ("export", "--workflow", "wf1")):
         read_end, write_end = os.pipe()
         os.close(read_end)  # `| head` that has already exited
@@ -231,5 +242,6 @@ async def test_every_json_output_is_one_valid_json_document(cli: Cli, tmp_path: 
     ]
     for args in runs:
         proc = await cli.arun(*args, "--json")
-        assert proc.returncode == 0, (args, proc.stderr)
+        # An unknown workflow is refused (exit 1) with a JSON error object.
+        assert proc.returncode == (1 if "wf-nothing" in args else 0), (args, proc.stderr)
         json.loads(proc.stdout)  # raises on anything but one JSON document

@@ -79,10 +79,34 @@ async def test_tail_prints_the_last_entries(any_cli: Cli, runtime: MemoryRuntime
     human = await any_cli.arun("tail", "--workflow", "wf-tail")
     assert human.returncode == 0
     assert len(human.stdout.splitlines()) == 3 and "action 1" in human.stdout
+    # A workflow that exists (a checkpoint) with an empty ledger.
+    await runtime.memory("wf-none", "s1", "a1").save_checkpoint("{}")
     empty = await any_cli.arun("tail", "--workflow", "wf-none")
     assert empty.returncode == 0 and empty.stdout == "(ledger of wf-none is empty)\n"
     empty_json = await any_cli.arun("tail", "--workflow", "wf-none", "--json")
     assert empty_json.returncode == 0 and json.loads(empty_json.stdout) == []
+
+
+async def test_tail_n_0_prints_no_entry_and_no_empty_note(cli: Cli) -> None:
+    async with await MemoryRuntime.from_env(cli.runtime_settings()) as rt:
+        await seed_turns(rt, "wf-six", range(1, 7))
+    proc = await cli.arun("tail", "--workflow", "wf-six", "-n", "0")
+    # Zero entries were asked for: none is shown, and the ledger is not empty.
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    as_json = await cli.arun("tail", "--workflow", "wf-six", "-n", "0", "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+
+
+def test_a_negative_count_is_an_argument_error(cli: Cli) -> None:
+    for args in (
+        ("tail", "--workflow", "wf"),
+        ("bundle", "--workflow", "wf", "--step", "s", "--agent", "a"),
+    ):
+        proc = cli.run(*args, "-n", "-1")
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[-1] == (
+            f"jarvismem {args[0]}: error: argument -n: expected a whole number >= 0, got '-1'"
+        )
 
 
 async def test_tail_follow_streams_a_turn_appended_after_it_started(
@@ -123,7 +147,8 @@ async def test_tail_follow_streams_a_turn_appended_after_it_started(
             await proc.wait()
 
 
-async def test_tail_follow_stops_after_max_wait(any_cli: Cli) -> None:
+async def test_tail_follow_stops_after_max_wait(any_cli: Cli, runtime: MemoryRuntime) -> None:
+    await runtime.memory("wf-quiet", "s1", "a1").save_checkpoint("{}")
     proc = await any_cli.arun(
         "tail", "--workflow", "wf-quiet", "-n", "0", "--follow", "--max-wait", "0.3"
     )
@@ -359,7 +384,8 @@ def test_read_commands_create_no_outbox_files(cli: Cli) -> None:
         ("spaces", "--workflow", "never-written", "--agent", "a"),
     ):
         proc = cli.run(*args)
-        assert proc.returncode == 0, proc.stderr
+        # Refused: the workflow holds nothing (and the refusal writes nothing either).
+        assert proc.returncode == 1 and "no workflow 'never-written'" in proc.stderr
     # Before: each read left <outbox>/<ns>/redis-…/never-written.jsonl.lock behind.
     leftovers = [str(p.relative_to(outbox)) for p in outbox.rglob("*")] if outbox.exists() else []
     assert [p for p in leftovers if "never-written" in p] == []
@@ -394,9 +420,10 @@ def test_the_right_password_is_masked_one_way_everywhere(cli: Cli, password_redi
     assert AUTH_PASSWORD not in proc.stdout + proc.stderr
 
 
-async def test_spaces_of_a_workflow_that_does_not_exist_says_so_and_is_stable(
+async def test_spaces_of_an_agent_that_has_none_says_so_and_is_stable(
     any_cli: Cli, runtime: MemoryRuntime
 ) -> None:
+    await seed_turns(runtime, "wf-ghost", range(1, 2))  # the workflow exists; a1 has no spaces
     first = await any_cli.arun("spaces", "--workflow", "wf-ghost", "--agent", "a1")
     again = await any_cli.arun("spaces", "--workflow", "wf-ghost", "--agent", "a1")
     assert first.returncode == 0 and first.stdout == again.stdout

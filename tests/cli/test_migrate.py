@@ -62,7 +62,8 @@ def test_dry_run_then_migrate_then_again_changes_nothing(
     assert report["workflows"][0]["counts"] == {
         "checkpoint": 1, "goals": 1, "ledger": 1, "scratchpad": 2, "summary": 1}  # fmt: skip
     tail = cli.run("tail", "--workflow", wf, "--json")
-    assert json.loads(tail.stdout) == []
+    # The dry run wrote nothing: the workflow does not exist yet.
+    assert tail.returncode == 1 and json.loads(tail.stdout)["error"] == "workflow_not_found"
 
     done = _migrate(cli, folder, "--workflow", wf)
     assert done.returncode == 0, done.stderr

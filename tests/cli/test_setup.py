@@ -45,7 +45,7 @@ def test_piped_answers_are_read_one_per_prompt_with_prompts_on_stderr(
 
 def test_azure_asks_for_a_connection_string_not_a_folder(cli: Cli, tmp_path: Path) -> None:
     target = tmp_path / "azure.env"
-    proc = _piped(cli, f"redis://127.0.0.1:6379/0\nazure\n{AZURITE}\n\n\n", "--output", str(target))
+    proc = _piped(cli, f"redis://127.0.0.1:6380/0\nazure\n{AZURITE}\n\n\n", "--output", str(target))
     assert proc.returncode == 0, proc.stderr
     assert "Local blob folder" not in proc.stderr
     lines = target.read_text().splitlines()
@@ -100,14 +100,14 @@ def test_init_writes_env_and_never_overwrites_without_force(cli: Cli, tmp_path: 
         "--output",
         str(target),
         "--redis-url",
-        "redis://:initsecret@127.0.0.1:6379/0",
+        "redis://:initsecret@127.0.0.1:6380/0",
         "--athena-url",
         "http://127.0.0.1:8080",
     )
     proc = cli.run(*args)
     assert proc.returncode == 0, proc.stderr
     text = target.read_text()
-    assert "REDIS_URL=redis://:initsecret@127.0.0.1:6379/0" in text
+    assert "REDIS_URL=redis://:initsecret@127.0.0.1:6380/0" in text
     assert "ATHENA_URL=http://127.0.0.1:8080" in text and "STORAGE_BACKEND=local" in text
     assert "initsecret" not in proc.stdout + proc.stderr
     assert "docker compose up -d redis" in proc.stdout and "--profile athena" in proc.stdout

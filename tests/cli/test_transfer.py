@@ -46,12 +46,16 @@ async def test_export_then_import_into_a_fresh_namespace(cli: Cli, tmp_path: Pat
     )
 
 
-def test_export_to_stdout_pipes_clean_jsonl(cli: Cli) -> None:
-    proc = cli.run("export", "--workflow", "wf-empty")
+async def test_export_to_stdout_pipes_clean_jsonl(cli: Cli) -> None:
+    # A workflow that holds one checkpoint: the header, then that one record.
+    async with await MemoryRuntime.from_env(cli.runtime_settings()) as rt:
+        await rt.memory("wf-empty", "s1", "a1").save_checkpoint("{}")
+    proc = await cli.arun("export", "--workflow", "wf-empty")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["version"] == 1
-    assert "exported 0 record(s)" in proc.stderr
+    assert len(lines) == 2 and json.loads(lines[0])["version"] == 1
+    assert json.loads(lines[1])["kind"] == "checkpoint"
+    assert "exported 1 record(s)" in proc.stderr
 
 
 def test_import_of_a_bad_file_names_the_line(cli: Cli, tmp_path: Path) -> None:
@@ -66,7 +70,8 @@ def test_import_of_a_bad_file_names_the_line(cli: Cli, tmp_path: Path) -> None:
     assert proc.stderr.startswith("jarvismem: error: line 3:")
     assert "Traceback" not in proc.stderr
     tail = cli.run("tail", "--workflow", "w")
-    assert "is empty" in tail.stdout  # the valid line 2 was not written either
+    # The valid line 2 was not written either: the workflow holds nothing at all.
+    assert tail.returncode == 1 and "no workflow 'w'" in tail.stderr
 
 
 def test_import_of_out_of_order_ids_writes_nothing_and_a_fixed_file_imports(

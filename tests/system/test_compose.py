@@ -292,3 +292,26 @@ def test_every_service_with_dependents_has_a_healthcheck() -> None:
         for dep, spec in (svc.get("depends_on") or {}).items():
             if spec.get("condition") == "service_healthy":
                 assert "healthcheck" in services[dep], f"{name} waits on {dep} without a check"
+
+
+def _compose_redis_port() -> int:
+    """The host port compose publishes Redis on when REDIS_HOST_PORT is unset."""
+    (port,) = _services()["redis"]["ports"]
+    ((_name, modifier),) = _variables(str(port["published"]))
+    return int(modifier.removeprefix(":-"))
+
+
+def test_init_advises_docker_compose_for_the_port_compose_publishes() -> None:
+    # `jarvismem init` suggests `docker compose up -d redis` only for a REDIS_URL that
+    # the compose Redis answers on; anything else would end in "connection refused".
+    from jarvismem.cli import setup
+    from jarvismem.cli.setup import next_steps
+
+    port = _compose_redis_port()
+    steps, _ = next_steps({"REDIS_URL": f"redis://127.0.0.1:{port}/0"}, ".env")
+    assert any(step.startswith("docker compose up -d redis") for step in steps)
+    other, notes = next_steps({"REDIS_URL": "redis://127.0.0.1:6379/0"}, ".env")
+    assert not any("docker compose" in step for step in other)
+    assert any(f"redis://127.0.0.1:{port}/0" in note for note in notes)
+    assert f"Redis on {port}" in " ".join((next_steps.__doc__ or "").split())
+    assert setup.COMPOSE_REDIS_PORT == port

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jarvismem.backends.redis_embedded import EmbeddedServer, embedded_server, ensure_started
+from jarvismem.backends.redis_embedded import EmbeddedServer, ensure_started
 from jarvismem.demo.child import AGENT_ID, STEP_ID
 from jarvismem.demo.process import ChildProcess, WorkflowInUse, spawn_child
 from jarvismem.demo.verify import LedgerCheck, check_ledger, read_existing, read_ledger
+from jarvismem.errors import ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.render import render_bundle
-from jarvismem.errors import ConfigError
 from jarvismem.settings import MEMORY_URL, Settings
 
 __all__ = [

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-import redis
 
 from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary

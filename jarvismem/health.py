@@ -28,7 +28,7 @@ from jarvismem.backends.redis_durability import (
     durability_health,
     replica_state,
 )
-from jarvismem.backends.redis_embedded import embedded_server
+from jarvismem.backends.redis_embedded import NO_SERVER_HINT, embedded_server
 from jarvismem.backends.redis_sentinel import is_sentinel_url
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.engine.workflow import WorkflowState
@@ -103,6 +103,8 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
     if server is not None:
         # Binary, version, pid, data folder, AOF size: what runs, and where its data is.
         out["server"] = await server.status()
+        if not ok and out["server"]["binary"] is None:
+            out["reason"] = f"no Redis server binary for this platform: {NO_SERVER_HINT}"
     if not is_embedded(redis):
         out["durability"] = durability_health(redis)
         if ok and out["durability"]["level"] == "replicated":

@@ -118,6 +118,11 @@ async def test_no_binary_starts_degraded_with_one_line_saying_how_to_get_redis(
         assert len(lines) == 1, lines
         assert "crash recovery needs Redis" in lines[0] and "REDIS_URL" in lines[0]
         assert not rt.embedded
+        # status says the same, not a generic "is redis-server running?"
+        redis_health = (await rt.health())["backends"]["redis"]
+        assert redis_health["backend"] == "embedded-server" and not redis_health["reachable"]
+        assert "crash recovery needs Redis" in redis_health["reason"]
+        assert redis_health["server"]["binary"] is None
     finally:
         await rt.close()
     with pytest.raises(BackendUnavailableError, match="crash recovery needs Redis"):

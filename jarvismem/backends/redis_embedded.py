@@ -65,6 +65,9 @@ STOP_SECONDS = 30.0
 """How long ``stop`` waits for the server process to exit after SHUTDOWN."""
 
 _POLL = 0.02
+_EXIT_GRACE = 5.0
+"""After launching, how long neither a pidfile nor an answer may last before the start
+counts as failed (the daemon writes its pidfile right after it forks)."""
 _UNIX_PATH_MAX = 104
 """Longest unix socket path every platform accepts (macOS: 104 bytes with the NUL)."""
 
@@ -262,14 +265,17 @@ class EmbeddedServer:
                 if state == "ok":
                     return launched_at is not None
                 running = state == "loading" or self.pid() is not None
-                if not running and launched_at is None:
-                    self._launch()
-                    launched_at = time.monotonic()
-                elif not running and time.monotonic() - launched_at > 5.0:  # type: ignore[operator]
-                    raise EmbeddedServerUnavailable(
-                        f"the embedded Redis server in {self.folder} exited at start "
-                        f"({self._log_tail()})"
-                    )
+                if not running:
+                    if launched_at is None:
+                        self._launch()
+                        launched_at = time.monotonic()
+                    elif time.monotonic() - launched_at > _EXIT_GRACE:
+                        # Launched, yet neither a live pid nor an answer: it died (a
+                        # damaged AOF, a bad option); its log says why.
+                        raise EmbeddedServerUnavailable(
+                            f"the embedded Redis server in {self.folder} exited at start "
+                            f"({self._log_tail()})"
+                        )
                 if time.monotonic() > deadline:
                     raise EmbeddedServerUnavailable(
                         f"the embedded Redis server in {self.folder} did not answer within "

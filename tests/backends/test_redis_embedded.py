@@ -180,3 +180,20 @@ def test_a_folder_too_deep_for_a_unix_socket_is_refused_by_name(
     with pytest.raises(ConfigError, match="EMBEDDED_REDIS_PATH"):
         server.start()
     assert not deep.exists()
+
+
+def test_a_server_that_dies_at_start_is_reported_with_its_log_and_its_aof_left_alone(
+    embedded_folder: Path,
+) -> None:
+    server = EmbeddedServer(embedded_folder.absolute())
+    server.start()
+    pid = server.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid)
+    aof = next(p for p in server.file("aof_dir").iterdir() if p.name.endswith(".incr.aof"))
+    damaged = aof.read_bytes() + b"this is not a redis command\r\n"
+    aof.write_bytes(damaged)
+    with pytest.raises(BackendUnavailableError, match=r"exited at start \(log: .*Bad file format"):
+        server.start(timeout=30)
+    assert aof.read_bytes() == damaged  # nothing repaired or truncated behind the user's back

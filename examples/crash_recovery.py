@@ -1,7 +1,8 @@
 """Crash recovery: run a kernel in a child process, SIGKILL it mid-turn, resume it.
 
-This is the `jarvismem demo` logic, used as a library. With nothing configured it
-hosts an ephemeral Redis-protocol server on loopback that outlives the killed child.
+This is the `jarvismem demo` logic, used as a library. With nothing configured the
+children use the embedded Redis server (here one in a temporary folder, stopped at
+the end), a process of its own that outlives the killed child.
 """
 
 import asyncio

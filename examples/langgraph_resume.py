@@ -11,8 +11,9 @@ The child runs with ``durability="sync"``: each step's checkpoint is in Redis be
 the next step starts (LangGraph's default, ``"async"``, saves in the background and a
 kill may lose the newest steps).
 
-Uses ``REDIS_URL`` when set; otherwise it hosts an ephemeral Redis-protocol server on
-loopback that outlives the killed child. Needs ``pip install 'jarvismem[langgraph]'``.
+Uses ``REDIS_URL`` when set; otherwise the embedded Redis server jarvismem starts in
+``.jarvismem/redis`` (a process of its own: it outlives the killed child, and keeps
+its data). Needs ``pip install 'jarvismem[langgraph]'``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from jarvismem import MemoryRuntime
-from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.integrations.langgraph import JarvisMemSaver, JarvisMemStore
 
 KILL_AFTER = 3
@@ -114,11 +114,7 @@ def main() -> int:
     if os.environ.get("LG_CHILD"):
         asyncio.run(child())
         return 0
-    if os.environ.get("REDIS_URL"):
-        return asyncio.run(parent())
-    with LoopbackRedis() as server:  # nothing configured: a server the child can reach too
-        os.environ["REDIS_URL"] = server.url
-        return asyncio.run(parent())
+    return asyncio.run(parent())
 
 
 if __name__ == "__main__":

@@ -64,6 +64,10 @@ a process crash loses nothing either way; on survives a power loss, slower."""
 STORAGE_BASE_PATH: Final = Path(".jarvismem/blobs")
 """Root folder of the local blob backend."""
 
+EMBEDDED_REDIS_PATH: Final = Path(".jarvismem/redis")
+"""Data folder of the embedded Redis server (used when ``REDIS_URL`` is unset): its
+append-only file, unix socket, pidfile and log, beside the local blob folder."""
+
 AZURE_CONTAINER: Final = "jarvismem"
 """Azure Blob container of the scratchpads and summary copies."""
 
@@ -306,6 +310,7 @@ __all__ = [
     "COMPACTION_WORKER",
     "CONTEXT_TTL_DAYS",
     "CONTEXT_TTL_SECONDS",
+    "EMBEDDED_REDIS_PATH",
     "EMBEDDINGS_BATCH",
     "EMBEDDINGS_MAX_RESPONSE_BYTES",
     "EMBEDDINGS_MAX_RETRIES",

@@ -15,12 +15,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jarvismem.backends.blob import LocalBlobStorage
-from jarvismem.backends.redis import EMBEDDED_NOTE, is_embedded, ping_redis, probe_redis_write
+from jarvismem.backends.redis import (
+    EMBEDDED_NOTE,
+    is_embedded,
+    is_embedded_server,
+    ping_redis,
+    probe_redis_write,
+    redis_destination,
+)
 from jarvismem.backends.redis_durability import (
     connected_replicas,
     durability_health,
     replica_state,
 )
+from jarvismem.backends.redis_embedded import NO_SERVER_HINT, embedded_server
 from jarvismem.backends.redis_sentinel import is_sentinel_url
 from jarvismem.engine.core import MemoryEngine
 from jarvismem.engine.workflow import WorkflowState
@@ -71,14 +79,19 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         return {"configured": False}
     s = engine.settings
     redis = engine.redis
+    url = s.redis_url
+    server = None
     if is_embedded(redis):
         backend, where = "embedded", EMBEDDED_NOTE
+    elif is_embedded_server(s) and _is_client_of(redis, embedded_server(s).socket_address()):
+        server = embedded_server(s)
+        backend, where, url = "embedded-server", str(server.socket_path), server.url
     else:
         backend = "redis-cluster" if s.redis_cluster else "redis"
         if is_sentinel_url(s.redis_url):
             backend = "redis-sentinel"
         where = mask_url(s.redis_url or "") if s.redis_url else "client passed in"
-    ok, latency, reason, _ = await _probe(lambda: ping_redis(redis, s.redis_url))
+    ok, latency, reason, _ = await _probe(lambda: ping_redis(redis, url))
     out: dict[str, Any] = {
         "configured": True,
         "backend": backend,
@@ -87,6 +100,11 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         "latency_ms": latency,
         "reason": _reason(reason),
     }
+    if server is not None:
+        # Binary, version, pid, data folder, AOF size: what runs, and where its data is.
+        out["server"] = await server.status()
+        if not ok and out["server"]["binary"] is None:
+            out["reason"] = f"no Redis server binary for this platform: {NO_SERVER_HINT}"
     if not is_embedded(redis):
         out["durability"] = durability_health(redis)
         if ok and out["durability"]["level"] == "replicated":
@@ -95,8 +113,14 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
             out["_replicas"] = connected if seen else None
     if write_check and ok:
         key = engine.keyspace.health_probe(secrets.token_hex(6))
-        await _write_probe(out, lambda: probe_redis_write(redis, key, s.redis_url))
+        await _write_probe(out, lambda: probe_redis_write(redis, key, url))
     return out
+
+
+def _is_client_of(client: Any, socket_address: str) -> bool:
+    """True when ``client`` talks to the unix socket ``socket_address`` (not one passed in
+    for another server while REDIS_URL is unset)."""
+    return redis_destination(client) == f"redis:{socket_address}/0"
 
 
 def _replicas_reason(durability: dict[str, Any]) -> str | None:

@@ -668,3 +668,26 @@ def destination_digest(*parts: str) -> str:
     negligible for the handful of backends one machine talks to.
     """
     return hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+# --- the embedded Redis server's folder ------------------------------------------------------
+
+EMBEDDED_REDIS_FILES: dict[str, str] = {
+    "socket": "redis.sock",
+    "pid": "redis.pid",
+    "log": "redis.log",
+    "lock": "start.lock",
+    # Redis 7+ and Valkey keep the AOF as several files in this folder; Redis 6 as one file.
+    "aof_dir": "appendonlydir",
+    "aof_file": "appendonly.aof",
+}
+"""Files (relative to EMBEDDED_REDIS_PATH) of the embedded Redis server: its unix
+socket, pidfile, log, start lock and append-only file(s)."""
+
+
+def embedded_redis_file(kind: str) -> str:
+    """Name (relative to EMBEDDED_REDIS_PATH) of one file of the embedded server."""
+    try:
+        return EMBEDDED_REDIS_FILES[kind]
+    except KeyError:
+        raise ValueError(f"no embedded Redis file of kind {kind!r}") from None

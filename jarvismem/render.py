@@ -35,6 +35,16 @@ def fmt_ms(value: Any) -> str:
     return "-" if value is None else f"{float(value):.1f} ms"
 
 
+def fmt_bytes(value: int) -> str:
+    """A size in bytes for humans (``512 B``, ``3.4 KiB``, ``12.0 MiB``)."""
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
 def fmt_ts(value: Any) -> str:
     """An epoch-seconds timestamp as local ``YYYY-mm-dd HH:MM:SS`` (``-`` when unknown)."""
     try:
@@ -175,6 +185,22 @@ def render_hits(hits: list[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def embedded_server_lines(server: Mapping[str, Any]) -> list[str]:
+    """The embedded Redis server in words: what runs, where its data is, how big its AOF."""
+    running = (
+        f"running, pid {server.get('pid')}, {server.get('clients')} client(s) connected"
+        if server.get("running")
+        else "not running"
+        + (f" (pid {server['pid']} does not answer)" if server.get("pid") else "")
+    )
+    return [
+        f"server: {server.get('version') or 'version unknown'} ({running})",
+        f"binary: {server.get('binary') or 'none found'}",
+        f"socket: {server.get('socket')}",
+        f"data:   {server.get('folder')} (AOF {fmt_bytes(int(server.get('aof_bytes') or 0))})",
+    ]
+
+
 def render_health(health: Mapping[str, Any]) -> str:
     """``jarvismem status``: one line per backend, then the verdict and reasons."""
     lines = [f"namespace: {health.get('namespace')}"]
@@ -191,6 +217,8 @@ def render_health(health: Mapping[str, Any]) -> str:
         lines.append(
             f"  {name:<7} {backend:<12} {state:<12} {fmt_ms(b.get('latency_ms')):>10}  {where}"
         )
+        if b.get("server"):
+            lines.extend(f"          {line}" for line in embedded_server_lines(b["server"]))
         if b.get("model"):
             lines.append(f"          model: {b['model']}")
         if b.get("status"):
@@ -201,8 +229,8 @@ def render_health(health: Mapping[str, Any]) -> str:
             lines.append(f"          reason: {b['reason']}")
     if health.get("embedded"):
         lines.append(
-            "note: Redis is the embedded in-process stand-in of this command only "
-            "(ephemeral); set REDIS_URL to inspect a real server"
+            "note: Redis is the in-process stand-in of this command only "
+            "(REDIS_URL=memory://, ephemeral); unset REDIS_URL for the embedded server"
         )
     reasons = health.get("reasons") or []
     lines.append("degraded: " + ("; ".join(reasons) if reasons else "no"))

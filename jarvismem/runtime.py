@@ -8,8 +8,8 @@ out views: ``runtime.memory(wf, step, agent)`` returns a
 and no I/O.
 
 ``MemoryRuntime.from_env()`` builds and connects every client from settings;
-with nothing configured it runs on the embedded defaults (in-process Redis
-stand-in and a local blob folder) and says so. The CLI builds its runtimes
+with nothing configured it runs on the embedded defaults (the embedded Redis
+server, persistent, and a local blob folder). The CLI builds its runtimes
 with it too.
 """
 
@@ -89,7 +89,7 @@ class MemoryRuntime(MemoryEngine):
         # misconfiguration fails before any connection is attempted or warned about.
         blob = create_blob_storage(settings)
         try:
-            # Logs once when it is the embedded stand-in.
+            # Starts the embedded server when REDIS_URL is unset; logs once for memory://.
             redis = await connect_redis(settings, retries=connect_retries if require_redis else 0)
         except BackendUnavailableError as exc:
             if require_redis:

@@ -43,6 +43,9 @@ RedisDurability = Literal["primary", "replicated"]
 SENTINEL_SCHEME = "redis+sentinel://"
 """REDIS_URL scheme of a Sentinel-managed primary (see ``backends/redis_sentinel.py``)."""
 
+MEMORY_URL = "memory://"
+"""``REDIS_URL`` value selecting the in-process fakeredis stand-in (ephemeral: tests, opt-in)."""
+
 
 class Settings(BaseSettings):
     """Configuration of a jarvismem runtime. Field names are the env variable names."""
@@ -65,8 +68,14 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None,
         description="redis://, rediss:// (TLS), unix:// or "
-        "redis+sentinel://[user:pass@]host:port,host:port/service[/db] URL. Unset: embedded "
-        "in-process stand-in (ephemeral).",
+        "redis+sentinel://[user:pass@]host:port,host:port/service[/db] URL. Unset: the "
+        "embedded Redis server jarvismem starts in EMBEDDED_REDIS_PATH (persistent). "
+        "memory://: an in-process stand-in (ephemeral, for tests).",
+    )
+    embedded_redis_path: Path = Field(
+        defaults.EMBEDDED_REDIS_PATH,
+        description="Data folder (append-only file, unix socket) of the embedded Redis "
+        "server used when REDIS_URL is unset.",
     )
     redis_cluster: bool = Field(False, description="Connect with RedisCluster.")
     redis_context_ttl_days: float = Field(
@@ -358,8 +367,13 @@ class Settings(BaseSettings):
     def _redis_scheme(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
+        if value == MEMORY_URL:
+            return value
         if not value.startswith(("redis://", "rediss://", "unix://", SENTINEL_SCHEME)):
-            raise ValueError("must start with redis://, rediss://, unix:// or redis+sentinel://")
+            raise ValueError(
+                "must start with redis://, rediss://, unix:// or redis+sentinel://, "
+                f"or be {MEMORY_URL}"
+            )
         return value
 
     @field_validator("athena_url", "llm_base_url", "embeddings_base_url")
@@ -394,10 +408,10 @@ class Settings(BaseSettings):
                 "(Sentinel manages one primary; a cluster fails over by itself)"
             )
         if self.redis_durability == "replicated":
-            if not url:
+            if not url or url == MEMORY_URL:
                 raise ValueError(
                     "REDIS_DURABILITY=replicated needs a Redis server with replicas "
-                    "(set REDIS_URL): the embedded in-process stand-in has none"
+                    "(set REDIS_URL): the embedded server and the in-process stand-in have none"
                 )
             # The WAIT must answer before the tier's deadline, or the deadline (not
             # the replica count) would decide, and no shortfall would be reported.

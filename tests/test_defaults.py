@@ -48,6 +48,7 @@ SETTINGS_DEFAULTS = {
     "redis_wait_timeout_ms": defaults.REDIS_WAIT_TIMEOUT_MS,
     "ledger_max_len": defaults.LEDGER_MAX_LEN,
     "storage_base_path": defaults.STORAGE_BASE_PATH,
+    "embedded_redis_path": defaults.EMBEDDED_REDIS_PATH,
     "storage_fsync_appends": defaults.FSYNC_APPENDS,
     "storage_inline_append_max_bytes": defaults.INLINE_WRITE_MAX_BYTES,
     "azure_storage_container": defaults.AZURE_CONTAINER,

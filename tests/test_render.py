@@ -274,7 +274,7 @@ def test_render_health_of_a_degraded_embedded_runtime() -> None:
         "          - postgres: down",
         "          reason: connection refused",
     ]
-    assert lines[6].startswith("note: Redis is the embedded in-process stand-in")
+    assert lines[6].startswith("note: Redis is the in-process stand-in")
     assert lines[-2:] == ["degraded: athena unreachable; outbox x: 2 queued", "NOT OK"]
 
 

@@ -221,6 +221,7 @@ def _read_only_run(folder: Path, code: str) -> Any:
         pytest.skip("cannot make a read-only bind mount here (needs CAP_SYS_ADMIN)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "STORAGE_"))}
     env.pop("OUTBOX_PATH", None)
+    env["REDIS_URL"] = "memory://"  # the folders under test are the scratchpad's and outbox's
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     script = 'mount --bind -r "$1" "$1" && cd "$1" && exec "$2" -c "$3"'
     return subprocess.run(

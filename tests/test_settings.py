@@ -366,7 +366,7 @@ def test_a_validator_message_reaches_the_user_without_pydantic_s_prefix() -> Non
         load_settings(_env_file=None, redis_url="http://x")
     assert str(caught.value) == (
         "invalid configuration: REDIS_URL: must start with redis://, rediss://, unix:// or "
-        "redis+sentinel://"
+        "redis+sentinel://, or be memory://"
     )
 
 

@@ -1,8 +1,9 @@
 """An ephemeral Redis-protocol server on loopback, for other processes of this machine.
 
-The embedded stand-in of :mod:`jarvismem.backends.redis` lives inside one
-process; a demo or a test that runs its kernels in child processes needs a
-server they can all reach and that outlives any one of them. This hosts
+The in-process stand-in of :mod:`jarvismem.backends.redis` (``memory://``) lives
+inside one process; a test that runs the CLI or kernels in child processes, and
+wants no server binary, needs a server they can all reach and that outlives any
+one of them. This hosts
 fakeredis (Lua included) on ``127.0.0.1:<free port>`` in a daemon thread of the
 calling process. Its data is lost when that process exits.
 """

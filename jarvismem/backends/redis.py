@@ -1,8 +1,11 @@
-"""Redis connections: one pool per process, from a URL, or an embedded stand-in.
+"""Redis connections: one pool per process, from a URL, the embedded server, or a stand-in.
 
-``REDIS_URL`` unset means the *embedded* default: an in-process fakeredis
-server. It is ephemeral (gone when the process exits) and every log line and
-status output says so. A ``redis+sentinel://`` URL gives a client that follows
+``REDIS_URL`` unset means the *embedded server*: a real Redis-protocol server
+that jarvismem starts and shares between processes, persistent in
+``EMBEDDED_REDIS_PATH`` (:mod:`jarvismem.backends.redis_embedded`).
+``REDIS_URL=memory://`` selects an in-process fakeredis stand-in instead: it is
+ephemeral (gone when the process exits), for tests and explicit opt-in, and
+every log line and status output says so. A ``redis+sentinel://`` URL gives a client that follows
 a Sentinel-managed primary (:mod:`jarvismem.backends.redis_sentinel`), and
 ``REDIS_DURABILITY`` is attached to the client built here
 (:mod:`jarvismem.backends.redis_durability`).
@@ -45,6 +48,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from jarvismem.backends.redis_durability import Durability, durability_of, set_durability
+from jarvismem.backends.redis_embedded import embedded_server, ensure_started
 from jarvismem.backends.redis_sentinel import (
     create_sentinel_client,
     is_sentinel_url,
@@ -54,14 +58,16 @@ from jarvismem.backends.redis_sentinel import (
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.resilience import Backoff
-from jarvismem.settings import Settings
+from jarvismem.settings import MEMORY_URL, Settings
 
 log = logging.getLogger(__name__)
 
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 """What every tier accepts: a plain or a cluster ``redis.asyncio`` client."""
 
-EMBEDDED_NOTE = "embedded in-process Redis stand-in (ephemeral: lost when the process exits)"
+EMBEDDED_NOTE = (
+    "in-process Redis stand-in (REDIS_URL=memory://; ephemeral: lost when the process exits)"
+)
 
 POOL_WAIT_SECONDS = 20.0
 """How long a command waits for a pooled connection when all are busy."""
@@ -144,7 +150,7 @@ _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "non
 
 
 def is_embedded(client: Any) -> bool:
-    """True for the fakeredis stand-in."""
+    """True for the in-process fakeredis stand-in (``REDIS_URL=memory://``)."""
     return type(client).__module__.startswith("fakeredis")
 
 
@@ -167,6 +173,17 @@ def redis_destination(client: Any) -> str:
     nodes = getattr(client, "startup_nodes", None) or []
     names = sorted(f"{n.host}:{n.port}" for n in nodes if hasattr(n, "host"))
     return "cluster:" + ",".join(names) if names else type(client).__name__
+
+
+def redis_url_of(settings: Settings) -> str:
+    """The URL the client of ``settings`` talks to: ``REDIS_URL``, else the embedded
+    server's ``unix://`` URL (``memory://`` for the in-process stand-in)."""
+    return settings.redis_url or embedded_server(settings).url
+
+
+def is_embedded_server(settings: Settings) -> bool:
+    """True when ``settings`` use the embedded server (``REDIS_URL`` unset)."""
+    return not settings.redis_url
 
 
 def _client_kwargs(settings: Settings) -> dict[str, Any]:
@@ -194,18 +211,21 @@ def _client_kwargs(settings: Settings) -> dict[str, Any]:
 def create_redis(settings: Settings) -> RedisClient:
     """Build (without connecting) the process's Redis client from settings.
 
+    ``REDIS_URL`` unset: a client of the embedded server's socket (started by
+    :func:`connect_redis`, not here); ``memory://``: the in-process stand-in.
     Raises :class:`ConfigError` for ``REDIS_DURABILITY=replicated`` without a
-    server (the embedded stand-in has no replicas) and for a malformed
+    server with replicas (neither default has any) and for a malformed
     ``redis+sentinel://`` URL.
     """
-    if not settings.redis_url:
+    if not settings.redis_url or settings.redis_url == MEMORY_URL:
         if settings.redis_durability == "replicated":
             raise ConfigError(
                 "REDIS_DURABILITY=replicated needs a Redis server with replicas (set "
-                "REDIS_URL): the embedded in-process stand-in has none"
+                "REDIS_URL): the embedded server and the in-process stand-in have none"
             )
+    if settings.redis_url == MEMORY_URL:
         return embedded_redis()
-    client = _create_client(settings, settings.redis_url)
+    client = _create_client(settings, redis_url_of(settings))
     adopt_redis(client, settings)
     return client
 
@@ -228,7 +248,7 @@ def adopt_redis(client: Any, settings: Settings) -> None:
     if wanted is not None and is_embedded(client):
         raise ConfigError(
             "REDIS_DURABILITY=replicated needs a Redis server with replicas: the "
-            "embedded in-process stand-in has none"
+            "in-process stand-in has none"
         )
     held = durability_of(client)
     if held == wanted:
@@ -352,7 +372,7 @@ _embedded_server: Any = None
 
 
 def embedded_redis() -> aioredis.Redis:
-    """A client of the process-wide embedded server (fakeredis, with Lua)."""
+    """A client of the process-wide in-process stand-in (fakeredis, with Lua)."""
     # Imported here, not at module top: the stand-in is ~65 modules that a
     # process with REDIS_URL set never needs (start-up time, memory, and more
     # long-lived objects for every garbage collection to walk).
@@ -361,7 +381,7 @@ def embedded_redis() -> aioredis.Redis:
     global _embedded_server
     if _embedded_server is None:
         _embedded_server = fakeredis.FakeServer()
-        log.warning("REDIS_URL is not set: using the %s", EMBEDDED_NOTE)
+        log.warning("REDIS_URL=%s: using the %s", MEMORY_URL, EMBEDDED_NOTE)
     client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_embedded_server)
     return client
 
@@ -431,11 +451,17 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
     HOST:PORT?") when every attempt failed, and :class:`ConfigError` at once,
     without retrying, when the server refuses the credentials: waiting will
     not fix a wrong or missing password.
+
+    ``REDIS_URL`` unset: the embedded server is started first if it is not
+    running (:class:`~jarvismem.backends.redis_embedded.EmbeddedServerUnavailable`,
+    a ``BackendUnavailableError``, when it cannot run here).
     """
+    if is_embedded_server(settings):
+        await ensure_started(settings)
     client = create_redis(settings)
     if is_embedded(client):
         return client
-    url = settings.redis_url or ""
+    url = redis_url_of(settings)
     retries = settings.redis_connect_retries if retries is None else max(0, retries)
     attempts = retries + 1
     for attempt in range(1, attempts + 1):

@@ -30,6 +30,7 @@ from jarvismem.cli import inspect as inspect_cmds
 from jarvismem.cli import manage as manage_cmds
 from jarvismem.cli import mcp as mcp_cmds
 from jarvismem.cli import migrate as migrate_cmds
+from jarvismem.cli import server as server_cmds
 from jarvismem.cli import setup as setup_cmds
 from jarvismem.cli import transfer as transfer_cmds
 from jarvismem.cli._context import CliContext, resolve_env_file
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         setup_cmds,
         bench_cmds,
         manage_cmds,
+        server_cmds,
         mcp_cmds,
         completion_cmds,
     ):

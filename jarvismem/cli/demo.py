@@ -32,7 +32,8 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Runs a simulated agent kernel in a child process, SIGKILLs it mid-turn, "
         "resumes it in a fresh process from rehydrate_bundle() and verifies that every turn "
         "is in the ledger exactly once. Uses your REDIS_URL/blob/Athena/LLM settings when set; "
-        "otherwise an embedded, ephemeral Redis-protocol server on loopback and a local folder.",
+        "otherwise the embedded Redis server (persistent, what your own kernel gets with nothing "
+        "configured) and a local folder.",
     )
     p.add_argument(
         "--tmp",

@@ -18,7 +18,7 @@ from jarvismem.settings import Settings, load_settings
 
 # (flag dest, env variable, prompt, secret)
 _FIELDS: tuple[tuple[str, str, str, bool], ...] = (
-    ("redis_url", "REDIS_URL", "Redis URL (empty: embedded, ephemeral)", True),
+    ("redis_url", "REDIS_URL", "Redis URL (empty: the embedded server, persistent)", True),
     ("storage_backend", "STORAGE_BACKEND", "Blob storage backend: local | azure | none", False),
     ("storage_path", "STORAGE_BASE_PATH", "Local blob folder", False),
     (
@@ -247,8 +247,8 @@ def next_steps(values: dict[str, str], output: str) -> tuple[list[str], list[str
     steps += [f"{prefix} status", f"{prefix} demo"]
     if not values.get("REDIS_URL"):
         notes.append(
-            "REDIS_URL is not set: each process uses an embedded, ephemeral store and memory "
-            "is lost when it exits; set REDIS_URL to keep it"
+            "REDIS_URL is not set: jarvismem runs its embedded Redis server, data in "
+            "EMBEDDED_REDIS_PATH (.jarvismem/redis); `jarvismem server stop` stops it"
         )
     if values.get("STORAGE_BACKEND") == "none":
         notes.append("STORAGE_BACKEND=none: no scratchpad and no long-term summary")

@@ -13,9 +13,10 @@ checkpoint, re-runs that one unacknowledged turn (exactly-once logging keeps a
 single copy) and finishes. The parent then checks that the ledger holds turns
 1..N exactly once (:mod:`jarvismem.demo.verify`).
 
-With no ``REDIS_URL`` the parent hosts a Redis-protocol server on loopback
-(:class:`~jarvismem.backends.loopback_redis.LoopbackRedis`) for the children: it
-outlives the killed child but is ephemeral, gone when the demo exits.
+With no ``REDIS_URL`` the children use the embedded Redis server
+(:mod:`jarvismem.backends.redis_embedded`), as any kernel with nothing
+configured does: a process of its own, so it outlives the killed child, and
+persistent.
 
 Parts: :mod:`~jarvismem.demo.run` (the whole demo), :mod:`~jarvismem.demo.steps`
 (its stages), :mod:`~jarvismem.demo.process` (a child process seen from the

@@ -94,8 +94,7 @@ def summarize(
         "turns": setup.turns,
         "redis": {
             "url": setup.redis_where,
-            "embedded_loopback": setup.embedded,
-            "ephemeral": setup.embedded,
+            "embedded_server": setup.embedded,
         },
         "blob": setup.blob,
         "killed_child": {

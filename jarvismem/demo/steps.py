@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jarvismem.backends.loopback_redis import LoopbackRedis
+from jarvismem.backends.redis_embedded import EmbeddedServer, ensure_started
 from jarvismem.demo.child import AGENT_ID, STEP_ID
 from jarvismem.demo.process import ChildProcess, WorkflowInUse, spawn_child
 from jarvismem.demo.verify import LedgerCheck, check_ledger, read_existing, read_ledger
+from jarvismem.errors import ConfigError
 from jarvismem.redaction import mask_url
 from jarvismem.render import render_bundle
-from jarvismem.settings import Settings
+from jarvismem.settings import MEMORY_URL, Settings
 
 __all__ = [
     "CHILD_ENV_OVERRIDES",
@@ -63,7 +64,8 @@ class DemoSetup:
     ``settings``: the parent's settings pointed at the children's stores (for
     the verification); ``env``: the children's environment; ``child_args``:
     the arguments every child gets; ``redis_where``: the Redis URL, password
-    masked; ``embedded``: Redis is the demo's own ephemeral loopback server.
+    masked; ``embedded``: Redis is the embedded server (``REDIS_URL`` unset), the one a
+    user's own kernel loop gets.
     """
 
     workflow_id: str
@@ -129,10 +131,18 @@ async def prepare(
 ) -> DemoSetup:
     """Pick the children's stores, describe them, and register their cleanup on ``stack``.
 
-    Without ``REDIS_URL`` a loopback server is started (stopped by ``stack``);
+    Without ``REDIS_URL`` the children use the embedded server, exactly as a
+    user's own loop would: the one of ``EMBEDDED_REDIS_PATH`` (left running), or
+    with ``use_tmp`` one in the temporary folder (stopped by ``stack``).
     ``use_tmp`` puts local blobs and the outbox in a temporary folder (removed
     by ``stack``).
     """
+    if settings.redis_url == MEMORY_URL:
+        raise ConfigError(
+            "REDIS_URL=memory:// is one process's in-process stand-in: the demo's kernels run "
+            "in separate processes and could not share it. Unset REDIS_URL (the embedded "
+            "server) or set it to a Redis server"
+        )
     workflow_id_given = workflow_id is not None
     workflow_id = workflow_id or f"demo-{uuid.uuid4().hex[:8]}"
     env = _child_env(settings)
@@ -143,17 +153,22 @@ async def prepare(
         stack.push_async_callback(asyncio.to_thread, shutil.rmtree, tmp_dir, True)
     say("== Setup ==")
     if settings.redis_url:
-        if workflow_id_given:
-            await _refuse_used_workflow(settings, workflow_id)
         redis_where = mask_url(settings.redis_url)
         say(f"Redis: {redis_where} (from your settings)")
     else:
-        loopback = stack.enter_context(LoopbackRedis())
-        env["REDIS_URL"] = overrides["redis_url"] = redis_where = loopback.url
-        say(
-            f"Redis: none configured, so this demo hosts an embedded Redis-protocol server "
-            f"on {loopback.url}. It outlives the killed child but is EPHEMERAL: "
-            "everything in it is gone when the demo exits. Set REDIS_URL to keep it."
+        if tmp_dir is not None:
+            folder = Path(tmp_dir) / "redis"
+            env["EMBEDDED_REDIS_PATH"] = str(folder)
+            overrides["embedded_redis_path"] = folder
+        server = await ensure_started(settings.model_copy(update=overrides))
+        redis_where = server.url
+        if tmp_dir is not None:
+            # Registered after the folder's removal, so it runs first (the stack is LIFO).
+            stack.push_async_callback(_stop_temporary, server)
+        say(_describe_embedded(server, temporary=tmp_dir is not None))
+    if workflow_id_given:
+        await _refuse_used_workflow(
+            settings.model_copy(update=overrides) if overrides else settings, workflow_id
         )
     if tmp_dir is not None:
         blobs, outbox = Path(tmp_dir) / "blobs", Path(tmp_dir) / "outbox"
@@ -190,9 +205,27 @@ async def prepare(
             *("--env-file", env_file or os.devnull),
         ],
         redis_where=redis_where,
-        embedded=bool(overrides.get("redis_url")),
+        embedded=not settings.redis_url,
         blob=blob,
     )
+
+
+def _describe_embedded(server: EmbeddedServer, *, temporary: bool) -> str:
+    if temporary:
+        return (
+            f"Redis: none configured, so the embedded Redis server, persistent (AOF), in a "
+            f"temporary folder {server.folder} (stopped and removed when the demo ends). "
+            "A kernel of yours gets the same server with nothing configured."
+        )
+    return (
+        f"Redis: none configured, so the embedded Redis server, persistent (AOF), data in "
+        f"{server.folder}. It outlives every kernel and keeps running after the demo: "
+        "stop it with `jarvismem server stop`."
+    )
+
+
+async def _stop_temporary(server: EmbeddedServer) -> None:
+    await server.stop(force=True)
 
 
 async def _refuse_used_workflow(settings: Settings, workflow_id: str) -> None:

@@ -208,7 +208,7 @@ class MemoryEngine:
 
     @property
     def embedded(self) -> bool:
-        """True when Redis is the ephemeral in-process stand-in."""
+        """True when Redis is the ephemeral in-process stand-in (``REDIS_URL=memory://``)."""
         return self.redis is not None and is_embedded(self.redis)
 
     # --- shared per-workflow machinery ----------------------------------------------------

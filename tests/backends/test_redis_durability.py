@@ -107,7 +107,7 @@ def test_the_client_built_from_settings_carries_the_level() -> None:
 def test_replicated_on_the_embedded_stand_in_is_a_config_error() -> None:
     # Settings refuse it at load; a Settings built around that check still cannot get a client.
     settings = load_settings(_env_file=None).model_copy(update={"redis_durability": "replicated"})
-    with pytest.raises(ConfigError, match="embedded in-process stand-in has none"):
+    with pytest.raises(ConfigError, match="the in-process stand-in have none"):
         create_redis(settings)
 
 
@@ -314,7 +314,7 @@ def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
     settings = load_settings(
         _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
     )
-    with pytest.raises(ConfigError, match="embedded in-process stand-in has none"):
+    with pytest.raises(ConfigError, match="the in-process stand-in has none"):
         MemoryEngine(settings, redis=embedded_redis())
 
 

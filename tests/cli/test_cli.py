@@ -177,7 +177,7 @@ def test_configuration_errors_have_no_pydantic_prefix(cli: Cli) -> None:
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "jarvismem: error: invalid configuration: REDIS_URL: must start with redis://, "
-        "rediss://, unix:// or redis+sentinel://"
+        "rediss://, unix:// or redis+sentinel://, or be memory://"
     ]
 
 

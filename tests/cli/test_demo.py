@@ -18,6 +18,13 @@ from tests.cli.conftest import Cli
 from tests.conftest import env_without_settings
 
 
+def _nothing_configured() -> dict[str, str]:
+    """A user's environment: no jarvismem setting at all (the embedded server)."""
+    env = env_without_settings()
+    del env["REDIS_URL"]
+    return env
+
+
 def test_demo_kills_a_child_and_verifies_every_turn_once(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
@@ -34,7 +41,7 @@ def test_demo_kills_a_child_and_verifies_every_turn_once(tmp_path: Path) -> None
             "--kill-after",
             "6",
         ],
-        env=env_without_settings(),
+        env=_nothing_configured(),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -57,13 +64,16 @@ def test_demo_kills_a_child_and_verifies_every_turn_once(tmp_path: Path) -> None
     bundle = summary["bundle"]
     assert json.loads(bundle["checkpoint"])["next_turn"] == 7
     assert bundle["recent_turns"][-1]["turn_id"] == "7"
-    assert summary["redis"]["embedded_loopback"] and summary["redis"]["ephemeral"]
+    assert summary["redis"]["embedded_server"]
+    # The --tmp server was stopped with its folder: nothing left running.
+    socket = Path(summary["redis"]["url"].removeprefix("unix://").split("?")[0])
+    assert socket.name == "redis.sock" and not socket.parent.exists()
     assert summary["summary"]["turns"] == 10
     # --tmp leaves nothing in the working directory.
     assert not (tmp_path / ".jarvismem").exists()
 
 
-def test_demo_human_output_says_the_store_is_ephemeral_and_passes(tmp_path: Path) -> None:
+def test_demo_human_output_names_the_embedded_server_and_passes(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
             sys.executable,
@@ -78,7 +88,7 @@ def test_demo_human_output_says_the_store_is_ephemeral_and_passes(tmp_path: Path
             "--kill-after",
             "2",
         ],
-        env=env_without_settings(),
+        env=_nothing_configured(),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -86,7 +96,7 @@ def test_demo_human_output_says_the_store_is_ephemeral_and_passes(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "EPHEMERAL" in out and "SIGKILL sent to pid" in out
+    assert "the embedded Redis server, persistent" in out and "SIGKILL sent to pid" in out
     for section in (
         "== Long-term summary ==",
         "== Recent turns",

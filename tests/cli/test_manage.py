@@ -121,17 +121,17 @@ def test_delete_refuses_an_unsafe_id_in_one_line(cli: Cli) -> None:
     assert proc.stderr.startswith("jarvismem: error: workflow_id '../etc' is not allowed")
 
 
-async def test_workflows_with_the_embedded_default_lists_what_the_blob_store_holds(
+async def test_workflows_on_the_in_process_stand_in_lists_what_the_blob_store_holds(
     cli: Cli,
 ) -> None:
-    # A kernel process that ran on the embedded stand-in left its scratchpads behind.
-    settings = cli.runtime_settings().model_copy(update={"redis_url": None})
+    # A kernel process that ran on the in-process stand-in left its scratchpads behind.
+    settings = cli.runtime_settings().model_copy(update={"redis_url": "memory://"})
     rt = await MemoryRuntime.from_env(settings)
     try:
         await seed_turns(rt, "earlier", range(1, 3))
     finally:
         await rt.close()
-    env = {k: v for k, v in cli.env.items() if k != "REDIS_URL"}
+    env = dict(cli.env, REDIS_URL="memory://")
     proc = await asyncio.to_thread(cli.run, "workflows", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)

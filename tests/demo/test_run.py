@@ -46,7 +46,7 @@ def test_summarize_collects_every_stage() -> None:
         "workflow_id": "wf",
         "namespace": "ns1",
         "turns": 3,
-        "redis": {"url": "redis://127.0.0.1:1/0", "embedded_loopback": True, "ephemeral": True},
+        "redis": {"url": "redis://127.0.0.1:1/0", "embedded_server": True},
         "blob": "none",
         "killed_child": {
             "pid": 11,

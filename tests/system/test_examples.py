@@ -31,16 +31,18 @@ def _run(name: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_quickstart_runs_with_nothing_configured(tmp_path: Path) -> None:
-    proc = _run("quickstart.py", tmp_path)
+def test_quickstart_runs_with_nothing_configured(tmp_path: Path, embedded_folder: Path) -> None:
+    # REDIS_URL unset: the embedded server in tmp_path/.jarvismem/redis (killed afterwards).
+    proc = _run("quickstart.py", tmp_path, REDIS_URL="")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "recent turns: ['1', '2', '3']",
         'checkpoint: {"next_turn": 4}',
         "## Goal findings",
     ]
-    assert "ephemeral" in proc.stderr  # the embedded default says so
+    assert "WARNING" not in proc.stderr and "ephemeral" not in proc.stderr
     assert (tmp_path / ".jarvismem" / "blobs").is_dir()
+    assert (tmp_path / ".jarvismem" / "redis" / "redis.sock").is_socket()
 
 
 def test_quickstart_with_redis_down_runs_and_loses_nothing_once_redis_is_back(
@@ -76,8 +78,8 @@ def test_quickstart_with_redis_down_runs_and_loses_nothing_once_redis_is_back(
         server.kill()
 
 
-def test_crash_recovery_kills_resumes_and_verifies(tmp_path: Path) -> None:
-    proc = _run("crash_recovery.py", tmp_path)
+def test_crash_recovery_kills_resumes_and_verifies(tmp_path: Path, embedded_folder: Path) -> None:
+    proc = _run("crash_recovery.py", tmp_path, REDIS_URL="")
     assert proc.returncode == 0, proc.stderr
     assert "with SIGKILL in turn 7" in proc.stdout
     assert "resumed at turn 7, re-ran [7]" in proc.stdout

@@ -42,8 +42,12 @@ def _check(proc: subprocess.CompletedProcess[str]) -> None:
     ]
 
 
-def test_the_graph_resumes_after_sigkill_with_nothing_configured(tmp_path: Path) -> None:
-    _check(_run(tmp_path))
+def test_the_graph_resumes_after_sigkill_with_nothing_configured(
+    tmp_path: Path, embedded_folder: Path
+) -> None:
+    # REDIS_URL unset: the embedded server in tmp_path/.jarvismem/redis (killed afterwards
+    # by the embedded_folder fixture, which reaps every server under tmp_path).
+    _check(_run(tmp_path, REDIS_URL=""))
 
 
 @pytest.mark.integration

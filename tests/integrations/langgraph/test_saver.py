@@ -1,7 +1,8 @@
 """JarvisMemSaver: LangGraph's own conformance suite, the key layout, exactly-once, TTL.
 
 The conformance suite (``langgraph-checkpoint-conformance``) runs on fakeredis (the
-fast layer), the real server and the local 3-master Redis Cluster: a cluster refuses
+fast layer), the real server, the embedded server (what ``REDIS_URL`` unset runs) and
+the local 3-master Redis Cluster: a cluster refuses
 a script whose keys are in different slots, so passing there proves every thread
 script stays in its thread's slot.
 """
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
@@ -64,6 +66,15 @@ async def test_conformance_on_a_real_redis(real_redis: Any, namespaces: set[str]
         await _conformance(real_redis, used)
     finally:
         namespaces.update(used)  # real_redis deletes their keys after the test
+
+
+@pytest.mark.integration
+async def test_conformance_on_the_embedded_server(embedded_server_url: str) -> None:
+    client = aioredis.Redis.from_url(embedded_server_url)
+    try:
+        await _conformance(client, [])  # the session's own server: nothing to clean
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.integration

@@ -1,24 +1,32 @@
-"""The README followed literally works: its shell blocks run, in order, against real Redis.
+"""The README and docs/ followed literally work: their commands and programs run.
 
-Every fenced block of README.md is classified by its language tag:
+The pages are README.md and every docs/*.md. Each fenced block is classified by its
+language tag:
 
-* ``bash``/``sh``: every command line is run, in README order, in ONE bash session
-  (so ``source .venv/bin/activate`` carries over to later blocks, as in a user's
-  shell) and must exit 0 - unless the block's first line is the marker
-  ``# not run by tests/test_readme.py: <reason>``; the marked blocks are few and
-  each states its reason (checked below).
+* ``bash``/``sh`` in a page of ``RUN_PAGES`` (the README, then the CLI tour of
+  docs/cli.md, then docs/deployment.md): every command line is run, in page order, in
+  ONE bash session (so ``source .venv/bin/activate`` in the README carries over to the
+  later blocks and pages, as in a user's shell) and must exit 0 - unless the block's
+  first line is the marker ``# not run by tests/test_readme.py: <reason>``; the marked
+  blocks are few and each states its reason (checked below). The shell blocks of the
+  other pages reproduce long measurements (benchmarks, soaks, a data set that is not in
+  the repository); ``NOT_RUN_PAGES`` names each with its reason.
 * untagged blocks that start with ``$ ``: a transcript. Each ``$`` command runs in
   the same session; when the output shown holds a ``jarvismem: error:`` line the
   command must fail with exactly that line, otherwise it must succeed, and every
   shown output line must appear in the real output once numbers and ids are
   masked (``...`` lines elide).
-* ``python`` blocks that are whole programs (they call ``asyncio.run``) run too;
-  ``dotenv`` blocks must name only real settings and load as a valid configuration.
-  Every other block must carry a tag (``text`` for pictures), so no shell block can
-  dodge the run by having none.
+* ``python`` blocks that are whole programs (they call ``asyncio.run``) run too, in
+  every page; ``dotenv`` blocks must name only real settings and load as a valid
+  configuration. Every other block must carry a tag (``text`` for pictures), so no
+  shell block can dodge the run by having none.
+
+A relative link of any page must name a file that exists, and its ``#anchor`` a
+heading of that page. The pictures (docs/img/*.svg) are SVG, each with a ``text``
+version beside it, and name only real settings and the real default paths.
 
 Where it runs: a copy of the checkout (tracked and new files) in a temporary
-folder, so nothing the README creates (``.venv``, ``.jarvismem/``, ``tour.jsonl``)
+folder, so nothing the pages create (``.venv``, ``.jarvismem/``, ``tour.jsonl``)
 lands in the repository. ``.venv`` there is a stand-in for what ``scripts/bootstrap``
 installs (this interpreter, the copy on ``PYTHONPATH``; no pip, no network), and
 Azurite's npm install is a stand-in too (the Azurite the suite uses already answers,
@@ -48,9 +56,18 @@ from tests.conftest import bootstrap_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+RUN_PAGES = [README, ROOT / "docs" / "cli.md", ROOT / "docs" / "deployment.md"]
+"""Pages whose shell commands run, in this order, in one session."""
+NOT_RUN_PAGES = {
+    "docs/performance.md": "benchmark runs of minutes each, judged by their own targets",
+    "docs/recall.md": "needs the LoCoMo data file, which the repository does not ship",
+    "docs/reliability.md": "crash, soak and HA suites of many minutes (CI runs their tests)",
+}
+"""Pages whose shell blocks are reproduction recipes, not run here, each with why."""
 MARKER = "# not run by tests/test_readme.py: "
 MAX_MARKED_BLOCKS = 2
-"""Blocks the README may exempt (today: the docker compose commands, no engine in CI)."""
+"""Blocks the run pages may exempt (today: the docker compose commands, no engine in CI)."""
 
 REDUCED = {"scripts/test": "scripts/test tests/test_errors.py"}
 """Commands run with reduced arguments; the README must say so in these words."""
@@ -65,6 +82,7 @@ class Block:
     lang: str
     body: str
     line: int  # 1-based line of the opening fence
+    page: str = "README.md"  # relative to the checkout
 
     @property
     def lines(self) -> list[str]:
@@ -77,13 +95,22 @@ class Command:
     line: int
     shown: list[str] = field(default_factory=list)  # transcript output (empty for bash)
     transcript: bool = False
+    page: str = "README.md"
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, page: str = "README.md") -> list[Block]:
     return [
-        Block(m.group(1).lower(), m.group(2), text.count("\n", 0, m.start()) + 1)
+        Block(m.group(1).lower(), m.group(2), text.count("\n", 0, m.start()) + 1, page)
         for m in _FENCE_RE.finditer(text)
     ]
+
+
+def page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def page_blocks(path: Path) -> list[Block]:
+    return readme_blocks(path.read_text(encoding="utf-8"), page_name(path))
 
 
 def is_transcript(block: Block) -> bool:
@@ -107,12 +134,14 @@ def commands(blocks: list[Block]) -> list[Command]:
                 if line.endswith("\\"):
                     pending += line[:-1] + " "
                     continue
-                found.append(Command(pending + line, block.line + offset))
+                found.append(Command(pending + line, block.line + offset, page=block.page))
                 pending = ""
         elif is_transcript(block):
             for offset, raw in enumerate(block.lines, start=1):
                 if raw.startswith("$ "):
-                    found.append(Command(raw[2:], block.line + offset, transcript=True))
+                    found.append(
+                        Command(raw[2:], block.line + offset, transcript=True, page=block.page)
+                    )
                 elif found and raw.strip():
                     found[-1].shown.append(raw)
     return found
@@ -128,42 +157,59 @@ def masked(line: str) -> str:
     return " ".join(_VOLATILE_RE.sub("#", line).split())
 
 
-BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
-COMMANDS = commands(BLOCKS)
+ALL_BLOCKS = [b for page in PAGES for b in page_blocks(page)]
+RUN_BLOCKS = [b for page in RUN_PAGES for b in page_blocks(page)]
+COMMANDS = commands(RUN_BLOCKS)
+README_COMMANDS = [c for c in COMMANDS if c.page == "README.md"]
 
 
 # --- the README's shape -------------------------------------------------------------
 
 
 def test_the_readme_has_commands_to_run() -> None:
-    texts = [c.text for c in COMMANDS]
+    texts = [c.text for c in README_COMMANDS]
     assert any(t.startswith("scripts/demo") for t in texts)
     assert any(t.startswith("jarvismem ") for t in texts)
 
 
+def test_the_cli_tour_runs_after_the_readme() -> None:
+    tour = [c for c in COMMANDS if c.page == "docs/cli.md"]
+    assert tour and all(c.transcript for c in tour)
+    assert COMMANDS.index(tour[0]) > COMMANDS.index(README_COMMANDS[-1])
+
+
 def test_every_block_carries_a_language_or_is_a_transcript() -> None:
-    untagged = [b.line for b in BLOCKS if not b.lang and not is_transcript(b)]
-    assert untagged == [], f"README blocks without a language tag at lines {untagged}"
+    untagged = [f"{b.page}:{b.line}" for b in ALL_BLOCKS if not b.lang and not is_transcript(b)]
+    assert untagged == [], f"blocks without a language tag at {untagged}"
+
+
+def test_shell_blocks_run_or_their_page_says_why_not() -> None:
+    shells = {b.page for b in ALL_BLOCKS if b.lang in ("bash", "sh") or is_transcript(b)}
+    run = {page_name(p) for p in RUN_PAGES}
+    assert sorted(shells - run - set(NOT_RUN_PAGES)) == []
+    assert set(NOT_RUN_PAGES) <= shells, "a page no longer holds shell blocks: drop it here"
+    assert all(len(reason) >= 15 for reason in NOT_RUN_PAGES.values())
 
 
 def test_few_blocks_are_exempt_and_each_says_why() -> None:
-    marked = [b for b in BLOCKS if is_marked(b)]
-    assert len(marked) <= MAX_MARKED_BLOCKS, [b.line for b in marked]
+    marked = [b for b in RUN_BLOCKS if is_marked(b)]
+    assert len(marked) <= MAX_MARKED_BLOCKS, [f"{b.page}:{b.line}" for b in marked]
     for block in marked:
-        assert block.lang in ("bash", "sh"), f"line {block.line}: only shell blocks are exempted"
+        where = f"{block.page} line {block.line}"
+        assert block.lang in ("bash", "sh"), f"{where}: only shell blocks are exempted"
         reason = block.lines[0][len(MARKER) :].strip()
-        assert len(reason) >= 15, f"line {block.line}: the marker must say why"
+        assert len(reason) >= 15, f"{where}: the marker must say why"
 
 
 def test_the_readme_says_which_commands_run_with_reduced_arguments() -> None:
     text = " ".join(README.read_text(encoding="utf-8").split())
     for command, as_run in REDUCED.items():
-        assert any(c.text.split(" #")[0].strip() == command for c in COMMANDS)
+        assert any(c.text.split(" #")[0].strip() == command for c in README_COMMANDS)
         assert f"runs it as `{as_run}`" in text
 
 
 def test_the_readme_says_how_to_put_jarvismem_on_path() -> None:
-    texts = [c.text.split(" #")[0].strip() for c in COMMANDS]
+    texts = [c.text.split(" #")[0].strip() for c in README_COMMANDS]
     demo = next(i for i, t in enumerate(texts) if t.startswith("scripts/demo"))
     cli = next(i for i, t in enumerate(texts) if t.startswith("jarvismem "))
     assert "source .venv/bin/activate" in texts[demo:cli]
@@ -182,14 +228,65 @@ def test_the_crash_resume_picture_is_an_svg_in_docs_img() -> None:
         assert step in words
 
 
+_LINK_RE = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+_INLINE_CODE_RE = re.compile(r"`[^`\n]*`")
+
+
+def _prose(text: str) -> str:
+    """The page without its fenced blocks and inline code, where links are not links."""
+    return _INLINE_CODE_RE.sub("", _FENCE_RE.sub("", text))
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives the page's headings (GitHub's rule)."""
+    anchors: set[str] = set()
+    for heading in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", _FENCE_RE.sub("", text), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in anchors:  # repeated headings get -1, -2, ...
+            n += 1
+            candidate = f"{slug}-{n}"
+        anchors.add(candidate)
+    return anchors
+
+
+def test_anchors_follow_the_renderers_rule() -> None:
+    text = "# A page\n## Nothing configured: the server (one machine)\n## A page\n```bash\n# no\n```\n"
+    assert heading_anchors(text) == {
+        "a-page",
+        "nothing-configured-the-server-one-machine",
+        "a-page-1",
+    }
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_name)
+def test_every_relative_link_names_a_file_and_heading_that_exist(page: Path) -> None:
+    broken = []
+    for target in _LINK_RE.findall(_prose(page.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        path_part, _, anchor = target.partition("#")
+        linked = (page.parent / path_part).resolve() if path_part else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md":
+            if anchor not in heading_anchors(linked.read_text(encoding="utf-8")):
+                broken.append(f"{target}: no such heading in {linked.name}")
+    assert broken == [], f"{page_name(page)}: broken links {broken}"
+
+
 @pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if b.lang == "dotenv"], ids=lambda b: f"line{b.line}"
+    "block", [b for b in ALL_BLOCKS if b.lang == "dotenv"], ids=lambda b: f"{b.page}:{b.line}"
 )
-def test_dotenv_blocks_hold_real_settings(block: Block, tmp_path: Path) -> None:
+def test_dotenv_blocks_hold_real_settings(
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     names = re.findall(r"^([A-Z][A-Z0-9_]*)=", block.body, flags=re.M)
     assert names
     known = {n.upper() for n in Settings.model_fields}
     assert [n for n in names if n not in known] == []
+    for name in names:  # the environment would win over the file: test the file's values
+        monkeypatch.delenv(name, raising=False)
     env_file = tmp_path / ".env"
     # A trailing "  # comment" is the user's note, not part of the value.
     env_file.write_text(re.sub(r"\s+#.*$", "", block.body, flags=re.M), encoding="utf-8")
@@ -274,7 +371,7 @@ def _quote(text: str) -> str:
 
 
 def _problems(cmd: Command, rc: int | None, out: str, err: str) -> list[str]:
-    where = f"README line {cmd.line}: `{cmd.text}`"
+    where = f"{cmd.page} line {cmd.line}: `{cmd.text}`"
     tail = "\n    ".join((out + err).strip().splitlines()[-15:])
     errors = [s for s in cmd.shown if s.startswith("jarvismem: error:")]
     if rc is None:
@@ -326,13 +423,18 @@ def test_every_readme_command_runs(tmp_path: Path, redis_server: Any) -> None:
     assert "source .venv/bin/activate" in results[demo][2]
 
 
-@pytest.mark.parametrize(
-    "block",
-    [b for b in BLOCKS if b.lang == "python" and "asyncio.run(" in b.body],
-    ids=lambda b: f"line{b.line}",
-)
+PROGRAMS = [b for b in ALL_BLOCKS if b.lang == "python" and "asyncio.run(" in b.body]
+
+
+def test_the_readme_and_docs_hold_python_programs() -> None:
+    pages = {b.page for b in PROGRAMS}
+    for page in ("README.md", "docs/recall.md", "docs/integrations.md"):
+        assert page in pages, f"{page}: its python programs are expected to run here"
+
+
+@pytest.mark.parametrize("block", PROGRAMS, ids=lambda b: f"{b.page}:{b.line}")
 @pytest.mark.integration
-def test_python_programs_in_the_readme_run(block: Block, tmp_path: Path, redis_server: Any) -> None:
+def test_python_programs_of_the_pages_run(block: Block, tmp_path: Path, redis_server: Any) -> None:
     from tests.conftest import env_without_settings
 
     program = tmp_path / "readme_program.py"

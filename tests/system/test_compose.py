@@ -18,7 +18,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
-README = ROOT / "README.md"
+DEPLOYMENT = ROOT / "docs" / "deployment.md"
 RELIABILITY = ROOT / "docs" / "reliability.md"
 SERVICES_SCRIPT = ROOT / "scripts" / "services"
 
@@ -123,13 +123,13 @@ def test_redis_host_port_is_not_6379_and_can_be_overridden() -> None:
     assert _variables(str(port["published"])) == [("REDIS_HOST_PORT", ":-6380")]
 
 
-def test_env_example_and_readme_point_at_the_compose_redis_port() -> None:
+def test_env_example_and_deployment_doc_point_at_the_compose_redis_port() -> None:
     env_example = ENV_EXAMPLE.read_text(encoding="utf-8")
     assert re.search(r"^# REDIS_HOST_PORT=6380$", env_example, flags=re.M)
     assert "REDIS_URL=redis://127.0.0.1:6380/0" in env_example
-    readme = README.read_text(encoding="utf-8")
-    assert "REDIS_URL=redis://127.0.0.1:6380/0" in readme
-    assert "REDIS_HOST_PORT" in readme
+    deployment = DEPLOYMENT.read_text(encoding="utf-8")  # where the compose setup is told
+    assert "REDIS_URL=redis://127.0.0.1:6380/0" in deployment
+    assert "REDIS_HOST_PORT" in deployment
 
 
 def test_every_variable_used_is_documented_in_env_example() -> None:
@@ -179,7 +179,7 @@ def test_no_known_default_credential_appears_anywhere() -> None:
 
 def test_redis_runs_with_aof_fsync_always() -> None:
     # docs/reliability.md: acknowledged turns survive a Redis crash only with
-    # `appendfsync always`; the compose Redis is the one the README points users to.
+    # `appendfsync always`; the compose Redis is the one docs/deployment.md points users to.
     command = " ".join(_services()["redis"]["command"])
     assert "--appendonly yes" in command
     assert "--appendfsync always" in command

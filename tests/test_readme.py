@@ -275,6 +275,69 @@ def test_every_relative_link_names_a_file_and_heading_that_exist(page: Path) -> 
     assert broken == [], f"{page_name(page)}: broken links {broken}"
 
 
+_IMAGE_RE = re.compile(r"!\[([^\]]+)\]\(([^)\s]+\.svg)\)")
+_SETTING_LIKE_RE = re.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]*")
+TOPOLOGIES = ("embedded", "single", "sentinel", "cluster")
+
+
+def pictures() -> list[tuple[str, Path, Block]]:
+    """Every SVG a page shows, with the block right after it (its text version)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        blocks = page_blocks(page)
+        for m in _IMAGE_RE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            after = [b for b in blocks if b.line > line]
+            assert after, f"{page_name(page)} line {line}: no text version after the picture"
+            found.append((page_name(page), (page.parent / m.group(2)).resolve(), after[0]))
+    return found
+
+
+def _svg_words(path: Path) -> str:
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", path.name
+    assert root.find("{http://www.w3.org/2000/svg}title") is not None, f"{path.name}: no <title>"
+    return " ".join(" ".join(root.itertext()).split())
+
+
+@pytest.mark.parametrize("shown", pictures(), ids=lambda s: f"{s[0]}:{s[1].name}")
+def test_each_picture_is_an_svg_with_a_text_version_naming_real_settings(
+    shown: tuple[str, Path, Block],
+) -> None:
+    page, svg, text_version = shown
+    assert text_version.lang == "text", f"{page}: {svg.name} must be followed by a text block"
+    known = {n.upper() for n in Settings.model_fields}
+    for where, words in ((svg.name, _svg_words(svg)), (f"{page} text", text_version.body)):
+        for name in _SETTING_LIKE_RE.findall(words):
+            if name.endswith("_"):  # REDIS_SSL_* names a family of settings
+                assert any(k.startswith(name) for k in known), f"{where}: {name}*"
+            else:
+                assert name in known, f"{where}: {name} is not a setting"
+
+
+def test_the_deployment_page_draws_each_topology_with_the_real_default_paths() -> None:
+    from jarvismem import defaults
+    from jarvismem.keys import EMBEDDED_REDIS_FILES
+
+    shown = {svg.name: (_svg_words(svg), block.body) for page, svg, block in pictures()
+             if page == "docs/deployment.md"}  # fmt: skip
+    assert sorted(shown) == sorted(f"topology-{t}.svg" for t in TOPOLOGIES)
+    # The embedded picture draws the folder tree: each default folder by its name.
+    folders = (defaults.EMBEDDED_REDIS_PATH, defaults.STORAGE_BASE_PATH, defaults.OUTBOX_PATH)
+    assert {p.parent for p in folders} == {Path(".jarvismem")}
+    for words in shown["topology-embedded.svg"]:
+        assert ".jarvismem/" in words
+        for name in [*(f"{p.name}/" for p in folders), *EMBEDDED_REDIS_FILES.values()]:
+            if name != EMBEDDED_REDIS_FILES["aof_file"]:  # Redis 6's single file, not drawn
+                assert name in words, f"embedded picture: {name}"
+    for topology in TOPOLOGIES[1:]:
+        for words in shown[f"topology-{topology}.svg"]:
+            assert str(defaults.OUTBOX_PATH) in words and "OUTBOX_PATH" in words
+
+
 @pytest.mark.parametrize(
     "block", [b for b in ALL_BLOCKS if b.lang == "dotenv"], ids=lambda b: f"{b.page}:{b.line}"
 )

@@ -251,7 +251,10 @@ def heading_anchors(text: str) -> set[str]:
 
 
 def test_anchors_follow_the_renderers_rule() -> None:
-    text = "# A page\n## Nothing configured: the server (one machine)\n## A page\n```bash\n# no\n```\n"
+    text = (
+        "# A page\n## Nothing configured: the server (one machine)\n"
+        "## A page\n```bash\n# a comment, not a heading\n```\n"
+    )
     assert heading_anchors(text) == {
         "a-page",
         "nothing-configured-the-server-one-machine",

@@ -24,7 +24,7 @@ from jarvismem.backends.redis import (
     _CommandRetry,
     connect_redis,
     create_redis,
-    is_embedded,
+    is_in_process,
     is_transient_redis_error,
     mark_known_down,
     redis_errors,
@@ -68,7 +68,7 @@ async def test_redis_url_builds_a_plain_client_without_connecting() -> None:
     client = plain_client(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/3"))
     try:
         assert isinstance(client, aioredis.Redis)
-        assert not is_embedded(client)
+        assert not is_in_process(client)
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["host"] == "127.0.0.1" and kwargs["db"] == 3
         assert "ssl_cert_reqs" not in kwargs
@@ -212,7 +212,7 @@ def test_cluster_mode_refuses_a_unix_socket_at_start_up() -> None:
 
 async def test_unset_redis_url_gives_the_embedded_stand_in() -> None:
     client = create_redis(make_settings())
-    assert is_embedded(client)
+    assert is_in_process(client)
     assert await client.ping() is True
     await client.aclose()
 
@@ -234,7 +234,7 @@ async def test_connect_redis_returns_the_embedded_stand_in_without_retrying(
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="jarvismem.backends.redis"):
         client = await connect_redis(make_settings(redis_connect_retries=0))
-    assert is_embedded(client)
+    assert is_in_process(client)
     assert not any("retrying" in r.getMessage() for r in caplog.records)
     await client.aclose()
 

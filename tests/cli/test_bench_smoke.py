@@ -200,3 +200,22 @@ def test_azurite_scenario_is_measured_or_skipped_with_a_note(quick_report: dict[
     assert s6 or skipped
     for name in s6:
         assert _numeric(quick_report["measurements"][name]["median_ms"])
+
+
+def test_the_langgraph_bench_gives_no_verdict_on_a_quick_run() -> None:
+    """A quick run's 100 operations say nothing of a full-size target: no yes/no."""
+    from benchmarks.langgraph import render
+    from benchmarks.stats import Target
+
+    row = {"ops_per_s": 1.0, "median_ms": 1.0, "p99_ms": 1.0}
+    report = {
+        "ops": 100,
+        "rows": {"jarvismem @ 10": {"aput": row, "aget_tuple": row}},
+        "ratios": {"aput jarvismem/raw": 0.1},
+        "targets": [Target("aput >= 0.5x raw", 0.1, 0.5, ">=")],
+        "notes": [],
+    }
+    quick = render(report, judged=False)
+    assert "| aput >= 0.5x raw | 0.10 | (target judged at full size) |" in quick
+    assert "targets are judged at full size only" in quick
+    assert "| no |" in render(report)  # a full run still judges

@@ -17,8 +17,8 @@ from typing import Any
 from jarvismem.backends.blob import LocalBlobStorage
 from jarvismem.backends.redis import (
     IN_PROCESS_NOTE,
-    is_in_process,
     is_embedded_server,
+    is_in_process,
     ping_redis,
     probe_redis_write,
     redis_destination,

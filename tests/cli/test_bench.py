@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.cli import build_parser, command_parsers
 from jarvismem.cli.bench import SUITE_OPTIONS, benchmarks_available
-from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from tests.cli.conftest import Cli
 from tests.conftest import require_backend
 

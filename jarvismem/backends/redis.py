@@ -376,7 +376,13 @@ def in_process_redis() -> aioredis.Redis:
     # Imported here, not at module top: the stand-in is ~65 modules that a
     # process with REDIS_URL set never needs (start-up time, memory, and more
     # long-lived objects for every garbage collection to walk).
-    import fakeredis
+    try:
+        import fakeredis
+    except ImportError:
+        raise ConfigError(
+            f"REDIS_URL={MEMORY_URL} (the in-process stand-in) needs fakeredis: "
+            "pip install 'jarvismem[memory]' (or unset REDIS_URL for the embedded server)"
+        ) from None
 
     global _in_process_server
     if _in_process_server is None:

@@ -7,7 +7,9 @@ import asyncio
 import logging
 import shutil
 import ssl
+import sys
 import tempfile
+import tomllib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,6 +50,9 @@ from tests.conftest import (
 )
 
 PASSWORD = "hunter2-do-not-log"
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_settings(**overrides: Any) -> Settings:
@@ -207,17 +212,32 @@ def test_cluster_mode_refuses_a_unix_socket_at_start_up() -> None:
         create_redis(settings)
 
 
-# --- embedded default -------------------------------------------------------------------------
+# --- the in-process stand-in (memory://) ------------------------------------------------------
 
 
-async def test_unset_redis_url_gives_the_embedded_stand_in() -> None:
+def test_the_stand_in_without_fakeredis_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fakeredis is the `memory` extra, not a dependency of every install.
+    monkeypatch.setitem(sys.modules, "fakeredis", None)  # `import fakeredis` raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'jarvismem\[memory\]'"):
+        create_redis(make_settings())
+
+
+def test_fakeredis_is_an_extra_not_a_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("fakeredis")]
+    assert any(d.startswith("fakeredis") for d in project["optional-dependencies"]["memory"])
+
+
+async def test_memory_url_gives_the_in_process_stand_in() -> None:
     client = create_redis(make_settings())
     assert is_in_process(client)
     assert await client.ping() is True
     await client.aclose()
 
 
-async def test_embedded_clients_share_one_process_wide_server(keyspace: KeySpace) -> None:
+async def test_in_process_clients_share_one_process_wide_server(keyspace: KeySpace) -> None:
     key = keyspace.workflow_index()
     first, second = create_redis(make_settings()), create_redis(make_settings())
     try:
@@ -229,7 +249,7 @@ async def test_embedded_clients_share_one_process_wide_server(keyspace: KeySpace
         await second.aclose()
 
 
-async def test_connect_redis_returns_the_embedded_stand_in_without_retrying(
+async def test_connect_redis_returns_the_in_process_stand_in_without_retrying(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="jarvismem.backends.redis"):

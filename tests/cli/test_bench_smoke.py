@@ -26,6 +26,9 @@ EXPECTED_MEASUREMENTS = (
     "raw 32-task concurrent XADD",
     "raw 64-task concurrent XADD",
     "raw XREVRANGE COUNT 10",
+    "S0 floor sequential",
+    "S0 floor 32 agents pipelined",
+    "S0 floor 64 agents pipelined",
     "S1 sequential log_turn",
     "S1/compaction off sequential log_turn",
     "S2/1 1 agents x 20 turns",
@@ -45,6 +48,10 @@ EXPECTED_MEASUREMENTS = (
     "S1 with OTel SDK installed, no exporter sequential log_turn",
 )
 EXPECTED_RATIOS = (
+    "S0 floor sequential / raw sequential XADD throughput",
+    "S1 / S0 floor sequential throughput",
+    "S2 32 agents / S0 floor 32 agents pipelined throughput",
+    "S2 64 agents / S0 floor 64 agents pipelined throughput",
     "S1 / raw sequential XADD throughput",
     "S1 last/first 100 median",
     "S1 compaction off / raw sequential XADD throughput",

@@ -47,6 +47,7 @@ from benchmarks.fixtures import (
     scratchpad_bytes,
     write_local_scratchpad,
 )
+from benchmarks.floor import floor_scenario
 from benchmarks.idle import idle_scenario
 from benchmarks.otel import otel_scenario
 from benchmarks.plots import write_plots
@@ -69,7 +70,7 @@ AZURITE_CONNECTION_STRING = (
 
 T = TypeVar("T")
 
-SCENARIOS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL")
+SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL")
 
 
 @dataclass
@@ -578,8 +579,15 @@ class Bench:
             raw_seq = m["raw sequential XADD"]
             raw_rev = m["raw XREVRANGE COUNT 10"]
             s1 = None
+            floor: dict[str, dict[str, float]] = {}
+            if "S0" in only:
+                floor = await self.timed("S0", floor_scenario(self))
             if "S1" in only:
                 s1 = await self.timed("S1", self.s1(local))
+                if "sequential" in floor:
+                    name = "S1 / S0 floor sequential throughput"
+                    rep.ratios[name] = _ratio(s1["ops_per_s"], floor["sequential"]["ops_per_s"])
+                    rep.targets.append(Target("S1 >= 0.8 x S0 floor", rep.ratios[name], 0.8, ">="))
                 win = min(cfg.flat_window, max(1, cfg.s1_turns // 2))
                 name = "S1 / raw sequential XADD throughput"
                 rep.ratios[name] = _ratio(s1["ops_per_s"], raw_seq["ops_per_s"])
@@ -599,6 +607,14 @@ class Bench:
                 )
             if "S2" in only:
                 await self.timed("S2", self.s2_sweep(local))
+                for n in cfg.s2_target_counts:
+                    if str(n) in floor:
+                        ours = m[f"S2/{n} {n} agents x {cfg.s2_turns} turns"]["ops_per_s"]
+                        name = f"S2 {n} agents / S0 floor {n} agents pipelined throughput"
+                        rep.ratios[name] = _ratio(ours, floor[str(n)]["ops_per_s"])
+                        rep.targets.append(
+                            Target(f"S2 {n} agents >= 0.8 x S0 floor", rep.ratios[name], 0.8, ">=")
+                        )
             if "S3" in only:
                 p50 = await self.timed("S3", self.s3(local, local_root=self.tmp / "blobs"))
                 sizes = sorted(p50)

@@ -1,7 +1,7 @@
 """S1, S2 and S3 on a Redis topology of the benchmark's own: single, Sentinel, Cluster.
 
 ``python -m benchmarks --topology single|sentinel|cluster [--quick]`` starts the
-topology on free loopback ports (jarvismem/testing/ha.py; AOF ``always`` on every
+topology on free loopback ports (tests/harness/ha.py; AOF ``always`` on every
 data node, one replica per primary for Sentinel and Cluster), builds the runtime
 the way a user does (``MemoryRuntime.from_env`` with ``REDIS_URL``, and
 ``REDIS_CLUSTER=true`` on a cluster), and prints one row per durability level:
@@ -31,8 +31,8 @@ from benchmarks.stats import latency_summary
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.ha import ClusterBed, SentinelBed, durability_supported, sentinel_supported
 from jarvismem.testing.redis_server import RedisServerProcess
+from tests.harness.ha import ClusterBed, SentinelBed, durability_supported, sentinel_supported
 
 TOPOLOGIES = ("single", "sentinel", "cluster")
 STEP = "s1"

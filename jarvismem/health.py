@@ -16,9 +16,9 @@ from typing import Any
 
 from jarvismem.backends.blob import LocalBlobStorage
 from jarvismem.backends.redis import (
-    EMBEDDED_NOTE,
-    is_embedded,
+    IN_PROCESS_NOTE,
     is_embedded_server,
+    is_in_process,
     ping_redis,
     probe_redis_write,
     redis_destination,
@@ -81,8 +81,8 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
     redis = engine.redis
     url = s.redis_url
     server = None
-    if is_embedded(redis):
-        backend, where = "embedded", EMBEDDED_NOTE
+    if is_in_process(redis):
+        backend, where = "in-process", IN_PROCESS_NOTE
     elif is_embedded_server(s) and _is_client_of(redis, embedded_server(s).socket_address()):
         server = embedded_server(s)
         backend, where, url = "embedded-server", str(server.socket_path), server.url
@@ -105,7 +105,7 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
         out["server"] = await server.status()
         if not ok and out["server"]["binary"] is None:
             out["reason"] = f"no Redis server binary for this platform: {NO_SERVER_HINT}"
-    if not is_embedded(redis):
+    if not is_in_process(redis):
         out["durability"] = durability_health(redis)
         if ok and out["durability"]["level"] == "replicated":
             seen, _, _, connected = await _probe(lambda: connected_replicas(redis))
@@ -299,7 +299,7 @@ async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> d
         "degraded": bool(reasons),
         "reasons": reasons,
         "namespace": engine.keyspace.namespace,
-        "embedded": engine.embedded,
+        "in_process": engine.in_process,
         "backends": backends,
         "outboxes": outboxes,
     }

@@ -227,7 +227,7 @@ def render_health(health: Mapping[str, Any]) -> str:
             lines.append(f"          - {dep}: {dep_state}")
         if b.get("reason"):
             lines.append(f"          reason: {b['reason']}")
-    if health.get("embedded"):
+    if health.get("in_process"):
         lines.append(
             "note: Redis is the in-process stand-in of this command only "
             "(REDIS_URL=memory://, ephemeral); unset REDIS_URL for the embedded server"

@@ -118,7 +118,7 @@ async def list_workflows(
                 stats = await ledger_stats(engine.redis, ks, workflow)
             turns, entries, last_ms = stats.turns, stats.entries, stats.last_ms
             score = indexed.get(workflow)
-            if engine.embedded and score is None and not entries:
+            if engine.in_process and score is None and not entries:
                 # The in-process stand-in cannot see other processes' ledgers:
                 # unknown, not zero.
                 turns = entries = None

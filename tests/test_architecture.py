@@ -45,8 +45,8 @@ MAY_IMPORT_BACKEND_LIBRARIES = ("jarvismem.backends",)
 # Optional extras may be imported where they are used (absent without the extra),
 # and so may the one module that needs them: importing it must fail with an
 # install hint only when Azure is configured.
-# The embedded Redis stand-in (fakeredis, ~65 modules) is needed only when no
-# REDIS_URL is configured, so it is loaded on first use too.
+# The in-process Redis stand-in (fakeredis, ~65 modules; the `memory` extra) is
+# needed only for REDIS_URL=memory://, so it is loaded on first use too.
 # The MCP server module needs the mcp extra: `jarvismem mcp` imports it when run, so
 # the rest of the CLI works without the extra (and the command says how to install it).
 OPTIONAL_EXTRAS = (

@@ -32,7 +32,7 @@ async def test_an_engine_without_backends_is_healthy_and_says_nothing_is_configu
         "athena": False,
         "llm": False,
     }
-    assert health["outboxes"] == {} and health["embedded"] is False
+    assert health["outboxes"] == {} and health["in_process"] is False
 
 
 async def test_reachable_backends_report_their_latency(

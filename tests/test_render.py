@@ -251,7 +251,7 @@ def test_render_health_of_a_degraded_embedded_runtime() -> None:
         {
             "namespace": "ns",
             "ok": False,
-            "embedded": True,
+            "in_process": True,
             "backends": {
                 "athena": {
                     "configured": True,

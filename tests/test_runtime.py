@@ -95,7 +95,7 @@ async def test_from_env_applies_overrides_over_the_environment(tmp_path: Path) -
     rt = await MemoryRuntime.from_env(
         _env_file=None, jarvismem_namespace="overridden", outbox_path=tmp_path / "ob"
     )
-    assert rt.keyspace.namespace == "overridden" and rt.embedded
+    assert rt.keyspace.namespace == "overridden" and rt.in_process
     await rt.close()
 
 

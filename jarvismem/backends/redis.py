@@ -65,7 +65,7 @@ log = logging.getLogger(__name__)
 RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
 """What every tier accepts: a plain or a cluster ``redis.asyncio`` client."""
 
-EMBEDDED_NOTE = (
+IN_PROCESS_NOTE = (
     "in-process Redis stand-in (REDIS_URL=memory://; ephemeral: lost when the process exits)"
 )
 
@@ -149,7 +149,7 @@ class _CommandRetry(Retry):
 _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
 
 
-def is_embedded(client: Any) -> bool:
+def is_in_process(client: Any) -> bool:
     """True for the in-process fakeredis stand-in (``REDIS_URL=memory://``)."""
     return type(client).__module__.startswith("fakeredis")
 
@@ -160,8 +160,8 @@ def redis_destination(client: Any) -> str:
     Names the client's outboxes, so records queued for one server are never
     replayed into another. No password: host, port, database, or socket path.
     """
-    if is_embedded(client):
-        return "embedded"
+    if is_in_process(client):
+        return "in-process"
     pool = getattr(client, "connection_pool", None)
     sentinel = sentinel_pool_destination(pool)
     if sentinel is not None:
@@ -224,7 +224,7 @@ def create_redis(settings: Settings) -> RedisClient:
                 "REDIS_URL): the embedded server and the in-process stand-in have none"
             )
     if settings.redis_url == MEMORY_URL:
-        return embedded_redis()
+        return in_process_redis()
     client = _create_client(settings, redis_url_of(settings))
     adopt_redis(client, settings)
     return client
@@ -245,7 +245,7 @@ def adopt_redis(client: Any, settings: Settings) -> None:
         if settings.redis_durability == "replicated"
         else None
     )
-    if wanted is not None and is_embedded(client):
+    if wanted is not None and is_in_process(client):
         raise ConfigError(
             "REDIS_DURABILITY=replicated needs a Redis server with replicas: the "
             "in-process stand-in has none"
@@ -368,21 +368,27 @@ def recovery_probe(client: Any) -> RecoveryProbe:
     return probe
 
 
-_embedded_server: Any = None
+_in_process_server: Any = None
 
 
-def embedded_redis() -> aioredis.Redis:
+def in_process_redis() -> aioredis.Redis:
     """A client of the process-wide in-process stand-in (fakeredis, with Lua)."""
     # Imported here, not at module top: the stand-in is ~65 modules that a
     # process with REDIS_URL set never needs (start-up time, memory, and more
     # long-lived objects for every garbage collection to walk).
-    import fakeredis
+    try:
+        import fakeredis
+    except ImportError:
+        raise ConfigError(
+            f"REDIS_URL={MEMORY_URL} (the in-process stand-in) needs fakeredis: "
+            "pip install 'jarvismem[memory]' (or unset REDIS_URL for the embedded server)"
+        ) from None
 
-    global _embedded_server
-    if _embedded_server is None:
-        _embedded_server = fakeredis.FakeServer()
-        log.warning("REDIS_URL=%s: using the %s", MEMORY_URL, EMBEDDED_NOTE)
-    client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_embedded_server)
+    global _in_process_server
+    if _in_process_server is None:
+        _in_process_server = fakeredis.FakeServer()
+        log.warning("REDIS_URL=%s: using the %s", MEMORY_URL, IN_PROCESS_NOTE)
+    client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_in_process_server)
     return client
 
 
@@ -459,7 +465,7 @@ async def connect_redis(settings: Settings, *, retries: int | None = None) -> Re
     if is_embedded_server(settings):
         await ensure_started(settings)
     client = create_redis(settings)
-    if is_embedded(client):
+    if is_in_process(client):
         return client
     url = redis_url_of(settings)
     retries = settings.redis_connect_retries if retries is None else max(0, retries)

@@ -6,9 +6,11 @@ is not listed and refuses with how to get the suite (exit 2).
 The suite's own options (``python -m benchmarks --help``) are mirrored here, so
 ``jarvismem bench --quick --json --only S1`` parses like any other command and
 a typo is reported by name. The suite reads its Redis server from
-``--redis-url`` only, so that is how the settings reach it: ``--redis-url``, or
-else ``REDIS_URL`` from the environment / ``--env-file`` / ``.env``; with none,
-the suite's own default (a local server on 6379).
+``REDIS_URL`` in its environment, so that is how the settings reach it:
+``--redis-url``, or else ``REDIS_URL`` from the environment / ``--env-file`` /
+``.env``; with none, the embedded server (started if need be), since that is
+the configuration a user with nothing configured runs. ``memory://`` is refused:
+the in-process stand-in lives in this process, not the suite's.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import os
 import sys
 from typing import Any
 
+from jarvismem.backends.redis_embedded import ensure_started
 from jarvismem.cli._context import CliContext
 from jarvismem.errors import ConfigError
+from jarvismem.settings import MEMORY_URL
 
 SUITE_OPTIONS = (
     "--quick",
@@ -128,10 +132,23 @@ async def bench(ctx: CliContext) -> int:
     if not benchmarks_available():
         raise ConfigError(NOT_A_CHECKOUT)
     settings = ctx.settings()
+    if settings.redis_url == MEMORY_URL:
+        raise ConfigError(
+            f"jarvismem bench needs a Redis server: REDIS_URL={MEMORY_URL} is an in-process "
+            "stand-in the benchmark process cannot share (unset REDIS_URL for the embedded "
+            "server, or set it to a server)"
+        )
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
     if settings.redis_url:
-        env["REDIS_URL"] = settings.redis_url  # the suite's --redis-url defaults to it
+        url = settings.redis_url
+    else:
+        server = await ensure_started(settings)
+        url = server.url
+        print(
+            f"[bench] REDIS_URL unset: the embedded server at {server.socket_path}", file=sys.stderr
+        )
+    env["REDIS_URL"] = url  # the suite's --redis-url defaults to it
     argv = suite_argv(ctx.args)
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "benchmarks", *argv, env=env)
     return await proc.wait()

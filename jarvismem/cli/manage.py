@@ -94,8 +94,8 @@ async def workflows(ctx: CliContext) -> int:
     a = ctx.args
     async with ctx.runtime() as rt:
         rows = await list_workflows(rt, rebuild=a.rebuild, include_blobs=not a.no_blobs)
-        embedded = rt.embedded
-    ctx.out.result([r.as_dict() for r in rows], lambda _: _table(rows, embedded))
+        in_process = rt.in_process
+    ctx.out.result([r.as_dict() for r in rows], lambda _: _table(rows, in_process))
     return 0
 
 
@@ -103,11 +103,11 @@ def _count(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def _table(rows: list[WorkflowInfo], embedded: bool) -> str:
+def _table(rows: list[WorkflowInfo], in_process: bool) -> str:
     if not rows:
         text = "(no workflows)"
-        if embedded:
-            text += " (Redis is the embedded stand-in: ledgers of other processes are not seen)"
+        if in_process:
+            text += " (Redis is the in-process stand-in: ledgers of other processes are not seen)"
         return text
     header = ("WORKFLOW", "TURNS", "ENTRIES", "LAST ACTIVITY", "STORED IN")
     body = [

@@ -23,7 +23,7 @@ from jarvismem.backends.embeddings.factory import create_embedder
 from jarvismem.backends.embeddings.protocol import Embedder
 from jarvismem.backends.llm import Summarizer, as_summarizer, create_summarizer
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import adopt_redis, is_embedded, redis_destination
+from jarvismem.backends.redis import adopt_redis, is_in_process, redis_destination
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
 from jarvismem.engine.poller import PolledEngine, poll_outboxes
 from jarvismem.engine.workflow import WorkflowState
@@ -207,9 +207,9 @@ class MemoryEngine:
         return self._closed
 
     @property
-    def embedded(self) -> bool:
+    def in_process(self) -> bool:
         """True when Redis is the ephemeral in-process stand-in (``REDIS_URL=memory://``)."""
-        return self.redis is not None and is_embedded(self.redis)
+        return self.redis is not None and is_in_process(self.redis)
 
     # --- shared per-workflow machinery ----------------------------------------------------
 

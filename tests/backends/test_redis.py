@@ -7,7 +7,9 @@ import asyncio
 import logging
 import shutil
 import ssl
+import sys
 import tempfile
+import tomllib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +26,7 @@ from jarvismem.backends.redis import (
     _CommandRetry,
     connect_redis,
     create_redis,
-    is_embedded,
+    is_in_process,
     is_transient_redis_error,
     mark_known_down,
     redis_errors,
@@ -50,6 +52,9 @@ from tests.conftest import (
 PASSWORD = "hunter2-do-not-log"
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def make_settings(**overrides: Any) -> Settings:
     return load_settings(_env_file=None, **overrides)
 
@@ -68,7 +73,7 @@ async def test_redis_url_builds_a_plain_client_without_connecting() -> None:
     client = plain_client(make_settings(redis_url=f"redis://127.0.0.1:{closed_port()}/3"))
     try:
         assert isinstance(client, aioredis.Redis)
-        assert not is_embedded(client)
+        assert not is_in_process(client)
         kwargs = client.connection_pool.connection_kwargs
         assert kwargs["host"] == "127.0.0.1" and kwargs["db"] == 3
         assert "ssl_cert_reqs" not in kwargs
@@ -207,17 +212,32 @@ def test_cluster_mode_refuses_a_unix_socket_at_start_up() -> None:
         create_redis(settings)
 
 
-# --- embedded default -------------------------------------------------------------------------
+# --- the in-process stand-in (memory://) ------------------------------------------------------
 
 
-async def test_unset_redis_url_gives_the_embedded_stand_in() -> None:
+def test_the_stand_in_without_fakeredis_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # fakeredis is the `memory` extra, not a dependency of every install.
+    monkeypatch.setitem(sys.modules, "fakeredis", None)  # `import fakeredis` raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'jarvismem\[memory\]'"):
+        create_redis(make_settings())
+
+
+def test_fakeredis_is_an_extra_not_a_dependency() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("fakeredis")]
+    assert any(d.startswith("fakeredis") for d in project["optional-dependencies"]["memory"])
+
+
+async def test_memory_url_gives_the_in_process_stand_in() -> None:
     client = create_redis(make_settings())
-    assert is_embedded(client)
+    assert is_in_process(client)
     assert await client.ping() is True
     await client.aclose()
 
 
-async def test_embedded_clients_share_one_process_wide_server(keyspace: KeySpace) -> None:
+async def test_in_process_clients_share_one_process_wide_server(keyspace: KeySpace) -> None:
     key = keyspace.workflow_index()
     first, second = create_redis(make_settings()), create_redis(make_settings())
     try:
@@ -229,12 +249,12 @@ async def test_embedded_clients_share_one_process_wide_server(keyspace: KeySpace
         await second.aclose()
 
 
-async def test_connect_redis_returns_the_embedded_stand_in_without_retrying(
+async def test_connect_redis_returns_the_in_process_stand_in_without_retrying(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="jarvismem.backends.redis"):
         client = await connect_redis(make_settings(redis_connect_retries=0))
-    assert is_embedded(client)
+    assert is_in_process(client)
     assert not any("retrying" in r.getMessage() for r in caplog.records)
     await client.aclose()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jarvismem.backends.redis import create_redis, embedded_redis, redis_destination, redis_errors
+from jarvismem.backends.redis import create_redis, in_process_redis, redis_destination, redis_errors
 from jarvismem.backends.redis_durability import (
     Durability,
     durability_health,
@@ -315,7 +315,7 @@ def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
         _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
     )
     with pytest.raises(ConfigError, match="the in-process stand-in has none"):
-        MemoryEngine(settings, redis=embedded_redis())
+        MemoryEngine(settings, redis=in_process_redis())
 
 
 # --- recall facts and both LangGraph integrations wait too ---------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jarvismem.backends import redis_embedded
-from jarvismem.backends.redis import connect_redis, create_redis, is_embedded
+from jarvismem.backends.redis import connect_redis, create_redis, is_in_process
 from jarvismem.backends.redis_embedded import (
     EmbeddedServer,
     EmbeddedServerBusy,
@@ -54,7 +54,7 @@ def test_unset_redis_url_means_the_embedded_server_not_the_stand_in() -> None:
     settings = load_settings(_env_file=None, redis_url=None)
     assert settings.redis_url is None
     assert load_settings(_env_file=None, redis_url="memory://").redis_url == "memory://"
-    assert is_embedded(create_redis(load_settings(_env_file=None, redis_url="memory://")))
+    assert is_in_process(create_redis(load_settings(_env_file=None, redis_url="memory://")))
 
 
 async def test_an_acknowledged_write_survives_the_server_being_killed(
@@ -62,7 +62,7 @@ async def test_an_acknowledged_write_survives_the_server_being_killed(
 ) -> None:
     settings = make_settings(redis_url=None, embedded_redis_path=embedded_folder)
     client = await connect_redis(settings)
-    assert not is_embedded(client)
+    assert not is_in_process(client)
     key = keyspace.workflow_index()
     await client.set(key, b"acknowledged")
     await client.aclose()
@@ -118,7 +118,7 @@ async def test_no_binary_starts_degraded_with_one_line_saying_how_to_get_redis(
         lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert len(lines) == 1, lines
         assert "crash recovery needs Redis" in lines[0] and "REDIS_URL" in lines[0]
-        assert not rt.embedded
+        assert not rt.in_process
         # status says the same, not a generic "is redis-server running?"
         redis_health = (await rt.health())["backends"]["redis"]
         assert redis_health["backend"] == "embedded-server" and not redis_health["reachable"]

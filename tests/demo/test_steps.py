@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.backends.loopback_redis import LoopbackRedis
 from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
 from jarvismem.demo import steps
 from jarvismem.demo.child import AGENT_ID, STEP_ID
@@ -20,6 +19,7 @@ from jarvismem.errors import ConfigError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
 from tests.conftest import require_backend
+from tests.harness.loopback_redis import LoopbackRedis
 
 
 def _settings(**values: object) -> Settings:

@@ -30,7 +30,7 @@ async def test_an_engine_without_backends_has_no_tiers_and_closes_twice(
     assert engine.athena_memory_nowait("a1") is None
     with pytest.raises(ConfigError, match="ATHENA_URL"):
         engine.athena_outbox("a1")
-    assert engine.recall_store is None and not engine.embedded
+    assert engine.recall_store is None and not engine.in_process
     await engine.close()
     assert engine.closed
     await engine.close()

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 import redis
 
-from jarvismem.testing.checker import CheckerConfig, Observed, run_checker, verify
-from jarvismem.testing.checker.disks import OutboxDisks
-from jarvismem.testing.checker.faults import FaultInjector
-from jarvismem.testing.checker.forwarders import Forwarders
-from jarvismem.testing.checker.history import Histogram, HistoryWriter, completed, read_history
-from jarvismem.testing.checker.verify import turn_text
 from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import require_backend
+from tests.harness.checker import CheckerConfig, Observed, run_checker, verify
+from tests.harness.checker.disks import OutboxDisks
+from tests.harness.checker.faults import FaultInjector
+from tests.harness.checker.forwarders import Forwarders
+from tests.harness.checker.history import Histogram, HistoryWriter, completed, read_history
+from tests.harness.checker.verify import turn_text
 
 CI_SECONDS = float(os.environ.get("JARVISMEM_CHECKER_SECONDS", "25"))
 
@@ -466,7 +466,7 @@ def _queued_turn(n: int) -> dict[str, Any]:
 
 
 def test_an_acknowledged_turn_dead_lettered_for_a_transient_reason_is_caught() -> None:
-    from jarvismem.testing.checker.verify import parse_dead_letter
+    from tests.harness.checker.verify import parse_dead_letter
 
     oom = "OutOfMemoryError: OOM command not allowed when used memory > 'maxmemory'."
     athena = {"event": {"type": "thought", "content": turn_text(TENANT, WF, STEP, AGENT, 2)[0]}}

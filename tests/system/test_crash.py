@@ -1,7 +1,7 @@
 """Crash suite: SIGKILL the agent and redis-server at random points; nothing acked is lost.
 
-The harness itself lives in ``jarvismem.testing.crash`` (also ``python -m
-jarvismem.testing.crash``); here it runs with a CI-sized budget, and its verifier
+The harness itself lives in ``tests.harness.crash`` (also ``python -m
+tests.harness.crash``); here it runs with a CI-sized budget, and its verifier
 is shown to notice a lost turn, a duplicate and a damaged summary.
 """
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.testing.crash import (
+from tests.conftest import require_backend
+from tests.harness.crash import (
     AGENT,
     STEP,
     WORKFLOW,
@@ -27,7 +28,6 @@ from jarvismem.testing.crash import (
     summary_text,
     verify,
 )
-from tests.conftest import require_backend
 
 pytestmark = pytest.mark.integration
 
@@ -139,7 +139,7 @@ def test_the_cli_prints_the_figures_as_json(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "jarvismem.testing.crash",
+            "tests.harness.crash",
             "--kills",
             "2",
             "--seed",

@@ -1,6 +1,6 @@
 """High availability: agents keep logging turns while Redis fails over under them.
 
-Real redis-server processes (jarvismem/testing/ha.py): a 3-primary + 3-replica
+Real redis-server processes (tests/harness/ha.py): a 3-primary + 3-replica
 cluster and a primary + replica + 3 sentinels, AOF ``always``. Agent processes
 call ``log_turn`` through a runtime built from settings while a primary is
 killed, held behind its replica, SIGSTOPped past ``cluster-node-timeout``, or
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.testing.ha import ScenarioConfig, ScenarioResult, run_scenario
 from tests.conftest import require_backend
+from tests.harness.ha import ScenarioConfig, ScenarioResult, run_scenario
 
 pytestmark = pytest.mark.integration
 

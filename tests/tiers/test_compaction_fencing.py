@@ -30,11 +30,11 @@ from jarvismem.backends.blob.base import BlobVersion
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
-from jarvismem.testing.netfaults import LostReplyProxy
 from jarvismem.tiers.compaction import CompactionPolicy, CompactionResult, Compactor
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from tests.conftest import REAL_REDIS_URL
+from tests.harness.netfaults import LostReplyProxy
 
 TTL = 3600
 REPO = Path(__file__).resolve().parents[2]

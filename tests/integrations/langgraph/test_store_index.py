@@ -23,8 +23,8 @@ from jarvismem.errors import BackendUnavailableError
 from jarvismem.integrations.langgraph import JarvisMemStore
 from jarvismem.keys import KeySpace
 from jarvismem.recall import RedisRecallStore
-from jarvismem.testing.ha import ClusterBed, key_slot
 from tests.conftest import require_backend
+from tests.harness.ha import ClusterBed, key_slot
 
 pytestmark = pytest.mark.integration
 

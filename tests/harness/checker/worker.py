@@ -1,8 +1,8 @@
 """A checker worker: one OS process, one runtime, several tasks with their own views.
 
-Started by the parent as ``python -m jarvismem.testing.checker worker SPEC.json``.
+Started by the parent as ``python -m tests.harness.checker worker SPEC.json``.
 It runs random operations until the spec's end time, recording each one in its
-history file (see :mod:`~jarvismem.testing.checker.history`), while a monitor
+history file (see :mod:`~tests.harness.checker.history`), while a monitor
 task measures event-loop lag. A restarted worker (next incarnation of the same
 slot) reads its predecessors' histories to carry on with the next turn ids.
 """
@@ -32,7 +32,8 @@ from jarvismem.errors import (
 from jarvismem.keys import KeySpace
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
-from jarvismem.testing.checker.history import (
+from jarvismem.tiers.checkpoints import CheckpointStore
+from tests.harness.checker.history import (
     FAIL,
     INFO,
     INVOKE,
@@ -43,9 +44,8 @@ from jarvismem.testing.checker.history import (
     completed,
     read_history,
 )
-from jarvismem.testing.checker.verify import CHECKER_TIMEOUT, turn_text
-from jarvismem.testing.harness_settings import HARNESS_TIER_TIMEOUT, harness_settings
-from jarvismem.tiers.checkpoints import CheckpointStore
+from tests.harness.checker.verify import CHECKER_TIMEOUT, turn_text
+from tests.harness.harness_settings import HARNESS_TIER_TIMEOUT, harness_settings
 
 ATHENA_KEY = "checker-key"
 NAMESPACE = "chk"

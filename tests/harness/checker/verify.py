@@ -2,7 +2,7 @@
 
 Pure functions over plain data, so each invariant can be shown to fail on a
 hand-made history. Operations are the merged records of
-:func:`~jarvismem.testing.checker.history.completed`: ``kind``, ``status``
+:func:`~tests.harness.checker.history.completed`: ``kind``, ``status``
 (ok / fail / info), ``inv`` and ``done`` (ns; ``done`` None when unknown) and
 the kind's own fields. Writes to a register carry ``reg`` and ``val`` (the
 writer's op id, ``None`` for a delete); reads carry ``reg``, ``read`` and the
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from jarvismem.testing.checker.history import FAIL, INFO, OK, Histogram
+from tests.harness.checker.history import FAIL, INFO, OK, Histogram
 
 TURN_KINDS = ("log_turn", "relog")
 EXAMPLES_PER_INVARIANT = 3

@@ -22,7 +22,7 @@ a power loss would), restarts what it killed, and at the end verifies:
   (or one tried after it);
 * the outboxes are drained with nothing dropped.
 
-Run ``python -m jarvismem.testing.crash --kills 25 --seed 1 [--soak] [--json]``;
+Run ``python -m tests.harness.crash --kills 25 --seed 1 [--soak] [--json]``;
 ``run_crash_harness(CrashConfig(...))`` does the same from Python.
 """
 
@@ -50,10 +50,10 @@ from jarvismem.keys import KeySpace
 from jarvismem.records import encode_record, parse_records, turn_record
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
+from jarvismem.testing.redis_server import RedisServerProcess
 
 # The private redis-server moved to its own module; crash's names stay importable.
-from jarvismem.testing.harness_settings import harness_settings
-from jarvismem.testing.redis_server import RedisServerProcess
+from tests.harness.harness_settings import harness_settings
 
 WORKFLOW = "crash-wf"
 STEP = "s1"
@@ -272,7 +272,7 @@ class _Child:
             [
                 sys.executable,
                 "-m",
-                "jarvismem.testing.crash",
+                "tests.harness.crash",
                 "--child",
                 "--redis-url",
                 redis_url,
@@ -532,7 +532,7 @@ def format_report(report: CrashReport) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: run the harness (or, with ``--child``, be the agent loop). Exit 1 on a problem."""
-    parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.crash")
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.crash")
     parser.add_argument("--kills", type=int, default=None, help="SIGKILLs (default 25, soak 2000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--soak", action="store_true", help="thousands of kills, longer runs")

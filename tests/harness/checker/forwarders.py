@@ -16,7 +16,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from jarvismem.testing.netfaults import LostReplyProxy
+from tests.harness.netfaults import LostReplyProxy
 
 T = TypeVar("T")
 CALL_TIMEOUT = 10.0

@@ -1,4 +1,4 @@
-"""``python -m jarvismem.testing.checker``: run the checker (or be one of its workers)."""
+"""``python -m tests.harness.checker``: run the checker (or be one of its workers)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from jarvismem.testing.checker.faults import ALL_FAULTS
-from jarvismem.testing.checker.run import CheckerConfig, format_report, run_checker
-from jarvismem.testing.checker.worker import MUTATIONS, worker_main
+from tests.harness.checker.faults import ALL_FAULTS
+from tests.harness.checker.run import CheckerConfig, format_report, run_checker
+from tests.harness.checker.worker import MUTATIONS, worker_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
         return worker_main(Path(argv[1]))
-    parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.checker")
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.checker")
     parser.add_argument("--seed", type=int, default=None, help="default: the current time")
     parser.add_argument("--seconds", type=float, default=30.0, help="of operations")
     parser.add_argument("--processes", type=int, default=4)

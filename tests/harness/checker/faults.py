@@ -9,7 +9,7 @@ refuses every write with ``OOM command not allowed``), 1-3 s, then
 with ``--maxmemory 1`` already in force, so the first writes after the
 restart (the outboxes' replays) meet OOM. ``partition`` holds one worker's
 forwarder; ``outbox_readonly`` / ``outbox_full`` make one worker's outbox
-disk read-only or full (see :mod:`~jarvismem.testing.checker.disks`).
+disk read-only or full (see :mod:`~tests.harness.checker.disks`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jarvismem.testing.checker.disks import OutboxDisks
-from jarvismem.testing.checker.forwarders import Forwarders
 from jarvismem.testing.redis_server import RedisServerProcess
+from tests.harness.checker.disks import OutboxDisks
+from tests.harness.checker.forwarders import Forwarders
 
 WORKER_FAULTS = ("kill_worker",)
 REDIS_FAULTS = ("redis_stop", "redis_kill", "redis_oom", "redis_kill_oom")

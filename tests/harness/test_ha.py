@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.testing.ha import (
+from jarvismem.testing.redis_server import RedisServerProcess
+from tests.conftest import require_backend
+from tests.harness.ha import (
     ClusterBed,
     LoadResult,
     ReplyError,
@@ -25,8 +27,6 @@ from jarvismem.testing.ha import (
     table_row,
     workflow_slot,
 )
-from jarvismem.testing.redis_server import RedisServerProcess
-from tests.conftest import require_backend
 
 
 def test_key_slot_follows_the_cluster_spec() -> None:

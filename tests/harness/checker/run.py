@@ -24,25 +24,25 @@ from jarvismem.errors import SpaceNotFoundError
 from jarvismem.keys import KeySpace
 from jarvismem.records import decode_entry
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.checker.disks import FILLER, OutboxDisks
-from jarvismem.testing.checker.faults import (
+from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.testing.redis_server import RedisServerProcess
+from tests.harness.checker.disks import FILLER, OutboxDisks
+from tests.harness.checker.faults import (
     ALL_FAULTS,
     ATHENA_FAULTS,
     DISK_FAULTS,
     NET_FAULTS,
     FaultInjector,
 )
-from jarvismem.testing.checker.forwarders import Forwarders
-from jarvismem.testing.checker.history import STATS, completed, history_files, read_history
-from jarvismem.testing.checker.verify import Observed, Verdict, parse_dead_letter, verify
-from jarvismem.testing.checker.worker import (
+from tests.harness.checker.forwarders import Forwarders
+from tests.harness.checker.history import STATS, completed, history_files, read_history
+from tests.harness.checker.verify import Observed, Verdict, parse_dead_letter, verify
+from tests.harness.checker.worker import (
     ATHENA_KEY,
     NAMESPACE,
     WorkerSpec,
     worker_settings,
 )
-from jarvismem.testing.fake_athena import FakeAthenaServer
-from jarvismem.testing.redis_server import RedisServerProcess
 
 TENANTS = ("ta", "tb")
 PROGRESS_EVERY = 5.0
@@ -173,7 +173,7 @@ class _Workers:
         pkg_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
         self.procs[slot] = subprocess.Popen(
-            [sys.executable, "-m", "jarvismem.testing.checker", "worker", str(path)],
+            [sys.executable, "-m", "tests.harness.checker", "worker", str(path)],
             stdout=subprocess.DEVNULL,
             stderr=self.log,
             cwd=self.root,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from jarvismem.defaults import CONTEXT_TTL_DAYS
-from jarvismem.testing.harness_settings import HARNESS_TIER_TIMEOUT, harness_settings
+from tests.harness.harness_settings import HARNESS_TIER_TIMEOUT, harness_settings
 
 
 def test_a_private_store_with_short_timeouts_and_no_compaction(

@@ -9,18 +9,18 @@ unwritable blob root, Athena 401/500/hang). Every operation is recorded; after
 a final recovery the history is checked against what Redis, the Athena fake and
 the outbox files hold.
 
-Run ``python -m jarvismem.testing.checker --seed N --seconds S``, or
+Run ``python -m tests.harness.checker --seed N --seconds S``, or
 ``run_checker(CheckerConfig(...))`` from Python.
 """
 
-from jarvismem.testing.checker.faults import ALL_FAULTS
-from jarvismem.testing.checker.run import (
+from tests.harness.checker.faults import ALL_FAULTS
+from tests.harness.checker.run import (
     CheckerConfig,
     CheckerReport,
     format_report,
     run_checker,
 )
-from jarvismem.testing.checker.verify import INVARIANTS, Observed, Verdict, verify
+from tests.harness.checker.verify import INVARIANTS, Observed, Verdict, verify
 
 __all__ = [
     "ALL_FAULTS",

@@ -13,7 +13,7 @@ everyone else), a replica held behind its primary before the kill
 (:meth:`lag_replica`), and ``redis-cli --cluster reshard`` under load.
 
 Agents: :func:`run_scenario` starts agent processes (``python -m
-jarvismem.testing.ha agents SPEC``) that call ``log_turn`` through a runtime
+tests.harness.ha agents SPEC``) that call ``log_turn`` through a runtime
 built from settings (``MemoryRuntime.from_env``) until told to stop, injects a
 fault, then drains every outbox and counts acknowledged turns against the
 ledgers: *lost* (acknowledged, absent) and *duplicated* (a turn id present
@@ -1108,7 +1108,7 @@ class _Agents:
             spec.save(path)
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "jarvismem.testing.ha", "agents", str(path)],
+                    [sys.executable, "-m", "tests.harness.ha", "agents", str(path)],
                     stdout=subprocess.DEVNULL,
                     stderr=log,
                     env=env,
@@ -1381,7 +1381,7 @@ def table_row(row: dict[str, Any]) -> str:
 
 def soak(argv: list[str]) -> int:
     """The soak matrix: every topology x durability x fault, one table row each."""
-    parser = argparse.ArgumentParser(prog="python -m jarvismem.testing.ha soak")
+    parser = argparse.ArgumentParser(prog="python -m tests.harness.ha soak")
     parser.add_argument("--topologies", default="cluster,sentinel")
     parser.add_argument("--durabilities", default="primary,replicated")
     parser.add_argument(
@@ -1442,15 +1442,13 @@ def _unsupported(topology: str, durability: str) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m jarvismem.testing.ha agents SPEC.json`` (an agent process) or
-    ``python -m jarvismem.testing.ha soak [options]`` (the soak table)."""
+    """``python -m tests.harness.ha agents SPEC.json`` (an agent process) or
+    ``python -m tests.harness.ha soak [options]`` (the soak table)."""
     if len(argv) == 2 and argv[0] == "agents":
         return _agents_main(argv[1])
     if argv and argv[0] == "soak":
         return soak(argv[1:])
-    print(
-        "usage: python -m jarvismem.testing.ha agents SPEC.json | soak [options]", file=sys.stderr
-    )
+    print("usage: python -m tests.harness.ha agents SPEC.json | soak [options]", file=sys.stderr)
     return 2
 
 

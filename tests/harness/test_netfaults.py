@@ -10,8 +10,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from jarvismem.keys import KeySpace
-from jarvismem.testing.netfaults import LostReplyProxy
 from tests.conftest import REAL_REDIS_URL
+from tests.harness.netfaults import LostReplyProxy
 
 
 async def test_forwards_and_loses_one_marked_reply_after_the_command_ran(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from jarvismem.backends.loopback_redis import LoopbackRedis
+from tests.harness.loopback_redis import LoopbackRedis
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         description="redis://, rediss:// (TLS), unix:// or "
         "redis+sentinel://[user:pass@]host:port,host:port/service[/db] URL. Unset: the "
         "embedded Redis server jarvismem starts in EMBEDDED_REDIS_PATH (persistent). "
-        "memory://: an in-process stand-in (ephemeral, for tests).",
+        "memory://: an in-process stand-in (ephemeral, for tests; pip install jarvismem[memory]).",
     )
     embedded_redis_path: Path = Field(
         defaults.EMBEDDED_REDIS_PATH,

@@ -20,7 +20,7 @@ from jarvismem.backends.redis import (
     is_embedded_server,
     is_in_process,
     ping_redis,
-    probe_redis_write,
+    probe_redis_call,
     redis_destination,
 )
 from jarvismem.backends.redis_durability import (
@@ -70,8 +70,102 @@ async def _write_probe(out: dict[str, Any], fn: Callable[[], Awaitable[Any]]) ->
     ok, _latency, reason, _ = await _probe(fn)
     out["writable"] = ok
     if not ok:
-        text = _reason(reason) or "write refused"
-        out["reason"] = text if "not writable" in text else f"not writable: {text}"
+        out["reason"] = _not_writable(reason)
+
+
+def _not_writable(reason: str | None) -> str:
+    text = _reason(reason) or "write refused"
+    return text if "not writable" in text else f"not writable: {text}"
+
+
+Step = tuple[str, Callable[[], Awaitable[Any]]]
+
+CLEANUP_STEP = "clean up"
+"""The write check's last step: run whenever its write landed, even after a failed read."""
+
+
+async def _write_check(out: dict[str, Any], steps: list[Step]) -> None:
+    """Run the write check's ``steps`` in order; record them and ``writable``.
+
+    ``out["write_check"]`` is ``{"ok", "ms", "failed_step", "steps": [{"step", "ok",
+    "ms", "reason"}]}``: ``ok`` None for a step not run (after an earlier failure),
+    ``ms`` its time. The clean-up step still runs after a failed read-back, so a
+    probe that was written is removed. ``writable`` is whether every step passed;
+    on a failure ``reason`` names the step.
+    """
+    results: list[dict[str, Any]] = []
+    failed: str | None = None
+    reason: str | None = None
+    wrote = False
+    for name, fn in steps:
+        if failed is not None and not (name == CLEANUP_STEP and wrote):
+            results.append({"step": name, "ok": None, "ms": None, "reason": None})
+            continue
+        ok, ms, why, _ = await _probe(fn)
+        results.append({"step": name, "ok": ok, "ms": ms, "reason": _reason(why)})
+        wrote = wrote or (ok and name == "write")
+        if not ok and failed is None:
+            failed, reason = name, why
+    total = sum(r["ms"] for r in results if r["ms"] is not None)
+    out["write_check"] = {
+        "ok": failed is None,
+        "ms": round(total, 3),
+        "failed_step": failed,
+        "steps": results,
+    }
+    out["writable"] = failed is None
+    if failed is not None:
+        out["reason"] = f"{_not_writable(reason)} (write check failed at: {failed})"
+
+
+def _write_check_not_run(out: dict[str, Any], why: str) -> None:
+    """Record that the write check was asked for but could not run (``writable`` unknown)."""
+    out["write_check"] = {"ok": None, "ms": None, "failed_step": None, "steps": [], "why": why}
+
+
+def _expect(value: bytes) -> Callable[[Any], None]:
+    """A check that what was read back is ``value`` (bytes or, decoded, str)."""
+
+    def check(got: Any) -> None:
+        if got is None:
+            raise LookupError("the probe written just before is not there")
+        if (got if isinstance(got, bytes) else str(got).encode()) != value:
+            raise ValueError("the probe read back differs from what was written")
+
+    return check
+
+
+def _redis_steps(redis: Any, key: str, url: str | None) -> list[Step]:
+    value = secrets.token_hex(8).encode()
+    check = _expect(value)
+
+    async def read_back() -> None:
+        check(await probe_redis_call(lambda: redis.get(key), url))
+
+    async def clean_up() -> None:
+        if not await probe_redis_call(lambda: redis.delete(key), url):
+            raise LookupError("the probe key was already gone")
+
+    return [
+        # A TTL as well: a probe whose DEL never comes (a crash) does not stay.
+        ("write", lambda: probe_redis_call(lambda: redis.set(key, value, px=30_000), url)),
+        ("read back", read_back),
+        (CLEANUP_STEP, clean_up),
+    ]
+
+
+def _blob_steps(blob: Any, path: str) -> list[Step]:
+    value = secrets.token_hex(8).encode()
+    check = _expect(value)
+
+    async def read_back() -> None:
+        check(await blob.read(path))
+
+    return [
+        ("write", lambda: blob.write(path, value)),
+        ("read back", read_back),
+        (CLEANUP_STEP, lambda: blob.delete(path)),
+    ]
 
 
 async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
@@ -113,7 +207,9 @@ async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, An
             out["_replicas"] = connected if seen else None
     if write_check and ok:
         key = engine.keyspace.health_probe(secrets.token_hex(6))
-        await _write_probe(out, lambda: probe_redis_write(redis, key, url))
+        await _write_check(out, _redis_steps(redis, key, url))
+    elif write_check:
+        _write_check_not_run(out, "not reachable")
     return out
 
 
@@ -171,19 +267,20 @@ async def _blob_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any
         out["where"] = str(engine.settings.storage_base_path)
     elif blob.name == "azure":
         out["where"] = f"container {engine.settings.azure_storage_container}"
-    if ok and isinstance(blob, LocalBlobStorage):
+    if not ok:
+        if write_check:
+            _write_check_not_run(out, "not reachable")
+    elif write_check:
+        steps = _blob_steps(blob, engine.keyspace.health_probe_blob(secrets.token_hex(6)))
+        if isinstance(blob, LocalBlobStorage):
+            # The folder probe first: its errno says why a folder refuses writes.
+            steps.insert(0, ("folder", blob.probe_write))
+        await _write_check(out, steps)
+    elif isinstance(blob, LocalBlobStorage):
         # A folder one can list but not write to (read-only mount, wrong owner)
         # is not healthy: every scratchpad append would fail. A local probe is
         # one create and one unlink, cheap enough to run on every check.
         await _write_probe(out, blob.probe_write)
-    elif ok and write_check:
-        path = engine.keyspace.health_probe_blob(secrets.token_hex(6))
-
-        async def write_and_delete() -> None:
-            await blob.write(path, b"probe")
-            await blob.delete(path)
-
-        await _write_probe(out, write_and_delete)
     return out
 
 
@@ -204,7 +301,16 @@ async def _athena_health(engine: MemoryEngine, write_check: bool) -> dict[str, A
         "reason": reason,
     }
     if write_check:
+        # Athena has no probe write: the authenticated request above is the check
+        # (a refused key fails it), with that request's own time.
         out["writable"] = ok
+        step = {"step": "authenticated request", "ok": ok, "ms": latency, "reason": reason}
+        out["write_check"] = {
+            "ok": ok,
+            "ms": latency,
+            "failed_step": None if ok else step["step"],
+            "steps": [step],
+        }
     if value is not None:
         out["status"] = value.status
         out["dependencies"] = dict(value.dependencies)

@@ -201,6 +201,33 @@ def embedded_server_lines(server: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def write_check_lines(check: Mapping[str, Any]) -> list[str]:
+    """``status --write-check``: the verdict, then one line per step with its time.
+
+    ``write check: ok in 1.2 ms`` (or ``FAILED at <step>``, or ``not run (<why>)``),
+    then e.g. ``  read back  ok  0.3 ms``, or ``  write  FAILED  <reason>``; a step
+    after a failure reads ``not run``.
+    """
+    if check.get("ok") is None:
+        return [f"write check: not run ({check.get('why') or 'no result'})"]
+    steps = check.get("steps") or []
+    if check["ok"]:
+        head = f"write check: ok in {fmt_ms(check.get('ms'))}"
+    else:
+        head = f"write check: FAILED at {check.get('failed_step')}"  # the step line says why
+    lines = [head]
+    width = max((len(str(s.get("step"))) for s in steps), default=0)
+    for s in steps:
+        name = str(s.get("step")).ljust(width)
+        if s.get("ok") is None:
+            lines.append(f"  {name}  not run")
+        elif s["ok"]:
+            lines.append(f"  {name}  ok      {fmt_ms(s.get('ms'))}")
+        else:
+            lines.append(f"  {name}  FAILED  {s.get('reason') or ''}".rstrip())
+    return lines
+
+
 def render_health(health: Mapping[str, Any]) -> str:
     """``jarvismem status``: one line per backend, then the verdict and reasons."""
     lines = [f"namespace: {health.get('namespace')}"]
@@ -227,6 +254,8 @@ def render_health(health: Mapping[str, Any]) -> str:
             lines.append(f"          - {dep}: {dep_state}")
         if b.get("reason"):
             lines.append(f"          reason: {b['reason']}")
+        if b.get("write_check"):
+            lines.extend(f"          {line}" for line in write_check_lines(b["write_check"]))
     if health.get("in_process"):
         lines.append(
             "note: Redis is the in-process stand-in of this command only "

@@ -116,6 +116,61 @@ async def test_write_check_proves_writes_on_redis_and_blob(
     assert [p for p in await blob_storage.list("health/") if "probe" in p] == []
 
 
+async def test_write_check_reports_each_step_with_its_time(
+    redis_client: Any, blob_storage: Any, make_engine: Factory
+) -> None:
+    engine = make_engine(redis=redis_client, blob=blob_storage)
+    health = await engine_health(engine, write_check=True)
+    for name in ("redis", "blob"):
+        check = health["backends"][name]["write_check"]
+        assert check["ok"] is True and check["failed_step"] is None
+        steps = [s for s in check["steps"] if s["step"] != "folder"]  # local blob's extra
+        assert [s["step"] for s in steps] == ["write", "read back", "clean up"]
+        assert all(s["ok"] is True and s["ms"] >= 0 and s["reason"] is None for s in steps)
+        assert check["ms"] >= sum(s["ms"] for s in steps) - 0.01
+
+
+async def test_a_failed_read_back_is_named_and_the_probe_still_cleaned_up(
+    tmp_path: Any, make_engine: Factory
+) -> None:
+    from jarvismem.backends.blob import LocalBlobStorage
+
+    class GarbledReads(LocalBlobStorage):
+        async def read(self, path: str) -> bytes:
+            return b"not what was written"
+
+    blob = GarbledReads(tmp_path / "blobs")
+    health = await engine_health(make_engine(blob=blob), write_check=True)
+    out = health["backends"]["blob"]
+    assert out["writable"] is False and not health["ok"]
+    check = out["write_check"]
+    assert check["failed_step"] == "read back"
+    assert [(s["step"], s["ok"]) for s in check["steps"]] == [
+        ("folder", True),
+        ("write", True),
+        ("read back", False),
+        ("clean up", True),
+    ]
+    assert "differs from what was written" in out["reason"]
+    assert [p for p in await blob.list("") if "probe" in p] == []
+
+
+async def test_write_check_of_an_unreachable_backend_says_it_did_not_run(
+    settings: Settings, make_engine: Factory
+) -> None:
+    import redis.asyncio as aioredis
+
+    from jarvismem.testing.redis_server import free_port
+
+    client = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    try:
+        health = await engine_health(make_engine(redis=client), write_check=True)
+    finally:
+        await client.aclose()
+    check = health["backends"]["redis"]["write_check"]
+    assert check["ok"] is None and check["why"] == "not reachable" and check["steps"] == []
+
+
 async def test_without_write_check_redis_is_only_pinged(
     redis_client: Any, make_engine: Factory
 ) -> None:

@@ -22,6 +22,7 @@ import re
 import ssl
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -520,11 +521,15 @@ async def ping_redis(client: RedisClient, url: str | None) -> None:
         raise
 
 
-async def probe_redis_write(client: RedisClient, key: str, url: str | None) -> None:
-    """SET then DEL ``key`` (a short-lived probe): proves write access and auth."""
+async def probe_redis_call(call: Callable[[], Awaitable[Any]], url: str | None) -> Any:
+    """Await one command of a health probe; a refusal becomes jarvismem's error.
+
+    An authentication refusal is a :class:`ConfigError` naming the URL (masked),
+    any other Redis failure its translated error; so a probe's reason reads the
+    same whichever step of it failed.
+    """
     try:
-        await client.set(key, b"1", px=30_000)
-        await client.delete(key)
+        return await call()
     except Exception as exc:
         if is_auth_error(exc):
             raise ConfigError(auth_refused_message(url or "", exc)) from None

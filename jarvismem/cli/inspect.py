@@ -33,8 +33,9 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--write-check",
         action="store_true",
-        help="also prove write access and credentials on every backend "
-        "(Redis SET/DEL of a probe key, a blob written and deleted, an authenticated Athena call)",
+        help="also prove write access and credentials on every backend, step by step with "
+        "timings (a Redis probe key and a blob each written, read back and deleted; an "
+        "authenticated Athena call)",
     )
     p.set_defaults(handler=status)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -330,6 +331,38 @@ def test_status_write_check_proves_writes_on_every_backend(any_cli: Cli) -> None
     assert proc.returncode == 0, proc.stderr
     backends = json.loads(proc.stdout)["backends"]
     assert backends["redis"]["writable"] is True and backends["blob"]["writable"] is True
+
+
+def test_status_write_check_in_text_shows_each_step_of_each_backend(any_cli: Cli) -> None:
+    # Before, text mode printed exactly what plain status prints: the check's
+    # result was only in --json.
+    plain = any_cli.run("status").stdout
+    proc = any_cli.run("status", "--write-check")
+    assert proc.returncode == 0, proc.stderr
+    assert "write check" not in plain
+    lines = proc.stdout.splitlines()
+    checks = [line.strip() for line in lines if line.strip().startswith("write check:")]
+    assert len(checks) == 2, proc.stdout
+    assert all(re.fullmatch(r"write check: ok in [\d.]+ ms", c) for c in checks), checks
+    for step in ("write", "read back", "clean up"):
+        rows = [
+            line.split() for line in lines if re.fullmatch(rf"\s+{step}\s+\S+\s+[\d.]+ ms", line)
+        ]
+        assert len(rows) == 2, f"{step}: {rows}"  # one per backend: redis, blob
+        assert all(row[-3] == "ok" and row[-1] == "ms" for row in rows), rows
+
+
+def test_status_write_check_in_text_names_the_failed_step_and_why(cli: Cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    env = dict(cli.env, STORAGE_BASE_PATH=str(blocker / "blobs"))
+    proc = cli.run("status", "--write-check", env=env)
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert re.search(r"^\s+write check: FAILED at folder$", out, re.M), out
+    assert re.search(r"^\s+folder\s+FAILED\s+.*Not a directory \(ENOTDIR\)$", out, re.M), out
+    assert re.search(r"^\s+write\s+not run$", out, re.M), out
+    assert re.search(r"^\s+clean up\s+not run$", out, re.M), out
 
 
 def test_status_without_the_azure_extra_is_one_line_and_exit_2(cli: Cli) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from typing import Any
+from unittest.mock import AsyncMock, MagicMock
 
 import pytest
 
@@ -264,6 +265,21 @@ async def test_compress_takes_jarviscores_generate_client(
     assert set(call) == {"prompt", "temperature", "max_tokens"}
     assert "earlier" in call["prompt"] and "[turn 3]" in call["prompt"]
     assert call["temperature"] == 0.3  # what JarvisCore's compress asks for
+
+
+async def test_compress_calls_the_generate_of_a_magicmock_client(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    # JarvisCore's own compress test passes a MagicMock with an AsyncMock generate:
+    # the mock also has a summarize() (every attribute exists), which must not win.
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    llm = MagicMock()
+    llm.generate = AsyncMock(return_value={"content": "Summary text.", "tokens": {"total": 50}})
+    summary = await ltm.compress([{"turn": 1, "thought": "analysing"}], llm)
+    assert summary == "Summary text."
+    llm.generate.assert_awaited_once()
+    assert llm.generate.call_args.kwargs.get("temperature") == 0.3
+    llm.summarize.assert_not_called()
 
 
 async def test_compress_with_jarviscores_max_tokens_bounds_calls_and_summary(

@@ -194,16 +194,21 @@ class GenerateSummarizer:
 def as_summarizer(llm: object, *, max_tokens: int | None = None) -> Summarizer:
     """``llm`` as a :class:`Summarizer`, recognised by what it can do.
 
-    * ``summarize(text, previous_summary=, max_chars=)``: used as it is (jarvismem's
-      protocol; ``max_tokens`` does not apply);
-    * else ``generate(prompt=, temperature=, max_tokens=)``: JarvisCore's LLM client
+    * ``generate(prompt=, temperature=, max_tokens=)``: JarvisCore's LLM client
       shape, wrapped in a :class:`GenerateSummarizer` that sends ``max_tokens``;
+    * else ``summarize(text, previous_summary=, max_chars=)``: used as it is
+      (jarvismem's protocol; ``max_tokens`` does not apply);
     * anything else: :class:`~jarvismem.errors.InvalidPayloadError` naming both shapes.
+
+    ``generate`` is looked for first because JarvisCore only ever calls that: a
+    caller's test double (``MagicMock`` with an ``AsyncMock`` ``generate``) also
+    answers ``summarize`` with a plain, non-awaitable mock, and would otherwise be
+    taken for a summarizer. jarvismem's own summarizers have no ``generate``.
     """
-    if callable(getattr(llm, "summarize", None)):
-        return cast(Summarizer, llm)
     if callable(getattr(llm, "generate", None)):
         return GenerateSummarizer(llm, max_tokens=max_tokens)
+    if callable(getattr(llm, "summarize", None)):
+        return cast(Summarizer, llm)
     raise InvalidPayloadError(
         f"llm must be a summarizer (async summarize(text, previous_summary=, max_chars=)) or "
         f"an LLM client (async generate(prompt=, temperature=, max_tokens=) -> "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+from unittest.mock import AsyncMock, MagicMock
 
 import pytest
 
@@ -251,6 +252,34 @@ def test_as_summarizer_tells_the_shapes_apart() -> None:
         as_summarizer(42)
     with pytest.raises(InvalidPayloadError, match="max_tokens"):
         GenerateSummarizer(Generate(), max_tokens=0)
+
+
+def test_as_summarizer_recognises_a_generate_client_first() -> None:
+    # A test double (MagicMock) answers every attribute, summarize() included; the
+    # reference only ever calls generate(), so a client with generate() is its client.
+    mock = MagicMock()
+    mock.generate = AsyncMock(return_value={"content": "x"})
+    assert isinstance(as_summarizer(mock), GenerateSummarizer)
+
+    class Both:
+        name = "both"
+
+        async def summarize(self, text: str, **kwargs: object) -> str:
+            return "from summarize"
+
+        async def generate(self, **kwargs: object) -> dict[str, str]:
+            return {"content": "from generate"}
+
+    assert isinstance(as_summarizer(Both()), GenerateSummarizer)
+
+
+async def test_a_magicmock_with_an_async_generate_summarizes_through_generate() -> None:
+    mock = MagicMock()
+    mock.generate = AsyncMock(return_value={"content": "Summary text.", "tokens": {"total": 50}})
+    summarizer = as_summarizer(mock)
+    assert await summarizer.summarize("[turn 1] analysing") == "Summary text."
+    mock.generate.assert_awaited_once()
+    assert mock.generate.call_args.kwargs["temperature"] == 0.3
 
 
 # --- the event loop keeps running ------------------------------------------------------------

@@ -33,7 +33,6 @@ from pathlib import Path
 
 import pytest
 
-
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -112,7 +112,7 @@ import uuid
 
 import jarvismem.memory
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.backends.redis import embedded_redis
+from jarvismem.backends.redis import in_process_redis
 from jarvismem.settings import MEMORY_URL, load_settings
 
 
@@ -142,7 +142,7 @@ def tier(name, workflow_id, redis_store=None, blob_storage=None, step_id="step",
 
 
 def redis_store():
-    return embedded_redis()
+    return in_process_redis()
 
 
 def blob_storage():

@@ -1,5 +1,9 @@
 """Crash-safe with nothing configured: the README's kernel loop, SIGKILLed, resumes.
 
+The kernel is the README's own block (its workflow id and last turn made
+arguments, a line printed per acknowledged turn), so the README cannot drift
+from what is tested.
+
 No ``REDIS_URL``, no ``.env``, an empty ``HOME``, a fresh working directory: what a
 new user has. A kernel process logs turns and saves checkpoints; it is SIGKILLed
 after turn K; a fresh process rehydrates and must carry on at K+1, leaving turns
@@ -29,35 +33,49 @@ pytestmark = pytest.mark.integration
 TURNS = 8
 KILL_AFTER = 4
 
-KERNEL = """
-import asyncio, json, sys
-from jarvismem import MemoryRuntime
+README = Path(__file__).resolve().parents[2] / "README.md"
 
-async def main(workflow: str, last: int) -> None:
-    async with await MemoryRuntime.from_env() as runtime:
-        mem = runtime.memory(workflow, "step-1", "agent-1")
-        bundle = await mem.rehydrate_bundle()
-        state = json.loads(bundle["checkpoint"] or '{"next_turn": 1}')
-        recent = [t["turn_id"] for t in bundle["recent_turns"]]
-        print("start", state["next_turn"], recent, flush=True)
-        for turn in range(state["next_turn"], last + 1):
-            await mem.log_turn(turn, f"thought {turn}", f"lookup({turn})", f"fact #{turn}")
-            await mem.save_checkpoint(json.dumps({"next_turn": turn + 1}))
-            print("acked", turn, flush=True)
-        print("done", flush=True)
-
+VERIFY = """
 async def verify(workflow: str) -> None:
     async with await MemoryRuntime.from_env() as runtime:
         mem = runtime.memory(workflow, "step-1", "agent-1")
         ledger = [str(e.get("turn_id")) for e in await mem.episodic.full_history()]
         pad = [str(r.get("turn_id")) for r in await mem.working.read_records() if r.get("turn_id")]
         print(json.dumps({"ledger": ledger, "scratchpad": pad}))
-
-if sys.argv[1] == "verify":
-    asyncio.run(verify(sys.argv[2]))
-else:
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
+
+
+def _replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"the README's kernel loop no longer has {old!r}"
+    return text.replace(old, new)
+
+
+def kernel_from_readme() -> str:
+    """The README's kernel loop, as printed there, with its workflow id and last turn
+    taken from the command line and a line printed per acknowledged turn."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Use it in a kernel loop") :]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start : section.index("```\n", start)]
+    code = _replace_once(code, 'runtime.memory("wf-42",', "runtime.memory(sys.argv[1],")
+    code = _replace_once(
+        code, 'range(state["next_turn"], 4)', 'range(state["next_turn"], int(sys.argv[2]) + 1)'
+    )
+    line = next(x for x in code.splitlines() if "await mem.save_checkpoint(" in x)
+    indent = line[: len(line) - len(line.lstrip())]
+    code = _replace_once(code, line, f'{line}\n{indent}print("acked", turn, flush=True)')
+    line = next(x for x in code.splitlines() if x.lstrip().startswith("state = json.loads("))
+    indent = line[: len(line) - len(line.lstrip())]
+    recent = '[t["turn_id"] for t in bundle["recent_turns"]]'
+    code = _replace_once(
+        code, line, f'{line}\n{indent}print("start", state["next_turn"], {recent}, flush=True)'
+    )
+    run = (
+        'if sys.argv[1] == "verify":\n    asyncio.run(verify(sys.argv[2]))\n'
+        'else:\n    asyncio.run(main())\n    print("done", flush=True)\n'
+    )
+    code = _replace_once(code, "asyncio.run(main())\n", VERIFY + "\n" + run)
+    return "import sys\n" + code
 
 
 @pytest.fixture
@@ -67,7 +85,7 @@ def fresh(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
-    (work / "kernel.py").write_text(KERNEL)
+    (work / "kernel.py").write_text(kernel_from_readme())
     env = env_without_settings()
     del env["REDIS_URL"]  # nothing configured
     env["HOME"] = str(home)

@@ -51,6 +51,7 @@ from benchmarks.idle import idle_scenario
 from benchmarks.otel import otel_scenario
 from benchmarks.plots import write_plots
 from benchmarks.reference import reference_scenario
+from benchmarks.startup import startup_scenario
 from benchmarks.stats import Target, bucket_series, latency_summary, render_report
 from benchmarks.topology import main as topology_main
 from jarvismem.backends.blob.base import BlobStorage
@@ -69,7 +70,7 @@ AZURITE_CONNECTION_STRING = (
 
 T = TypeVar("T")
 
-SCENARIOS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL")
+SCENARIOS = ("S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL", "STARTUP")
 
 
 @dataclass
@@ -643,6 +644,8 @@ class Bench:
                 await self.timed("S8", idle_scenario(self, local))
             if "OTEL" in only:
                 await self.timed("OTEL", otel_scenario(self, local))
+            if "STARTUP" in only:
+                await self.timed("STARTUP", startup_scenario(self))
             if cfg.with_reference:
                 await self.timed("reference", reference_scenario(self, local))
         finally:

@@ -14,6 +14,7 @@ killed by SIGPIPE would report.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -53,8 +54,6 @@ COMMAND_MODULES = (
 def _command_modules() -> list[ModuleType]:
     """Import the command modules. Not at import time: they bring the runtime and
     its clients, which ``--version`` and a bare ``import jarvismem.cli`` do not need."""
-    import importlib
-
     return [importlib.import_module(f"jarvismem.cli.{name}") for name in COMMAND_MODULES]
 
 

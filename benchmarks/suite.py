@@ -52,6 +52,7 @@ from benchmarks.idle import idle_scenario
 from benchmarks.otel import otel_scenario
 from benchmarks.plots import write_plots
 from benchmarks.reference import reference_scenario
+from benchmarks.startup import startup_scenario
 from benchmarks.stats import Target, bucket_series, latency_summary, render_report
 from benchmarks.topology import main as topology_main
 from jarvismem.backends.blob.base import BlobStorage
@@ -70,7 +71,7 @@ AZURITE_CONNECTION_STRING = (
 
 T = TypeVar("T")
 
-SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL")
+SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL", "STARTUP")
 
 
 @dataclass
@@ -659,6 +660,8 @@ class Bench:
                 await self.timed("S8", idle_scenario(self, local))
             if "OTEL" in only:
                 await self.timed("OTEL", otel_scenario(self, local))
+            if "STARTUP" in only:
+                await self.timed("STARTUP", startup_scenario(self))
             if cfg.with_reference:
                 await self.timed("reference", reference_scenario(self, local))
         finally:

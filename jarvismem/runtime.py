@@ -19,9 +19,8 @@ import asyncio
 import hashlib
 import logging
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob import BlobStorage, LocalBlobStorage, create_blob_storage
 from jarvismem.backends.blob.local import folder_write_error, os_reason
 from jarvismem.backends.redis import connect_redis, create_redis, mark_known_down
@@ -32,6 +31,9 @@ from jarvismem.errors import BackendUnavailableError
 from jarvismem.health import engine_health
 from jarvismem.memory import UnifiedMemory
 from jarvismem.settings import Settings, default_settings, load_settings
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = [
     "ATHENA_RECENT_AGENTS",
@@ -109,7 +111,7 @@ class MemoryRuntime(MemoryEngine):
                 await blob.close()
             raise
         await _warn_unwritable_folders(settings, blob, warn_blob=warn_degraded)
-        athena = AthenaClient.from_settings(settings) if settings.athena_url else None
+        athena = _new_athena_client(settings) if settings.athena_url else None
         return cls(settings, redis=redis, blob=blob, athena=athena, owns_clients=True)
 
     def memory(self, workflow_id: str, step_id: str, agent_id: str) -> UnifiedMemory:
@@ -169,6 +171,13 @@ async def _warn_unwritable_folders(
 _athena_clients: dict[tuple[str, str, str], AthenaClient] = {}
 
 
+def _new_athena_client(settings: Settings) -> AthenaClient:
+    """A client for ``settings``' Athena, its module (and httpx) imported only now."""
+    from jarvismem.backends.athena import AthenaClient
+
+    return AthenaClient.from_settings(settings)
+
+
 def _fingerprint(secret: str | None) -> str:
     # The cache key holds a digest, not the secret itself.
     return hashlib.sha256(secret.encode()).hexdigest() if secret else ""
@@ -192,7 +201,7 @@ def get_athena_client(settings: Settings | None = None) -> AthenaClient | None:
     cache_key = (settings.athena_url, _fingerprint(key_secret), _fingerprint(jwt_secret))
     client = _athena_clients.get(cache_key)
     if client is None or client.is_closed:
-        client = AthenaClient.from_settings(settings)
+        client = _new_athena_client(settings)
         _athena_clients[cache_key] = client
     return client
 

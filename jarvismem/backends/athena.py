@@ -27,9 +27,11 @@ from pydantic import BaseModel, ValidationError
 
 from jarvismem import telemetry
 from jarvismem.backends.athena_models import (
+    EVENT_TYPES,
     AthenaContext,
     AthenaHealth,
     AthenaSearchResult,
+    EventType,
     MidTermChain,
     StmEvent,
 )
@@ -63,8 +65,6 @@ __all__ = [
 
 log = telemetry.logger(__name__)
 
-EventType = Literal["message", "thought", "action", "observation"]
-EVENT_TYPES: frozenset[str] = frozenset({"message", "thought", "action", "observation"})
 
 # Longest server message quoted in an exception (server text is untrusted).
 _MAX_MESSAGE = 300

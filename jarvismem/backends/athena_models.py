@@ -8,10 +8,14 @@ plain snake_case, JSON-able dict for rehydrate bundles and ``--json`` output.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+EventType = Literal["message", "thought", "action", "observation"]
+EVENT_TYPES: frozenset[str] = frozenset({"message", "thought", "action", "observation"})
+"""The kinds of short-term event Athena accepts."""
 
 
 class _Wire(BaseModel):

@@ -14,29 +14,17 @@ killed by SIGPIPE would report.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import difflib
-import logging
+import importlib
 import os
 import sys
 from collections.abc import Sequence
 
 from jarvismem import __version__
-from jarvismem.cli import athena as athena_cmds
-from jarvismem.cli import bench as bench_cmds
-from jarvismem.cli import completion as completion_cmds
-from jarvismem.cli import demo as demo_cmds
-from jarvismem.cli import inspect as inspect_cmds
-from jarvismem.cli import manage as manage_cmds
-from jarvismem.cli import mcp as mcp_cmds
-from jarvismem.cli import migrate as migrate_cmds
-from jarvismem.cli import server as server_cmds
-from jarvismem.cli import setup as setup_cmds
-from jarvismem.cli import transfer as transfer_cmds
-from jarvismem.cli._context import CliContext, resolve_env_file
-from jarvismem.cli._output import Output, error_line
-from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError, WorkflowNotFoundError
-from jarvismem.redaction import default_redactor
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see jarvismem/__init__)
+if TYPE_CHECKING:
+    from types import ModuleType
+    from typing import NoReturn
 
 __all__ = ["build_parser", "main"]
 
@@ -46,6 +34,27 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE: what a shell reports for a Unix tool whose reader went away."""
+
+COMMAND_MODULES = (
+    "demo",
+    "inspect",
+    "athena",
+    "transfer",
+    "migrate",
+    "setup",
+    "bench",
+    "manage",
+    "server",
+    "mcp",
+    "completion",
+)
+"""The modules under jarvismem.cli that register commands, in the order ``--help`` lists them."""
+
+
+def _command_modules() -> list[ModuleType]:
+    """Import the command modules. Not at import time: they bring the runtime and
+    its clients, which ``--version`` and a bare ``import jarvismem.cli`` do not need."""
+    return [importlib.import_module(f"jarvismem.cli.{name}") for name in COMMAND_MODULES]
 
 
 def _common_options() -> argparse.ArgumentParser:
@@ -94,19 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jarvismem {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in (
-        demo_cmds,
-        inspect_cmds,
-        athena_cmds,
-        transfer_cmds,
-        migrate_cmds,
-        setup_cmds,
-        bench_cmds,
-        manage_cmds,
-        server_cmds,
-        mcp_cmds,
-        completion_cmds,
-    ):
+    for module in _command_modules():
         module.register(sub, common)
     # `jarvismem COMMAND --help` opens with what the command list says of it.
     for choice in sub._choices_actions:
@@ -170,12 +167,45 @@ def _unknown_option(argv: Sequence[str], parser: argparse.ArgumentParser) -> Non
             continue
         if len(matches) > 1:
             return  # ambiguous: argparse says which options it could be
+        import difflib  # only when an option is misspelt
+
         close = difflib.get_close_matches(name, sorted(options), n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         current.error(f"unrecognized argument: {name}{hint}")
 
 
+class _NotVersion(Exception):
+    """The arguments are not a plain ``--version`` request (see :func:`_asks_for_version`)."""
+
+
+class _VersionProbe(argparse.ArgumentParser):
+    """The root options alone, raising instead of printing a usage error."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _NotVersion(message)
+
+
+def _asks_for_version(argv: Sequence[str]) -> bool:
+    """True when the full parser would print the version: ``--version`` among the
+    options before the command name, with no option it does not know.
+
+    The probe knows the same root options (abbreviations are resolved the same
+    way) and stops at the first positional, so ``jarvismem status --version``
+    still reaches the full parser and its error.
+    """
+    probe = _VersionProbe(prog="jarvismem", add_help=False, parents=[_common_options()])
+    probe.add_argument("--version", action="store_true", default=False)
+    probe.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        args, unknown = probe.parse_known_args(list(argv))
+    except _NotVersion:
+        return False
+    return bool(args.version) and not unknown
+
+
 def _configure_logging(verbosity: int) -> None:
+    import logging  # not at the top: `--version` answers without it
+
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("jarvismem: %(levelname)s: %(message)s"))
@@ -189,8 +219,18 @@ def _configure_logging(verbosity: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI with ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _asks_for_version(argv):
+        # Answered before the command modules (and the runtime they import) load.
+        print(f"jarvismem {__version__}")
+        return EXIT_OK
+    import asyncio
+
+    from jarvismem.cli._context import CliContext, resolve_env_file
+    from jarvismem.cli._output import Output, error_line
+    from jarvismem.errors import ConfigError, InvalidIdError, JarvisMemError, WorkflowNotFoundError
+
+    parser = build_parser()
     try:
         _unknown_option(argv, parser)
         args = parser.parse_args(argv)
@@ -273,6 +313,11 @@ def _describe(exc: BaseException) -> str:
 
 def _report(text: str, verbosity: int) -> None:
     """One redacted error line on stderr, and the traceback under ``-vv``."""
+    from jarvismem.cli._output import error_line
+    from jarvismem.redaction import default_redactor
+
     if verbosity >= 2:
+        import logging
+
         logging.getLogger("jarvismem.cli").exception("command failed")
     error_line(default_redactor(text))

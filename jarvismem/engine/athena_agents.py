@@ -13,9 +13,8 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import Redactor
@@ -23,6 +22,9 @@ from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena import CLOSE_GRACE_SECONDS, AthenaMemory
 from jarvismem.tiers.athena.config import AthenaTierConfig, athena_user_id
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 log = logging.getLogger(__name__)
 

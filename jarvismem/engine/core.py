@@ -15,9 +15,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.embeddings.factory import create_embedder
 from jarvismem.backends.embeddings.protocol import Embedder
@@ -29,11 +28,9 @@ from jarvismem.engine.poller import PolledEngine, poll_outboxes
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import ConfigError
 from jarvismem.keys import KeySpace, destination_digest, validate_id
-from jarvismem.recall.hybrid import HybridRecallStore
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.recall.stores import RecallStore
-from jarvismem.recall.vectors import RedisVectorStore
 from jarvismem.redaction import (
     Redactor,
     key_matcher_for,
@@ -44,6 +41,12 @@ from jarvismem.redaction import (
 from jarvismem.settings import Settings
 from jarvismem.tiers.athena import AthenaMemory
 from jarvismem.tiers.durable import DurableWriter
+
+if TYPE_CHECKING:
+    # Imported where used: the Athena client brings httpx, hybrid recall numpy,
+    # and a process that configures neither should not load them.
+    from jarvismem.backends.athena import AthenaClient
+    from jarvismem.recall.hybrid import HybridRecallStore
 
 RECENT_WORKFLOWS = 256
 """Workflow states kept alive after their last view is gone (LRU)."""
@@ -156,6 +159,9 @@ class MemoryEngine:
             )
             embedder = create_embedder(settings) if owns_clients else shared_embedder(settings)
             if embedder is not None:
+                from jarvismem.recall.hybrid import HybridRecallStore
+                from jarvismem.recall.vectors import RedisVectorStore
+
                 # Meaning as well as words; the engine made this store, so close()
                 # stops its background embedding (pending entries stay in Redis).
                 self._hybrid = HybridRecallStore(

@@ -76,6 +76,12 @@ EXPECTED_FIGURES = (
     "S7 compaction, fake LLM: µs per turn @ 1,000",
     "S8 RSS per idle workflow (1 agent) @ 1,000 workflows, KB",
     "S8 RSS per further idle agent @ 1,000 workflows, KB",
+    "STARTUP python -c pass, median of 5, s",
+    "STARTUP import jarvismem, median of 5, s",
+    "STARTUP jarvismem --version, median of 5, s",
+    "STARTUP modules loaded after import jarvismem",
+    "STARTUP numpy loaded by import jarvismem (1 yes, 0 no)",
+    "STARTUP httpx loaded by import jarvismem (1 yes, 0 no)",
 )
 EXPECTED_SERIES = (
     "throughput vs agents",
@@ -139,7 +145,7 @@ def test_every_target_reports_a_numeric_value_and_no_quick_verdict(
 ) -> None:
     targets = quick_report["targets"]
     names = " ".join(t["name"] for t in targets)
-    for scenario in ("S1", "S2", "S3", "S4", "S5", "S7", "S8"):
+    for scenario in ("S1", "S2", "S3", "S4", "S5", "S7", "S8", "STARTUP"):
         assert scenario in names
     for target in targets:
         assert _numeric(target["value"]) and _numeric(target["limit"]), target

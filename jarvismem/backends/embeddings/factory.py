@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from jarvismem.backends.embeddings.minilm import MiniLMEmbedder
-from jarvismem.backends.embeddings.openai import OpenAIEmbedder
 from jarvismem.backends.embeddings.protocol import Embedder
 from jarvismem.errors import ConfigError
 from jarvismem.settings import Settings, load_settings
@@ -35,6 +33,12 @@ def create_embedder(name_or_settings: str | Settings) -> Embedder | None:
             )
     if name == "none":
         return None
+    # Each embedder's module is imported when it is chosen: numpy (minilm) and
+    # httpx (openai) are not paid for by a process that recalls lexically.
     if name == "minilm":
+        from jarvismem.backends.embeddings.minilm import MiniLMEmbedder
+
         return MiniLMEmbedder()
+    from jarvismem.backends.embeddings.openai import OpenAIEmbedder
+
     return OpenAIEmbedder.from_settings(settings if settings is not None else load_settings())

@@ -16,7 +16,8 @@ This module only re-exports; the parts import each other directly.
 
 from __future__ import annotations
 
-from jarvismem.backends.llm.client import ChatCompletionsClient
+from typing import TYPE_CHECKING, Any
+
 from jarvismem.backends.llm.factory import create_summarizer
 from jarvismem.backends.llm.protocol import Summarizer
 from jarvismem.backends.llm.summarizers import (
@@ -26,6 +27,9 @@ from jarvismem.backends.llm.summarizers import (
     as_summarizer,
 )
 from jarvismem.backends.llm.truncation import TRUNCATION_MARKER, truncate
+
+if TYPE_CHECKING:
+    from jarvismem.backends.llm.client import ChatCompletionsClient
 
 __all__ = [
     "TRUNCATION_MARKER",
@@ -38,3 +42,13 @@ __all__ = [
     "create_summarizer",
     "truncate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP client is imported on first use: it brings httpx, which a process
+    # summarizing extractively (no LLM_BASE_URL) never needs.
+    if name == "ChatCompletionsClient":
+        from jarvismem.backends.llm.client import ChatCompletionsClient
+
+        return ChatCompletionsClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

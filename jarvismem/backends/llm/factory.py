@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from jarvismem.backends.llm.client import ChatCompletionsClient
 from jarvismem.backends.llm.protocol import Summarizer
 from jarvismem.backends.llm.summarizers import ExtractiveSummarizer, LLMSummarizer
 from jarvismem.settings import Settings
@@ -18,5 +17,8 @@ def create_summarizer(settings: Settings) -> Summarizer:
     ``COMPACTION_WORKER=loop``.
     """
     if settings.llm_base_url:
+        # The HTTP client (and httpx) is imported only when an LLM is configured.
+        from jarvismem.backends.llm.client import ChatCompletionsClient
+
         return LLMSummarizer(ChatCompletionsClient.from_settings(settings), owns_client=True)
     return ExtractiveSummarizer(offload=settings.compaction_worker == "process")

@@ -19,9 +19,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Mapping
-from typing import Any, cast
-
-from jarvismem.backends.llm.client import ChatCompletionsClient
+from typing import TYPE_CHECKING, Any, cast
 
 # Re-exported: this module was their home before the worker process needed them alone.
 from jarvismem.backends.llm.extractive import SLICE_SECONDS, ExtractiveSummarizer, omission_marker
@@ -29,6 +27,9 @@ from jarvismem.backends.llm.protocol import Summarizer
 from jarvismem.backends.llm.truncation import truncate
 from jarvismem.defaults import SUMMARY_MAX_CHARS
 from jarvismem.errors import InvalidPayloadError, LLMError
+
+if TYPE_CHECKING:  # the client (and httpx) loads only when an LLM is configured
+    from jarvismem.backends.llm.client import ChatCompletionsClient
 
 __all__ = [
     "GENERATE_TEMPERATURE",

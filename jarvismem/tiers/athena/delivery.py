@@ -15,9 +15,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox, OutboxDrainer
 from jarvismem.errors import (
     AthenaAuthError,
@@ -32,6 +31,9 @@ from jarvismem.tiers.athena.locks import LoopLocks
 from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["AthenaDelivery"]
 

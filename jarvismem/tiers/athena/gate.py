@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.tiers.athena.config import ATHENA_CONCURRENT_WRITES
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["RequestGate"]
 

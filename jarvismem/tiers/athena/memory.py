@@ -18,10 +18,9 @@ import asyncio
 import errno
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jarvismem import telemetry
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import RedisClient
 from jarvismem.defaults import SEARCH_LIMIT
@@ -43,6 +42,9 @@ from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
 from jarvismem.tiers.athena.writes import conversation_record, event_record, turn_record
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["AthenaMemory"]
 

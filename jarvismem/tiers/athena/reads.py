@@ -14,9 +14,8 @@ tenant, user and agent, so they may be another tenant's data.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaBadRequestError,
@@ -26,6 +25,9 @@ from jarvismem.errors import (
 )
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["GRAPH_SOURCE", "AthenaReads", "empty_context"]
 

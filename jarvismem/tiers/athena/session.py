@@ -18,9 +18,8 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.redis import RedisClient, redis_errors
 from jarvismem.errors import (
     AthenaError,
@@ -34,6 +33,9 @@ from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.locks import LoopLocks
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["RELEASE_IF_OWNER", "AthenaSessions", "text"]
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from jarvismem.backends.athena import EVENT_TYPES
+from jarvismem.backends.athena_models import EVENT_TYPES
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import Redactor

@@ -424,3 +424,16 @@ async def test_recall_embedder_setting_makes_the_runtime_recall_by_meaning(
     )
     assert not isinstance(lexical.recall_store, HybridRecallStore)
     await lexical.close()
+
+
+async def test_a_runtime_runs_its_outbox_poller_until_it_is_closed(
+    workflow_id: str, redis_client: Any, make_runtime: Factory
+) -> None:
+    import asyncio
+
+    runtime = make_runtime(redis=redis_client)
+    await runtime.memory(workflow_id, "s1", "a1").log_turn(1, "t", "a", "r")
+    [poller] = [t for t in asyncio.all_tasks() if t.get_name() == "jarvismem-outbox-poll"]
+    await runtime.close()
+    with pytest.raises(asyncio.CancelledError):
+        await poller

@@ -1,6 +1,6 @@
 """Health: is each backend configured, reachable, how fast, and what is queued.
 
-Functions over an engine's clients and outboxes (and a view's tiers), used by
+Functions over a runtime's clients and outboxes (and a view's tiers), used by
 ``UnifiedMemory.health()``, ``MemoryRuntime.health()`` and the ``jarvismem
 status`` command. Never includes a secret: URLs are masked and error texts come
 from exception types and server messages only.
@@ -12,9 +12,10 @@ import asyncio
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from jarvismem.backends.blob import LocalBlobStorage
+from jarvismem.backends.blob import BlobStorage, LocalBlobStorage
+from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.redis import (
     IN_PROCESS_NOTE,
     is_embedded_server,
@@ -30,10 +31,43 @@ from jarvismem.backends.redis_durability import (
 )
 from jarvismem.backends.redis_embedded import NO_SERVER_HINT, embedded_server
 from jarvismem.backends.redis_sentinel import is_sentinel_url
-from jarvismem.engine.core import MemoryEngine
+from jarvismem.engine.athena_agents import AthenaAgents
+from jarvismem.engine.summarizer import OnDemandSummarizer
 from jarvismem.engine.workflow import WorkflowState
+from jarvismem.keys import KeySpace
 from jarvismem.redaction import mask_url
+from jarvismem.settings import Settings
+from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.working import WorkingScratchpad
+
+if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+    from jarvismem.backends.athena import AthenaClient
+
+
+class Monitored(Protocol):
+    """What health reads of a :class:`~jarvismem.memory.MemoryRuntime` (which sits above)."""
+
+    settings: Settings
+    keyspace: KeySpace
+    redis: Any
+    blob: BlobStorage | None
+    athena: AthenaClient | None
+    summarizer: Summarizer
+    athena_agents: AthenaAgents | None
+
+    @property
+    def embedded(self) -> bool:
+        """True when Redis is the in-process stand-in."""
+        ...
+
+    def open_writers(self) -> list[DurableWriter]:
+        """The durable writers alive now."""
+        ...
+
+    def redis_writers(self) -> list[DurableWriter]:
+        """The Redis durable writers alive now."""
+        ...
+
 
 PROBE_TIMEOUT = 3.0
 """Seconds a backend has to answer a health probe before it counts as unreachable."""
@@ -168,7 +202,7 @@ def _blob_steps(blob: Any, path: str) -> list[Step]:
     ]
 
 
-async def _redis_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
+async def _redis_health(engine: Monitored, write_check: bool) -> dict[str, Any]:
     if engine.redis is None:
         return {"configured": False}
     s = engine.settings
@@ -251,7 +285,7 @@ def durability_line(durability: dict[str, Any]) -> str:
     return line
 
 
-async def _blob_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
+async def _blob_health(engine: Monitored, write_check: bool) -> dict[str, Any]:
     if engine.blob is None:
         return {"configured": False}
     blob = engine.blob
@@ -284,7 +318,7 @@ async def _blob_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any
     return out
 
 
-async def _athena_health(engine: MemoryEngine, write_check: bool) -> dict[str, Any]:
+async def _athena_health(engine: Monitored, write_check: bool) -> dict[str, Any]:
     if engine.athena is None:
         return {"configured": False}
     athena = engine.athena
@@ -317,14 +351,23 @@ async def _athena_health(engine: MemoryEngine, write_check: bool) -> dict[str, A
     return out
 
 
-async def _llm_health(engine: MemoryEngine) -> dict[str, Any]:
-    client = getattr(engine.summarizer, "client", None)
+async def _llm_health(engine: Monitored) -> dict[str, Any]:
+    summarizer = engine.summarizer
+    if isinstance(summarizer, OnDemandSummarizer):
+        # The runtime's own: probed through the one it keeps (or one made for the probe).
+        async with summarizer.using() as made:
+            return await _summarizer_health(engine, made)
+    return await _summarizer_health(engine, summarizer)
+
+
+async def _summarizer_health(engine: Monitored, summarizer: Summarizer) -> dict[str, Any]:
+    client = getattr(summarizer, "client", None)
     if client is None:
-        return {"configured": False, "summarizer": getattr(engine.summarizer, "name", "extractive")}
+        return {"configured": False, "summarizer": getattr(summarizer, "name", "extractive")}
     ok, latency, reason, _ = await _probe(client.ping)
     return {
         "configured": True,
-        "summarizer": engine.summarizer.name,
+        "summarizer": summarizer.name,
         "where": mask_url(engine.settings.llm_base_url or ""),
         "model": engine.settings.llm_model,
         "reachable": ok,
@@ -333,7 +376,7 @@ async def _llm_health(engine: MemoryEngine) -> dict[str, Any]:
     }
 
 
-def _outboxes(engine: MemoryEngine) -> dict[str, Any]:
+def _outboxes(engine: Monitored) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for writer in engine.open_writers():
         out[writer.name] = writer.health()
@@ -343,7 +386,7 @@ def _outboxes(engine: MemoryEngine) -> dict[str, Any]:
     return out
 
 
-def _replicated_state(engine: MemoryEngine, redis: dict[str, Any]) -> str | None:
+def _replicated_state(engine: Monitored, redis: dict[str, Any]) -> str | None:
     """Fill in the replica state of a ``replicated`` client; its reason when not ok."""
     connected = redis.pop("_replicas", None)
     durability = redis.get("durability")
@@ -356,7 +399,7 @@ def _replicated_state(engine: MemoryEngine, redis: dict[str, Any]) -> str | None
     return _replicas_reason(durability)
 
 
-async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> dict[str, Any]:
+async def engine_health(engine: Monitored, *, write_check: bool = False) -> dict[str, Any]:
     """Health of every backend of an engine and of its outboxes.
 
     ``ok`` is False (and ``reasons`` says why) when a configured backend does
@@ -412,7 +455,7 @@ async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> d
 
 
 async def memory_health(
-    engine: MemoryEngine, workflow: WorkflowState, working: WorkingScratchpad | None
+    engine: Monitored, workflow: WorkflowState, working: WorkingScratchpad | None
 ) -> dict[str, Any]:
     """Engine health plus which tiers are active for one view (its workflow and scratchpad)."""
     out = await engine_health(engine)

@@ -1,6 +1,10 @@
-"""``UnifiedMemory``: the one object an agent kernel awaits every turn.
+"""``MemoryRuntime``, the one owner, and ``UnifiedMemory``, the view of it a kernel awaits.
 
-It composes the four tiers for one (workflow, step, agent). A tier is active
+A runtime owns the clients, the per-workflow state, the outboxes and the
+background work of a process; ``runtime.memory(wf, step, agent)`` hands out a
+view that composes the four tiers for one (workflow, step, agent). They live in
+one module because each makes the other: the drop-in ``UnifiedMemory(wf, step,
+agent, redis_store, blob_storage, athena_client)`` builds its own runtime. A tier is active
 only when its backend is given (the degradation matrix in the README); an
 absent backend makes it a no-op. A *failing* backend never raises into the
 kernel: writes go to a durable local outbox and are replayed in order, reads
@@ -12,16 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
 
 from jarvismem import telemetry
 from jarvismem.backends.blob.base import BlobStorage
+from jarvismem.backends.embeddings.factory import create_embedder
+from jarvismem.backends.llm import Summarizer, as_summarizer
+from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import adopt_redis, is_in_process, redis_destination
 from jarvismem.bundle import Bundle, read_bundle
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS, RECALL_CONTENT_MAX_CHARS
-from jarvismem.engine.core import MemoryEngine
+from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
+from jarvismem.engine.clients import open_clients
+from jarvismem.engine.poller import poll_outboxes
+from jarvismem.engine.summarizer import OnDemandSummarizer
 from jarvismem.engine.workflow import WorkflowState
 from jarvismem.errors import (
     BackendUnavailableError,
@@ -30,8 +44,8 @@ from jarvismem.errors import (
     PayloadTooLargeError,
     RecallStoreMissingError,
 )
-from jarvismem.health import memory_health
-from jarvismem.keys import KeySpace, validate_id, validate_turn_id
+from jarvismem.health import engine_health, memory_health
+from jarvismem.keys import KeySpace, destination_digest, validate_id, validate_turn_id
 from jarvismem.payload import clean_value, max_field_chars_for, turn_record_max_bytes
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.policy import MemoryPolicy
@@ -42,19 +56,33 @@ from jarvismem.recall.prompt import (
     redact_results,
 )
 from jarvismem.recall.prompt import preflight as build_preflight
+from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.recall.stores import RecallStore
 from jarvismem.records import encode_fields
-from jarvismem.redaction import REDACTED, redact_json_text
-from jarvismem.settings import Settings, default_settings
+from jarvismem.redaction import (
+    REDACTED,
+    Redactor,
+    key_matcher_for,
+    never_secret,
+    no_redaction,
+    redact_json_text,
+    redactor_for,
+)
+from jarvismem.settings import Settings, default_settings, load_settings
 from jarvismem.spaces.store import SpacesStore
+from jarvismem.tiers.athena import AthenaMemory
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
+from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import WorkingScratchpad
 
-if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
+if TYPE_CHECKING:
+    # Imported where used: the Athena client brings httpx, hybrid recall numpy,
+    # and a process that configures neither should not load them.
     from jarvismem.backends.athena import AthenaClient
+    from jarvismem.recall.hybrid import HybridRecallStore
 
 log = telemetry.logger(__name__)
 
@@ -63,16 +91,412 @@ log = telemetry.logger(__name__)
 _INLINE_REDACT_CHARS = 16_384
 
 
-class UnifiedMemory:
-    """Tiered memory of one agent at one step of one workflow.
+RECENT_WORKFLOWS = 256
+"""Workflow states kept alive after their last view is gone (LRU)."""
 
-    ``UnifiedMemory(workflow_id, step_id, agent_id, redis_store=None,
-    blob_storage=None, athena_client=None)`` builds the tiers from the given
-    clients (which it does not close) on a private engine, configured by
-    ``settings`` (default: read from the environment once per process).
-    ``MemoryRuntime.memory(...)`` (or ``runtime=`` any
-    :class:`~jarvismem.engine.MemoryEngine`) builds it on a shared engine that
-    owns the connections.
+
+class MemoryRuntime:
+    """The one owner of a process's memory: clients, workflow state, outboxes, tasks.
+
+    It holds one Redis client (one pool), one blob storage client, one Athena
+    HTTP client, the summarizer, the recall store and policy, the per-workflow
+    state every view of a workflow shares (ledger, durable writers with their
+    outboxes, the compactor), the Athena state per agent, and the outbox
+    poller; :meth:`memory` hands out views of it. :meth:`from_env` builds the
+    clients from settings too.
+
+    Args:
+        settings: the configuration; None reads the environment (once per process).
+        redis, blob, athena: the backend clients; None leaves their tiers off. The
+            Redis client takes ``settings``' durability level (``REDIS_DURABILITY``),
+            or raises :class:`~jarvismem.errors.ConfigError` if it carries another.
+        summarizer: the long-term summarizer; by default the settings' one, made
+            when compaction first needs it. JarvisCore's LLM client shape
+            (``async generate(prompt=, temperature=, max_tokens=)``) is taken too
+            (see :func:`~jarvismem.backends.llm.as_summarizer`).
+        redactor: applied before anything is stored; by default per ``settings``.
+        recall_store: where remembered facts go; by default BM25 in Redis (with Redis),
+            wrapped in a :class:`~jarvismem.recall.hybrid.HybridRecallStore` (vectors
+            in Redis beside the index) when ``RECALL_EMBEDDER`` names an embedder;
+            made on first use.
+        policy: the recall policy; by default :class:`MemoryPolicy`'s defaults.
+        owns_clients: close the clients (and a given summarizer) in :meth:`close`.
+        background: run the outbox poller and keep the summarizer between uses;
+            False for a runtime nobody closes (a drop-in view's own), which then
+            leaves no task or HTTP client behind when it is dropped.
+        recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
+            per-agent state kept alive without a user.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        redis: Any = None,
+        blob: BlobStorage | None = None,
+        athena: AthenaClient | None = None,
+        summarizer: Summarizer | object | None = None,
+        redactor: Redactor | None = None,
+        recall_store: RecallStore | None = None,
+        policy: MemoryPolicy | None = None,
+        owns_clients: bool = False,
+        background: bool = True,
+        recent_workflows: int = RECENT_WORKFLOWS,
+        live_athena_agents: int = ATHENA_RECENT_AGENTS,
+    ) -> None:
+        if settings is None:
+            settings = default_settings()
+        if redis is not None:
+            # Every client, however it came in, follows REDIS_DURABILITY (or is refused).
+            adopt_redis(redis, settings)
+        self.settings = settings
+        self.keyspace = KeySpace(settings.jarvismem_namespace)
+        self.redis = redis
+        self.blob = blob
+        self.athena = athena
+        self.owns_clients = owns_clients
+        self.background = background
+        self._own_summarizer: OnDemandSummarizer | None = None
+        if summarizer is None:
+            summarizer = self._own_summarizer = OnDemandSummarizer(settings, keep=background)
+        else:
+            summarizer = as_summarizer(summarizer)
+        self.summarizer: Summarizer = summarizer  # type: ignore[assignment]
+        names = settings.redaction_key_names
+        if redactor is None:
+            redactor = redactor_for(names) if settings.redaction_enabled else no_redaction
+        self.redactor = redactor
+        # Which dict keys name a secret (REDACTION_KEYS): their values are
+        # hidden whatever their type, in turns, checkpoints and spaces.
+        self.is_secret_key: Callable[[str], bool] = (
+            key_matcher_for(names) if settings.redaction_enabled else never_secret
+        )
+        self._recall_store = recall_store
+        self._recall_made = recall_store is not None
+        self._hybrid: HybridRecallStore | None = None
+        self.policy = policy if policy is not None else MemoryPolicy()
+        # Per-workflow state lives while a view, a draining writer or a running
+        # compaction uses it, plus the `recent_workflows` most recently used ones:
+        # a long-lived runtime serving many workflows does not grow without bound.
+        self.recent_workflows = recent_workflows
+        self._workflows: weakref.WeakValueDictionary[str, WorkflowState] = (
+            weakref.WeakValueDictionary()
+        )
+        self._recent: OrderedDict[str, WorkflowState] = OrderedDict()
+        self._outboxes: weakref.WeakValueDictionary[tuple[str, str], Outbox] = (
+            weakref.WeakValueDictionary()
+        )
+        self.athena_agents: AthenaAgents | None = None
+        if athena is not None:
+            factory = AthenaFactory(
+                athena, redis, keyspace=self.keyspace, settings=settings, redactor=self.redactor
+            )
+            self.athena_agents = AthenaAgents(factory, max_live=live_athena_agents)
+        self._poller: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    async def from_env(
+        cls,
+        settings: Settings | None = None,
+        *,
+        require_redis: bool = False,
+        warn_degraded: bool = True,
+        connect_retries: int | None = None,
+        **overrides: Any,
+    ) -> Self:
+        """Build and connect every configured backend from settings/environment.
+
+        ``overrides`` are settings fields applied over the environment (only
+        when ``settings`` is None). With nothing configured it runs on the
+        embedded defaults (the embedded Redis server, persistent, and a local
+        blob folder). A configured Redis that does not answer at start-up does
+        not stop the runtime: it starts degraded (one WARNING), writes queue in
+        the local outbox, reads serve what the outbox holds, and everything
+        replays once Redis answers (the client reconnects on its own).
+        ``require_redis=True`` instead waits ``REDIS_CONNECT_RETRIES`` attempts
+        and raises :class:`~jarvismem.errors.BackendUnavailableError` (tools
+        that can do nothing without Redis). ``warn_degraded=False`` logs the
+        degraded start at INFO instead of WARNING, for callers that report each
+        backend's state themselves (``jarvismem status``).
+        """
+        if settings is None:
+            settings = load_settings(**overrides) if overrides else default_settings()
+        redis, blob, athena = await open_clients(
+            settings,
+            require_redis=require_redis,
+            warn_degraded=warn_degraded,
+            connect_retries=connect_retries,
+        )
+        return cls(settings, redis=redis, blob=blob, athena=athena, owns_clients=True)
+
+    def memory(self, workflow_id: str, step_id: str, agent_id: str) -> UnifiedMemory:
+        """A cheap per-(workflow, step, agent) view; no I/O."""
+        return UnifiedMemory(workflow_id, step_id, agent_id, runtime=self)
+
+    async def health(self, *, write_check: bool = False) -> dict[str, Any]:
+        """Reachability and latency of every backend, plus outbox state.
+
+        ``write_check=True`` also proves write access and credentials on every
+        backend (see :func:`jarvismem.health.engine_health`).
+        """
+        return await engine_health(self, write_check=write_check)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has begun."""
+        return self._closed
+
+    @property
+    def in_process(self) -> bool:
+        """True when Redis is the ephemeral in-process stand-in (``REDIS_URL=memory://``)."""
+        return self.redis is not None and is_in_process(self.redis)
+
+    @property
+    def recall_store(self) -> RecallStore | None:
+        """Where remembered facts go (made on first use; None without Redis or one given)."""
+        if not self._recall_made:
+            self._recall_made = True
+            self._recall_store = self._default_recall_store()
+        return self._recall_store
+
+    def _default_recall_store(self) -> RecallStore | None:
+        """BM25 in Redis, hybrid with vectors when ``RECALL_EMBEDDER`` names an embedder."""
+        if self.redis is None:
+            return None
+        s = self.settings
+        lexical = RedisRecallStore(
+            self.redis,
+            self.keyspace,
+            indexed_metadata=s.recall_indexed_metadata_keys,
+            # Recall reads keep the deadline of the ledger's (a stalled Redis).
+            timeout=s.tier_timeout_episodic,
+        )
+        embedder = create_embedder(s)
+        if embedder is None:
+            return lexical
+        # The runtime made the embedder, so the store owns it: close() stops the
+        # background embedding (pending entries stay in Redis) and closes it.
+        from jarvismem.recall.hybrid import HybridRecallStore
+        from jarvismem.recall.vectors import RedisVectorStore
+
+        self._hybrid = HybridRecallStore(
+            lexical,
+            embedder,
+            vectors=RedisVectorStore(self.redis, self.keyspace, timeout=s.tier_timeout_episodic),
+            batch_size=s.embeddings_batch,
+            owns_embedder=True,
+        )
+        return self._hybrid
+
+    # --- shared per-workflow machinery ----------------------------------------------------
+
+    def workflow(self, workflow_id: str) -> WorkflowState:
+        """The shared state of a workflow (created on first use)."""
+        state = self._workflows.get(workflow_id)
+        if state is None:
+            validate_id(workflow_id, "workflow_id")
+            state = WorkflowState(
+                workflow_id,
+                settings=self.settings,
+                keyspace=self.keyspace,
+                redis=self.redis,
+                blob=self.blob,
+                redactor=self.redactor,
+                summarizer=self.summarizer,
+                redis_outbox=None if self.redis is None else self.outbox("redis", workflow_id),
+                blob_outbox=None if self.blob is None else self.outbox("blob", workflow_id),
+            )
+            self._workflows[workflow_id] = state
+        self._recent[workflow_id] = state
+        self._recent.move_to_end(workflow_id)
+        if len(self._recent) > self.recent_workflows:
+            self._recent.popitem(last=False)
+        return state
+
+    def destination(self, kind: str) -> str | None:
+        """Digest of the backend a kind of outbox delivers to (names its files)."""
+        address = self.destination_address(kind)
+        return None if address is None else destination_digest(kind, address)
+
+    def destination_address(self, kind: str) -> str | None:
+        """Secret-free address of the backend a kind of outbox delivers to (None: none)."""
+        if kind == "redis" and self.redis is not None:
+            return redis_destination(self.redis)
+        if kind == "blob" and self.blob is not None:
+            return str(getattr(self.blob, "destination", None) or self.blob.name)
+        return None
+
+    def outbox(self, kind: str, workflow_id: str) -> Outbox:
+        """The runtime's outbox object for ``kind`` records of a workflow (no I/O).
+
+        Redis and blob outboxes are keyed by the digest of their backend's
+        address, so records queued for one server can only replay into it.
+        """
+        key = (kind, workflow_id)
+        box = self._outboxes.get(key)
+        if box is None:
+            s = self.settings
+            dst = self.destination(kind)
+            root = Path(s.outbox_path)
+            box = Outbox(
+                root / self.keyspace.outbox_file(kind, workflow_id, dst),
+                max_entries=s.outbox_max_entries,
+                max_bytes=s.outbox_max_bytes,
+                fsync=s.outbox_fsync_effective,
+                destination=dst,
+                destination_file=None
+                if dst is None
+                else root / self.keyspace.outbox_destination_file(kind, dst),
+                destination_info=None
+                if dst is None
+                else {"kind": kind, "address": self.destination_address(kind) or ""},
+                # Before outboxes were keyed by destination, this was the file.
+                legacy_path=root / self.keyspace.outbox_file(kind, workflow_id),
+            )
+            self._outboxes[key] = box
+        return box
+
+    def open_writers(self) -> list[DurableWriter]:
+        """The durable writers of every workflow state alive in this runtime."""
+        return [w for state in list(self._workflows.values()) for w in state.writers]
+
+    def redis_writers(self) -> list[DurableWriter]:
+        """The Redis durable writers (ledger, checkpoints, summaries, spaces) alive here."""
+        states = list(self._workflows.values())
+        return [s.redis_writer for s in states if s.redis_writer is not None]
+
+    # --- Athena, per agent ----------------------------------------------------------------
+
+    async def athena_memory(self, agent_id: str) -> AthenaMemory | None:
+        """The agent's AthenaMemory (one cached session per tenant/user/agent).
+
+        Waits for the first session attempt; Athena errors (even refused
+        credentials) are not raised but kept in its ``health()`` and retried.
+        None when Athena is not configured.
+        """
+        agents = self.athena_agents
+        if agents is None:
+            return None
+        if agents.live(agent_id) is None:
+            validate_id(agent_id, "agent_id")
+        return await agents.get(agent_id)
+
+    def athena_memory_nowait(self, agent_id: str) -> AthenaMemory | None:
+        """The agent's AthenaMemory, created (no I/O to Athena) and started if needed.
+
+        None when Athena is not configured.
+        Writes may be queued at once; the session is resolved in the background.
+        """
+        agents = self.athena_agents
+        if agents is None:
+            return None
+        if agents.live(agent_id) is None:
+            validate_id(agent_id, "agent_id")
+        return agents.get_nowait(agent_id)
+
+    async def athena_memory_for_write(self, agent_id: str) -> AthenaMemory | None:
+        """:meth:`athena_memory_nowait` for a write path (``log_turn``).
+
+        While evicted agents are being closed it yields to the event loop once:
+        a tight loop of writes that never waits (small local appends) would
+        otherwise never let them run, and their open files would pile up.
+        """
+        memory = self.athena_memory_nowait(agent_id)
+        if self.athena_agents is not None and self.athena_agents.retiring:
+            await asyncio.sleep(0)
+        return memory
+
+    def athena_outbox(self, agent_id: str) -> Outbox:
+        """The durable outbox of the agent's Athena destination.
+
+        One file per (tenant, user, Athena agent id, server): records queued for
+        one tenant or server are never replayed into another's session. The live
+        AthenaMemory's outbox when there is one, else a new Outbox (caller owns it).
+        """
+        if self.athena_agents is None:
+            raise ConfigError("Athena is not configured: set ATHENA_URL")
+        memory = self.athena_agents.live(agent_id)
+        if memory is not None:
+            return memory.outbox
+        return self.athena_agents.factory.outbox(agent_id)
+
+    def athena_agent_id(self, agent_id: str) -> str:
+        """The agent id sent to Athena: the agent's own (the namespace goes into the user id)."""
+        if self.athena_agents is None:
+            raise ConfigError("Athena is not configured: set ATHENA_URL")
+        return self.athena_agents.factory.agent_id(agent_id)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def ensure_background(self) -> None:
+        """Start the outbox poller on the running loop (first awaited call; cheap after).
+
+        The constructor cannot start it (it may run outside a loop, as the
+        drop-in ``UnifiedMemory(...)`` constructor does). A runtime built with
+        ``background=False`` starts none: its writers notice records other
+        processes left on their own next write.
+        """
+        if self._poller is None and self.background and not self._closed:
+            self._poller = asyncio.get_running_loop().create_task(
+                poll_outboxes(self.open_writers, self.settings.outbox_poll_seconds),
+                name="jarvismem-outbox-poll",
+            )
+
+    async def close(self) -> None:
+        """Drain what can be drained, then close writers and owned clients."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._poller is not None:
+            self._poller.cancel()
+        agents = self.athena_agents
+        if agents is not None:
+            agents.stop()
+        states = list(self._workflows.values())
+        for state in states:
+            for writer in state.writers:
+                if writer.degraded:
+                    await writer.flush(timeout=2.0, stop_at_failure=True)
+        if agents is not None:
+            await agents.close()
+        for state in states:
+            await state.close()
+        for box in list(self._outboxes.values()):
+            await box.close()
+        self._recent.clear()
+        if self._hybrid is not None:  # before Redis closes: it stops the embedding tasks
+            await self._hybrid.aclose()
+        if self._own_summarizer is not None:
+            await self._own_summarizer.aclose()
+        if self.owns_clients:
+            if self.athena is not None:
+                await self.athena.aclose()
+            if self.blob is not None:
+                await self.blob.close()
+            if self.redis is not None:
+                await self.redis.aclose()
+            if self._own_summarizer is None:
+                aclose = getattr(self.summarizer, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class UnifiedMemory:
+    """Tiered memory of one agent at one step of one workflow: a view of a runtime.
+
+    ``MemoryRuntime.memory(...)`` (or ``runtime=``) makes it a view of that
+    runtime. The drop-in form ``UnifiedMemory(workflow_id, step_id, agent_id,
+    redis_store=None, blob_storage=None, athena_client=None)`` builds a runtime
+    of its own around the given clients (which it never closes), configured by
+    ``settings`` (default: read from the environment once per process); that
+    runtime runs no background task (see ``background`` of :class:`MemoryRuntime`).
     """
 
     def __init__(
@@ -84,7 +508,7 @@ class UnifiedMemory:
         blob_storage: BlobStorage | None = None,
         athena_client: AthenaClient | None = None,
         *,
-        runtime: MemoryEngine | None = None,
+        runtime: MemoryRuntime | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.workflow_id = validate_id(workflow_id, "workflow_id")
@@ -92,12 +516,14 @@ class UnifiedMemory:
         self.agent_id = validate_id(agent_id, "agent_id")
         self._owns_runtime = runtime is None
         if runtime is None:
-            # A private engine around the caller's clients; it never closes them.
-            runtime = MemoryEngine(
-                settings if settings is not None else default_settings(),
+            # A runtime of its own around the caller's clients; it never closes
+            # them, and callers do not close it: no background task, no kept client.
+            runtime = MemoryRuntime(
+                settings,
                 redis=redis_store,
                 blob=blob_storage,
                 athena=athena_client,
+                background=False,
             )
         elif (
             redis_store is not None
@@ -141,11 +567,11 @@ class UnifiedMemory:
 
     @property
     def _wf(self) -> WorkflowState:
-        """The workflow's shared state, from the engine each time.
+        """The workflow's shared state, from the runtime each time.
 
-        Not kept on the view: the engine holds the recently used workflows
+        Not kept on the view: the runtime holds the recently used workflows
         (an LRU) and any other only while something uses it, so thousands of
-        idle views do not pin thousands of workflow states; a state the engine
+        idle views do not pin thousands of workflow states; a state the runtime
         let go is made again on next use (its outboxes are files, its counters
         in Redis).
         """

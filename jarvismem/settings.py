@@ -605,8 +605,7 @@ def warn_unknown_names(env_file: Any) -> None:
 # Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,
 # step, agent, redis, blob)``) read settings from the environment when none are
 # given. Read once per process and kept: views made per step then share one
-# Settings object, and so one summarizer (one LLM HTTP client, see
-# ``engine.core.shared_summarizer``) instead of one per step.
+# Settings object instead of parsing the environment per step.
 _default_settings: Settings | None = None
 
 

@@ -35,9 +35,9 @@ from typing import Any
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.outbox.format import sibling
 from jarvismem.backends.redis import redis_errors
-from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import BackendUnavailableError, InvalidIdError
 from jarvismem.keys import validate_id
+from jarvismem.memory import MemoryRuntime
 from jarvismem.records import as_text
 from jarvismem.tiers.episodic import INDEX_REFRESH_SECONDS, WorkflowIndex, ledger_stats
 
@@ -81,9 +81,9 @@ class WorkflowInfo:
 
 
 async def list_workflows(
-    engine: MemoryEngine, *, rebuild: bool = False, include_blobs: bool = True
+    runtime: MemoryRuntime, *, rebuild: bool = False, include_blobs: bool = True
 ) -> list[WorkflowInfo]:
-    """Every workflow of the engine's namespace, most recently active first.
+    """Every workflow of the runtime's namespace, most recently active first.
 
     ``rebuild``: first add to the index every workflow whose ledger exists (a
     SCAN of the whole keyspace: for data written before the index existed or
@@ -91,17 +91,17 @@ async def list_workflows(
     Index entries whose ledger is gone and that are older than the ledger TTL
     are dropped from the index as they are found.
     """
-    ks = engine.keyspace
+    ks = runtime.keyspace
     indexed: dict[str, int] = {}
-    index = None if engine.redis is None else WorkflowIndex(engine.redis, ks)
+    index = None if runtime.redis is None else WorkflowIndex(runtime.redis, ks)
     if index is not None:
         if rebuild:
             await index.rebuild()
         indexed = await index.entries()
     with_blobs: set[str] = set()
-    if include_blobs and engine.blob is not None:
+    if include_blobs and runtime.blob is not None:
         prefix = ks.workflows_blob_prefix()
-        for path in await engine.blob.list(prefix):
+        for path in await runtime.blob.list(prefix):
             head = path[len(prefix) :].partition("/")[0]
             try:
                 with_blobs.add(validate_id(head, "workflow_id"))
@@ -109,16 +109,16 @@ async def list_workflows(
                 continue
     names = sorted(set(indexed) | with_blobs)
     gate = asyncio.Semaphore(_LIST_CONCURRENCY)
-    stale_before = (time.time() - engine.settings.ttl_seconds - INDEX_REFRESH_SECONDS) * 1000
+    stale_before = (time.time() - runtime.settings.ttl_seconds - INDEX_REFRESH_SECONDS) * 1000
 
     async def row(workflow: str) -> WorkflowInfo | None:
         turns = entries = last_ms = None
-        if engine.redis is not None:
+        if runtime.redis is not None:
             async with gate:
-                stats = await ledger_stats(engine.redis, ks, workflow)
+                stats = await ledger_stats(runtime.redis, ks, workflow)
             turns, entries, last_ms = stats.turns, stats.entries, stats.last_ms
             score = indexed.get(workflow)
-            if engine.in_process and score is None and not entries:
+            if runtime.in_process and score is None and not entries:
                 # The in-process stand-in cannot see other processes' ledgers:
                 # unknown, not zero.
                 turns = entries = None
@@ -144,7 +144,7 @@ async def list_workflows(
     return rows
 
 
-async def workflow_exists(engine: MemoryEngine, workflow_id: str) -> bool | None:
+async def workflow_exists(runtime: MemoryRuntime, workflow_id: str) -> bool | None:
     """Whether ``workflow_id`` holds anything this machine can see; None: cannot tell.
 
     A workflow exists when any tier holds something of it: an entry in the
@@ -157,28 +157,28 @@ async def workflow_exists(engine: MemoryEngine, workflow_id: str) -> bool | None
     None rather than False: an outage is not proof of absence.
     """
     workflow = validate_id(workflow_id, "workflow_id")
-    ks = engine.keyspace
-    if await asyncio.to_thread(_outbox_files, engine, workflow, sidecars=False):
+    ks = runtime.keyspace
+    if await asyncio.to_thread(_outbox_files, runtime, workflow, sidecars=False):
         return True
     redis_down = blob_down = False
-    if engine.redis is not None:
+    if runtime.redis is not None:
         try:
             async with redis_errors(f"look up workflow {workflow}"):
-                if await engine.redis.zscore(ks.workflow_index(), workflow) is not None:
+                if await runtime.redis.zscore(ks.workflow_index(), workflow) is not None:
                     return True
-                if await engine.redis.exists(ks.ledger(workflow)):
+                if await runtime.redis.exists(ks.ledger(workflow)):
                     return True
         except BackendUnavailableError:
             redis_down = True
-    if engine.blob is not None:
+    if runtime.blob is not None:
         try:
-            if await engine.blob.list(ks.workflow_blob_prefix(workflow)):
+            if await runtime.blob.list(ks.workflow_blob_prefix(workflow)):
                 return True
         except BackendUnavailableError:
             blob_down = True
-    if engine.redis is not None and not redis_down:
+    if runtime.redis is not None and not redis_down:
         async with redis_errors(f"look up workflow {workflow}: scan"):
-            keys = engine.redis.scan_iter(match=ks.workflow_pattern(workflow), count=1000)
+            keys = runtime.redis.scan_iter(match=ks.workflow_pattern(workflow), count=1000)
             async for _key in keys:
                 return True
     return None if redis_down or blob_down else False
@@ -214,7 +214,7 @@ class DeletionReport:
 
 
 async def delete_workflow(
-    engine: MemoryEngine, workflow_id: str, *, dry_run: bool = False
+    runtime: MemoryRuntime, workflow_id: str, *, dry_run: bool = False
 ) -> DeletionReport:
     """Remove ``workflow_id`` from every tier (see the module doc for what and how).
 
@@ -224,48 +224,48 @@ async def delete_workflow(
     use in this process: its queued writes would recreate what was deleted.
     """
     workflow = validate_id(workflow_id, "workflow_id")
-    ks = engine.keyspace
+    ks = runtime.keyspace
     report = DeletionReport(workflow_id=workflow, dry_run=dry_run)
-    index = None if engine.redis is None else WorkflowIndex(engine.redis, ks)
-    if engine.redis is not None and index is not None:
-        report.redis_keys = await _redis_keys(engine.redis, engine, workflow)
+    index = None if runtime.redis is None else WorkflowIndex(runtime.redis, ks)
+    if runtime.redis is not None and index is not None:
+        report.redis_keys = await _redis_keys(runtime.redis, runtime, workflow)
         report.indexed = workflow in await index.entries()
-    if engine.blob is not None:
-        paths = await engine.blob.list(ks.workflow_blob_prefix(workflow))
-        paths += await engine.blob.list(ks.staging_blob_prefix(workflow))
+    if runtime.blob is not None:
+        paths = await runtime.blob.list(ks.workflow_blob_prefix(workflow))
+        paths += await runtime.blob.list(ks.staging_blob_prefix(workflow))
         report.blobs = sorted(set(paths))
     report.outbox_pending = await _count_pending(
-        await asyncio.to_thread(_outbox_files, engine, workflow, sidecars=False)
+        await asyncio.to_thread(_outbox_files, runtime, workflow, sidecars=False)
     )
     # Listed after counting: reading an outbox may create its lock files.
-    outboxes = await asyncio.to_thread(_outbox_files, engine, workflow)
+    outboxes = await asyncio.to_thread(_outbox_files, runtime, workflow)
     report.outbox_files = [str(p) for p in outboxes]
     if dry_run:
         return report
-    if engine.redis is not None and report.redis_keys:
+    if runtime.redis is not None and report.redis_keys:
         # One DEL: every key of the workflow shares its hash slot, so the ledger
         # and its exactly-once index disappear together, atomically.
         async with redis_errors(f"delete workflow {workflow}"):
-            await engine.redis.delete(*report.redis_keys)
-    if engine.blob is not None:
+            await runtime.redis.delete(*report.redis_keys)
+    if runtime.blob is not None:
         for path in report.blobs:
-            await engine.blob.delete(path)
+            await runtime.blob.delete(path)
     await asyncio.to_thread(_remove_files, outboxes)
-    if engine.redis is not None and index is not None:
+    if runtime.redis is not None and index is not None:
         async with redis_errors(f"delete workflow {workflow}: check"):
-            report.raced = bool(await engine.redis.exists(ks.ledger(workflow)))
+            report.raced = bool(await runtime.redis.exists(ks.ledger(workflow)))
         if not report.raced:
             await index.remove(workflow)
     return report
 
 
-async def _redis_keys(redis: Any, engine: MemoryEngine, workflow: str) -> list[str]:
+async def _redis_keys(redis: Any, runtime: MemoryRuntime, workflow: str) -> list[str]:
     """Every Redis key of the workflow, the ones every workflow has named explicitly.
 
     The ledger and the turn index are always listed (not only when a SCAN saw
     them), so a single DEL removes both even if a first turn lands mid-delete.
     """
-    ks = engine.keyspace
+    ks = runtime.keyspace
     found = {ks.ledger(workflow), ks.turn_index(workflow)}
     async with redis_errors(f"delete workflow {workflow}: scan"):
         for pattern in (ks.workflow_pattern(workflow), ks.staging_pattern(workflow)):
@@ -275,10 +275,10 @@ async def _redis_keys(redis: Any, engine: MemoryEngine, workflow: str) -> list[s
     return [key for key, n in zip(sorted(found), exists, strict=True) if n]
 
 
-def _outbox_files(engine: MemoryEngine, workflow: str, *, sidecars: bool = True) -> list[Path]:
+def _outbox_files(runtime: MemoryRuntime, workflow: str, *, sidecars: bool = True) -> list[Path]:
     """The workflow's outbox files of every kind and destination (with their sidecars)."""
-    root = Path(engine.settings.outbox_path)
-    data_files = sorted(root.glob(engine.keyspace.outbox_files_pattern(workflow)))
+    root = Path(runtime.settings.outbox_path)
+    data_files = sorted(root.glob(runtime.keyspace.outbox_files_pattern(workflow)))
     if not sidecars:
         return data_files
     return [

@@ -28,7 +28,6 @@ import pytest
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.redis_embedded import EmbeddedServer, find_binary
-from jarvismem.engine.core import MemoryEngine
 from jarvismem.keys import KeySpace, embedded_redis_file
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import MEMORY_URL, Settings, load_settings
@@ -293,30 +292,9 @@ def settings(make_settings: MakeSettings) -> Settings:
     """The test's isolated ``Settings`` (``make_settings()``).
 
     A test module that needs other values overrides this fixture with
-    ``make_settings(field=value)``; ``make_runtime`` and ``make_engine`` follow.
+    ``make_settings(field=value)``; ``make_runtime`` follows.
     """
     return make_settings()
-
-
-@pytest.fixture
-async def make_engine(settings: Any) -> AsyncIterator[Callable[..., Any]]:
-    """Build ``MemoryEngine`` objects that are all closed when the test ends.
-
-    ``make_engine(redis=..., blob=..., settings=..., **engine_kwargs)``; without
-    ``settings`` it uses the ``settings`` fixture. Request the client fixtures
-    before this one, so that the engines close before their clients do.
-    """
-
-    built: list[Any] = []
-
-    def build(*, settings: Any = settings, **kwargs: Any) -> Any:
-        engine = MemoryEngine(settings, **kwargs)
-        built.append(engine)
-        return engine
-
-    yield build
-    for engine in reversed(built):
-        await engine.close()
 
 
 @pytest.fixture

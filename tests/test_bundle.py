@@ -36,9 +36,9 @@ def test_the_empty_bundle_has_every_documented_key_at_its_default() -> None:
 
 
 async def test_without_backends_the_bundle_is_empty_and_not_degraded(
-    settings: Settings, workflow_id: str, make_engine: Factory
+    settings: Settings, workflow_id: str, make_runtime: Factory
 ) -> None:
-    engine = make_engine()
+    engine = make_runtime()
     assert await read_bundle(engine.workflow(workflow_id), "s1", 10, settings=settings) == (
         empty_bundle()
     )
@@ -46,17 +46,17 @@ async def test_without_backends_the_bundle_is_empty_and_not_degraded(
 
 @pytest.mark.parametrize("tail", [-1, True, 2.5])
 async def test_a_bad_ledger_tail_is_refused(
-    settings: Settings, make_engine: Factory, tail: Any
+    settings: Settings, make_runtime: Factory, tail: Any
 ) -> None:
-    engine = make_engine()
+    engine = make_runtime()
     with pytest.raises(ValueError, match="ledger_tail"):
         await read_bundle(engine.workflow("wf"), "s1", tail, settings=settings)
 
 
 async def test_a_tier_past_its_timeout_is_marked_degraded_and_the_rest_is_served(
-    settings: Settings, workflow_id: str, redis_client: Any, make_engine: Factory
+    settings: Settings, workflow_id: str, redis_client: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client)
+    engine = make_runtime(redis=redis_client)
     state = engine.workflow(workflow_id)
     await state.checkpoints("s1").save('{"n": 1}')
 
@@ -72,9 +72,9 @@ async def test_a_tier_past_its_timeout_is_marked_degraded_and_the_rest_is_served
 
 
 async def test_a_failing_tier_is_marked_with_its_error(
-    settings: Settings, workflow_id: str, make_engine: Factory
+    settings: Settings, workflow_id: str, make_runtime: Factory
 ) -> None:
-    engine = make_engine()
+    engine = make_runtime()
 
     class BrokenScratchpad:
         async def render(self) -> str:
@@ -92,9 +92,9 @@ async def test_a_failing_tier_is_marked_with_its_error(
 
 
 async def test_the_ledger_tail_and_the_spaces_come_back(
-    settings: Settings, workflow_id: str, redis_client: Any, make_engine: Factory
+    settings: Settings, workflow_id: str, redis_client: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client)
+    engine = make_runtime(redis=redis_client)
     state = engine.workflow(workflow_id)
     mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
     for turn in range(5):
@@ -109,9 +109,9 @@ async def test_the_ledger_tail_and_the_spaces_come_back(
 
 
 async def test_writes_queued_while_redis_is_down_are_in_the_bundle(
-    settings: Settings, workflow_id: str, unreachable_redis: Any, make_engine: Factory
+    settings: Settings, workflow_id: str, unreachable_redis: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(
+    engine = make_runtime(
         settings=settings.model_copy(update={"tier_timeout_episodic": 0.3}),
         redis=unreachable_redis,
     )
@@ -156,10 +156,10 @@ async def test_the_bundle_reads_redis_in_one_round_trip(
     real_redis: Any,
     local_blob: Any,
     workflow_id: str,
-    make_engine: Factory,
+    make_runtime: Factory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    engine = make_engine(redis=real_redis, blob=local_blob)
+    engine = make_runtime(redis=real_redis, blob=local_blob)
     mem = await _full_workflow(engine, workflow_id)
     await mem.rehydrate_bundle()  # warm: connections made, outboxes looked at
     trips = _RoundTrips(monkeypatch)
@@ -176,9 +176,9 @@ async def test_the_bundle_reads_redis_in_one_round_trip(
 
 
 async def test_a_failing_read_of_the_batch_degrades_only_its_tier(
-    redis_client: Any, local_blob: Any, workflow_id: str, make_engine: Factory
+    redis_client: Any, local_blob: Any, workflow_id: str, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client, blob=local_blob)
+    engine = make_runtime(redis=redis_client, blob=local_blob)
     mem = await _full_workflow(engine, workflow_id)
     # The checkpoint key holds a string: its HMGET fails (WRONGTYPE) in the pipeline.
     await redis_client.delete(engine.keyspace.checkpoint(workflow_id, "s1"))
@@ -193,9 +193,9 @@ async def test_a_failing_read_of_the_batch_degrades_only_its_tier(
 
 
 async def test_a_failed_summary_read_in_the_batch_falls_back_to_the_blob_copy(
-    redis_client: Any, local_blob: Any, workflow_id: str, make_engine: Factory
+    redis_client: Any, local_blob: Any, workflow_id: str, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client, blob=local_blob)
+    engine = make_runtime(redis=redis_client, blob=local_blob)
     mem = await _full_workflow(engine, workflow_id)
     key = engine.keyspace.ltm_summary(workflow_id)
     await redis_client.delete(key)
@@ -210,13 +210,13 @@ async def test_a_slow_round_trip_times_out_per_tier(
     redis_client: Any,
     local_blob: Any,
     workflow_id: str,
-    make_engine: Factory,
+    make_runtime: Factory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The checkpoint tier gives up at its own (short) timeout while the others,
     with longer ones, still get the same round trip's replies."""
     fast = settings.model_copy(update={"tier_timeout_checkpoint": 0.05})
-    engine = make_engine(settings=fast, redis=redis_client, blob=local_blob)
+    engine = make_runtime(settings=fast, redis=redis_client, blob=local_blob)
     mem = await _full_workflow(engine, workflow_id)
     pipeline_cls = type(redis_client.pipeline(transaction=False))
     execute = pipeline_cls.execute

@@ -20,9 +20,9 @@ def settings(make_settings: MakeSettings) -> Settings:
 
 
 async def test_an_engine_without_backends_is_healthy_and_says_nothing_is_configured(
-    settings: Settings, make_engine: Factory
+    settings: Settings, make_runtime: Factory
 ) -> None:
-    engine = make_engine()
+    engine = make_runtime()
     health = await engine_health(engine)
     assert health["ok"] and not health["degraded"] and health["reasons"] == []
     assert health["namespace"] == settings.jarvismem_namespace
@@ -36,9 +36,9 @@ async def test_an_engine_without_backends_is_healthy_and_says_nothing_is_configu
 
 
 async def test_reachable_backends_report_their_latency(
-    redis_client: Any, blob_storage: Any, make_engine: Factory
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client, blob=blob_storage)
+    engine = make_runtime(redis=redis_client, blob=blob_storage)
     engine.workflow("wf")
     health = await engine_health(engine)
     assert health["ok"], health["reasons"]
@@ -49,9 +49,9 @@ async def test_reachable_backends_report_their_latency(
 
 
 async def test_an_unreachable_redis_and_its_queued_writes_are_reasons(
-    workflow_id: str, unreachable_redis: Any, make_engine: Factory
+    workflow_id: str, unreachable_redis: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=unreachable_redis)
+    engine = make_runtime(redis=unreachable_redis)
     await UnifiedMemory(workflow_id, "s1", "a1", runtime=engine).log_turn(1, "t", "a", "r")
     health = await engine_health(engine)
     assert not health["ok"] and health["degraded"]
@@ -62,9 +62,9 @@ async def test_an_unreachable_redis_and_its_queued_writes_are_reasons(
 
 
 async def test_a_views_health_names_its_active_tiers(
-    workflow_id: str, redis_client: Any, make_engine: Factory
+    workflow_id: str, redis_client: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client)
+    engine = make_runtime(redis=redis_client)
     mem = UnifiedMemory(workflow_id, "s1", "a1", runtime=engine)
     health = await memory_health(engine, engine.workflow(workflow_id), mem.working)
     assert health["tiers"] == {"working": False, "episodic": True, "ltm": False, "athena": False}
@@ -75,13 +75,13 @@ async def test_a_views_health_names_its_active_tiers(
 
 
 async def test_a_local_blob_folder_that_cannot_be_written_is_not_healthy(
-    tmp_path: Any, redis_client: Any, make_engine: Factory
+    tmp_path: Any, redis_client: Any, make_runtime: Factory
 ) -> None:
     from jarvismem.backends.blob import LocalBlobStorage
 
     blocker = tmp_path / "a-file"
     blocker.write_text("x")  # a file where a parent folder should be: unwritable even as root
-    engine = make_engine(redis=redis_client, blob=LocalBlobStorage(blocker / "blobs"))
+    engine = make_runtime(redis=redis_client, blob=LocalBlobStorage(blocker / "blobs"))
     health = await engine_health(engine)
     blob = health["backends"]["blob"]
     # Before: "reachable" was all it checked, and the folder showed as healthy.
@@ -92,20 +92,20 @@ async def test_a_local_blob_folder_that_cannot_be_written_is_not_healthy(
 
 
 async def test_the_local_write_probe_leaves_nothing_behind(
-    tmp_path: Any, make_engine: Factory
+    tmp_path: Any, make_runtime: Factory
 ) -> None:
     from jarvismem.backends.blob import LocalBlobStorage
 
-    engine = make_engine(blob=LocalBlobStorage(tmp_path / "not-yet" / "blobs"))
+    engine = make_runtime(blob=LocalBlobStorage(tmp_path / "not-yet" / "blobs"))
     health = await engine_health(engine)
     assert health["backends"]["blob"]["writable"] is True
     assert list(tmp_path.iterdir()) == []  # not even the folder it would create
 
 
 async def test_write_check_proves_writes_on_redis_and_blob(
-    redis_client: Any, blob_storage: Any, make_engine: Factory
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client, blob=blob_storage)
+    engine = make_runtime(redis=redis_client, blob=blob_storage)
     health = await engine_health(engine, write_check=True)
     assert health["ok"], health["reasons"]
     assert health["backends"]["redis"]["writable"] is True
@@ -117,9 +117,9 @@ async def test_write_check_proves_writes_on_redis_and_blob(
 
 
 async def test_write_check_reports_each_step_with_its_time(
-    redis_client: Any, blob_storage: Any, make_engine: Factory
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
 ) -> None:
-    engine = make_engine(redis=redis_client, blob=blob_storage)
+    engine = make_runtime(redis=redis_client, blob=blob_storage)
     health = await engine_health(engine, write_check=True)
     for name in ("redis", "blob"):
         check = health["backends"][name]["write_check"]
@@ -131,7 +131,7 @@ async def test_write_check_reports_each_step_with_its_time(
 
 
 async def test_a_failed_read_back_is_named_and_the_probe_still_cleaned_up(
-    tmp_path: Any, make_engine: Factory
+    tmp_path: Any, make_runtime: Factory
 ) -> None:
     from jarvismem.backends.blob import LocalBlobStorage
 
@@ -140,7 +140,7 @@ async def test_a_failed_read_back_is_named_and_the_probe_still_cleaned_up(
             return b"not what was written"
 
     blob = GarbledReads(tmp_path / "blobs")
-    health = await engine_health(make_engine(blob=blob), write_check=True)
+    health = await engine_health(make_runtime(blob=blob), write_check=True)
     out = health["backends"]["blob"]
     assert out["writable"] is False and not health["ok"]
     check = out["write_check"]
@@ -156,7 +156,7 @@ async def test_a_failed_read_back_is_named_and_the_probe_still_cleaned_up(
 
 
 async def test_write_check_of_an_unreachable_backend_says_it_did_not_run(
-    settings: Settings, make_engine: Factory
+    settings: Settings, make_runtime: Factory
 ) -> None:
     import redis.asyncio as aioredis
 
@@ -164,7 +164,7 @@ async def test_write_check_of_an_unreachable_backend_says_it_did_not_run(
 
     client = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2)
     try:
-        health = await engine_health(make_engine(redis=client), write_check=True)
+        health = await engine_health(make_runtime(redis=client), write_check=True)
     finally:
         await client.aclose()
     check = health["backends"]["redis"]["write_check"]
@@ -172,9 +172,9 @@ async def test_write_check_of_an_unreachable_backend_says_it_did_not_run(
 
 
 async def test_without_write_check_redis_is_only_pinged(
-    redis_client: Any, make_engine: Factory
+    redis_client: Any, make_runtime: Factory
 ) -> None:
-    health = await engine_health(make_engine(redis=redis_client))
+    health = await engine_health(make_runtime(redis=redis_client))
     assert "writable" not in health["backends"]["redis"]
 
 

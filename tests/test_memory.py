@@ -52,6 +52,60 @@ async def test_the_drop_in_constructor_takes_settings_and_leaves_caller_clients_
     assert mem.runtime.closed and await redis_client.ping()
 
 
+async def test_drop_in_views_open_no_llm_client_and_leave_none_open_when_they_compact(
+    settings: Settings,
+    workflow_id: str,
+    redis_client: Any,
+    blob_storage: Any,
+    fake_llm: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A kernel may build a drop-in view per step and never close it: each one
+    # must not leave an LLM HTTP client behind.
+    from jarvismem.backends.llm import client as llm_client
+
+    opened: list[Any] = []
+    real_init = llm_client.ChatCompletionsClient.__init__
+
+    def counting_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(llm_client.ChatCompletionsClient, "__init__", counting_init)
+    s = settings.model_copy(update={"llm_base_url": fake_llm.url})
+    views = [
+        UnifiedMemory(workflow_id, f"s{i}", "a1", redis_client, blob_storage, settings=s)
+        for i in range(5)
+    ]
+    for i, view in enumerate(views):
+        await view.log_turn(i + 1, "t", "a", "r")
+    assert opened == []  # no view compacted: no client
+    result = await views[0].compact_now()
+    assert result["compacted"], result
+    assert fake_llm.completion_requests() and opened
+    assert all(client._http.is_closed for client in opened)
+
+
+async def test_an_unclosed_drop_in_view_runs_no_background_task_and_is_freed(
+    settings: Settings, workflow_id: str, redis_client: Any, blob_storage: Any
+) -> None:
+    import gc
+    import weakref
+
+    def polls() -> int:
+        return sum(t.get_name() == "jarvismem-outbox-poll" for t in asyncio.all_tasks())
+
+    before = polls()
+    view = UnifiedMemory(workflow_id, "s1", "a1", redis_client, blob_storage, settings=settings)
+    await view.log_turn(1, "t", "a", "r")
+    await view.rehydrate_bundle()
+    assert polls() == before
+    runtime = weakref.ref(view.runtime)
+    del view
+    gc.collect()
+    assert runtime() is None
+
+
 def test_backends_or_settings_with_a_runtime_are_refused(
     settings: Settings, make_runtime: Factory
 ) -> None:

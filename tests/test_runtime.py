@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Any
@@ -10,8 +11,8 @@ import pytest
 from pydantic import SecretStr
 
 from jarvismem import runtime as runtime_module
-from jarvismem.engine.core import MemoryEngine
-from jarvismem.errors import BackendUnavailableError
+from jarvismem.engine import clients as clients_module
+from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime, default_settings, get_athena_client
 from jarvismem.settings import Settings, load_settings
@@ -20,9 +21,8 @@ from tests.conftest import REAL_REDIS_URL, Factory
 DEAD_REDIS = "redis://127.0.0.1:1/0"
 
 
-def test_a_runtime_is_an_engine_configured_from_the_environment_by_default() -> None:
+def test_a_runtime_is_configured_from_the_environment_by_default() -> None:
     rt = MemoryRuntime()
-    assert isinstance(rt, MemoryEngine)
     assert rt.settings is default_settings() is default_settings()
     bounded = MemoryRuntime(recent_workflows=3, live_athena_agents=2)
     assert bounded.recent_workflows == 3
@@ -147,7 +147,7 @@ async def test_from_env_with_refused_credentials_fails_fast_instead_of_starting_
         raise ConfigError("Redis refused the credentials (NOAUTH/WRONGPASS) at redis://h:1/0")
 
     # A misconfiguration is not an outage: no degraded start hides it.
-    monkeypatch.setattr(runtime_module, "connect_redis", refuse)
+    monkeypatch.setattr(clients_module, "connect_redis", refuse)
     with pytest.raises(ConfigError, match="refused the credentials"):
         await MemoryRuntime.from_env(settings.model_copy(update={"redis_url": DEAD_REDIS}))
 
@@ -256,3 +256,184 @@ def test_a_read_only_working_directory_degrades_the_scratchpad_without_crashing(
         f"STORAGE_BASE_PATH {tmp_path}/.jarvismem/blobs is not writable "
         "(Read-only file system (EROFS))"
     ) in proc.stderr
+
+
+# --- the per-workflow state, outboxes, recall store and close ---------------------------------
+
+
+async def test_a_runtime_without_backends_has_no_tiers_and_closes_twice(
+    workflow_id: str, make_runtime: Factory
+) -> None:
+    runtime = make_runtime()
+    state = runtime.workflow(workflow_id)
+    assert (state.ledger, state.redis_writer, state.blob_writer, state.ltm) == (None,) * 4
+    assert runtime.destination("redis") is None and runtime.destination("blob") is None
+    assert await runtime.athena_memory("a1") is None
+    assert runtime.athena_memory_nowait("a1") is None
+    with pytest.raises(ConfigError, match="ATHENA_URL"):
+        runtime.athena_outbox("a1")
+    assert runtime.recall_store is None and not runtime.in_process
+    await runtime.close()
+    assert runtime.closed
+    await runtime.close()
+
+
+async def test_the_embedded_recall_store_indexes_the_configured_metadata_keys(
+    workflow_id: str, redis_client: Any, settings: Settings, make_runtime: Factory
+) -> None:
+    # RECALL_INDEXED_METADATA must reach the store the runtime builds, or it does nothing.
+    runtime = make_runtime(
+        redis=redis_client,
+        settings=settings.model_copy(update={"recall_indexed_metadata": "topic"}),
+    )
+    view = UnifiedMemory(workflow_id, "s1", "a1", runtime=runtime)
+    await view.remember("the launch slipped a week", metadata={"topic": "astronomy"})
+    found = await view.recall("astronomy", min_score=1e-9)
+    assert [r.entry.content for r in found] == ["the launch slipped a week"]
+
+
+async def test_one_workflow_state_and_one_outbox_per_workflow(
+    workflow_id: str, redis_client: Any, blob_storage: Any, make_runtime: Factory
+) -> None:
+    runtime = make_runtime(redis=redis_client, blob=blob_storage)
+    state = runtime.workflow(workflow_id)
+    assert runtime.workflow(workflow_id) is state
+    assert runtime.outbox("redis", workflow_id) is state.redis_writer.outbox  # type: ignore[union-attr]
+    assert runtime.outbox("blob", workflow_id) is state.blob_writer.outbox  # type: ignore[union-attr]
+    # Outbox files are named by the destination they deliver to.
+    redis_dst = runtime.destination("redis")
+    assert redis_dst is not None and redis_dst != runtime.destination("blob")
+    assert redis_dst in str(runtime.outbox("redis", workflow_id).path)
+    assert runtime.open_writers() == list(state.writers)
+
+
+async def test_a_runtime_serves_views_and_keeps_only_recent_workflows(
+    redis_client: Any, make_runtime: Factory
+) -> None:
+    runtime = make_runtime(redis=redis_client, recent_workflows=8)
+    for i in range(40):
+        await UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=runtime).log_turn(1, "t", "a", "r")
+    gc.collect()
+    assert len(runtime._workflows) <= 8 + 1
+    kept = UnifiedMemory("wf-0", "s1", "a1", runtime=runtime)  # evicted, used again: same data
+    assert [t["turn_id"] for t in await kept.episodic.tail(5)] == ["1"]  # type: ignore[union-attr]
+
+
+async def test_held_idle_views_do_not_pin_their_workflow_state(
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
+) -> None:
+    # A kernel may hold a view per waiting workflow: thousands of them. The views
+    # must not keep every workflow's state (writers, outboxes, tiers) alive.
+    runtime = make_runtime(redis=redis_client, blob=blob_storage, recent_workflows=8)
+    views = [UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=runtime) for i in range(40)]
+    for view in views:
+        await view.log_turn(1, "t", "a", "r")
+    gc.collect()
+    assert len(runtime._workflows) <= 8 + 1  # was 40: each view held its state
+    # A held view whose state was let go works as before: its state is made again.
+    first = views[0]
+    await first.log_turn(2, "t2", "a2", "r2")
+    bundle = await first.rehydrate_bundle()
+    assert [t["turn_id"] for t in bundle["recent_turns"]] == ["1", "2"]
+    assert first.episodic is not None and await first.episodic.length() == 2
+
+
+async def test_a_runtime_compacts_with_jarviscores_generate_client(
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
+) -> None:
+    # A JarvisCore user hands the runtime the LLM client they already have.
+    class Generate:
+        def __init__(self) -> None:
+            self.prompts: list[str] = []
+
+        async def generate(self, **kwargs: Any) -> dict[str, Any]:
+            self.prompts.append(kwargs["prompt"])
+            return {"content": "summary by generate()", "tokens": {"total": 7}}
+
+    client = Generate()
+    runtime = make_runtime(redis=redis_client, blob=blob_storage, summarizer=client)
+    mem = UnifiedMemory("wf-gen", "s1", "a1", runtime=runtime)
+    await mem.log_turn(1, "look up the invoice", "search()", "found it")
+    result = await mem.compact_now()
+    assert result["compacted"], result
+    assert mem.ltm is not None and await mem.ltm.load_summary() == "summary by generate()"
+    assert client.prompts and "look up the invoice" in client.prompts[0]
+
+
+async def test_closing_a_runtime_leaves_clients_it_does_not_own_open(
+    redis_client: Any, blob_storage: Any, make_runtime: Factory
+) -> None:
+    runtime = make_runtime(redis=redis_client, blob=blob_storage)
+    await UnifiedMemory("wf", "s1", "a1", runtime=runtime).log_turn(1, "t", "a", "r")
+    await runtime.close()
+    assert await redis_client.ping()
+    await blob_storage.append("still/open.txt", b"x")
+
+
+def test_defaults_follow_the_settings(settings: Settings) -> None:
+    runtime = MemoryRuntime(settings.model_copy(update={"redaction_enabled": False}))
+    assert runtime.redactor("api_key=sk-abcdefghijklmnopqrstuvwx") == (
+        "api_key=sk-abcdefghijklmnopqrstuvwx"
+    )
+    assert runtime.keyspace.namespace == settings.jarvismem_namespace
+    assert runtime.policy is not None
+
+
+async def test_recall_embedder_setting_makes_the_runtime_recall_by_meaning(
+    workflow_id: str, settings: Settings, real_redis: Any
+) -> None:
+    # End to end through the settings: RECALL_EMBEDDER=openai and EMBEDDINGS_BASE_URL
+    # make the runtime's recall store hybrid, vectors in Redis, embeddings over HTTP
+    # from the fake server (whose aliases give "automobile" and "sedan" one meaning).
+    from jarvismem.recall.hybrid import HybridRecallStore
+    from jarvismem.runtime import MemoryRuntime
+    from jarvismem.testing.fake_llm import FakeLLMServer
+    from tests.conftest import REAL_REDIS_URL
+
+    with FakeLLMServer() as llm:
+        llm.embedding_aliases = {"automobile": "car", "sedan": "car"}
+        s = settings.model_copy(
+            update={
+                "redis_url": REAL_REDIS_URL,
+                "recall_embedder": "openai",
+                "embeddings_base_url": llm.url,
+                "embeddings_batch": 8,
+                # The fake's 64 default buckets would let unrelated words collide.
+                "embeddings_dimensions": 4096,
+            }
+        )
+        rt = await MemoryRuntime.from_env(s, require_redis=True)
+        store = rt.recall_store
+        assert isinstance(store, HybridRecallStore) and store.batch_size == 8
+        view = rt.memory(workflow_id, "s1", "a1")
+        entry = await view.remember("I drove my new sedan to work")
+        await view.remember("The weather was grey all week")
+        await view.remember("We ate pasta for dinner")
+        assert await store.flush(10)
+        found = await view.recall("which automobile", min_score=1e-9)
+        assert [r.entry.content for r in found] == ["I drove my new sedan to work"]
+        assert llm.embedding_requests(), "the embeddings went over HTTP"
+        scope = rt.keyspace.recall_scope(entry.namespace, entry.agent_id, entry.session_id)
+        vectors = rt.keyspace.recall_vectors(scope)
+        assert await real_redis.hlen(vectors) == 3
+        await rt.close()
+        assert store._closed  # the runtime stopped the background embedding
+
+    lexical = await MemoryRuntime.from_env(
+        settings.model_copy(update={"redis_url": REAL_REDIS_URL}), require_redis=True
+    )
+    assert not isinstance(lexical.recall_store, HybridRecallStore)
+    await lexical.close()
+
+
+async def test_a_runtime_runs_its_outbox_poller_until_it_is_closed(
+    workflow_id: str, redis_client: Any, make_runtime: Factory
+) -> None:
+    import asyncio
+
+    runtime = make_runtime(redis=redis_client)
+    await runtime.memory(workflow_id, "s1", "a1").log_turn(1, "t", "a", "r")
+    [poller] = [t for t in asyncio.all_tasks() if t.get_name() == "jarvismem-outbox-poll"]
+    await runtime.close()
+    with pytest.raises(asyncio.CancelledError):
+        await poller

@@ -234,8 +234,8 @@ def create_redis(settings: Settings) -> RedisClient:
 def adopt_redis(client: Any, settings: Settings) -> None:
     """Give a Redis client the durability level of ``settings``, or refuse the pair.
 
-    The one point where a client enters an engine (built here, or passed in to
-    ``UnifiedMemory(redis_store=...)``, ``MemoryEngine(redis=...)``): whichever
+    The one point where a client enters a runtime (built here, or passed in to
+    ``UnifiedMemory(redis_store=...)``, ``MemoryRuntime(redis=...)``): whichever
     way it came, its writes then follow ``REDIS_DURABILITY``. A client that
     already carries another level (set by :func:`set_durability` for other
     users of it) is refused with :class:`ConfigError` rather than silently

@@ -28,10 +28,10 @@ connection's own last write (often none: offset 0) and confirms nothing.
   (after ``ASKING`` on the same connection for an ``ASK``); a second redirect
   fails the write as an outage.
 
-The level is attached to the client object where it enters an engine
+The level is attached to the client object where it enters a runtime
 (:func:`jarvismem.backends.redis.adopt_redis`: a client built from settings by
 ``create_redis``, or one passed in to ``UnifiedMemory(redis_store=...)`` or
-``MemoryEngine(redis=...)``), so every surface that writes through the client
+``MemoryRuntime(redis=...)``), so every surface that writes through the client
 follows it without being told. A client used directly by an integration
 (``JarvisMemSaver(client)``, ``JarvisMemStore(client)``, ``RedisRecallStore``)
 follows the level the client carries: ``primary`` unless it came from

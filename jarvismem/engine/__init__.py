@@ -1,18 +1,17 @@
-"""The engine: what a process holds to serve memory views (clients and shared state).
+"""The parts the runtime is made of: per-workflow state, Athena agents, clients, poller.
 
-Re-exports only; the parts import each other directly.
+The runtime itself (:class:`~jarvismem.memory.MemoryRuntime`) lives beside its
+views. Re-exports only; the parts import each other directly.
 """
 
 from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
-from jarvismem.engine.core import RECENT_WORKFLOWS, MemoryEngine, shared_summarizer
+from jarvismem.engine.summarizer import OnDemandSummarizer
 from jarvismem.engine.workflow import WorkflowState
 
 __all__ = [
     "ATHENA_RECENT_AGENTS",
-    "RECENT_WORKFLOWS",
     "AthenaAgents",
     "AthenaFactory",
-    "MemoryEngine",
+    "OnDemandSummarizer",
     "WorkflowState",
-    "shared_summarizer",
 ]

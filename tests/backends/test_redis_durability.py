@@ -24,7 +24,6 @@ from jarvismem.backends.redis_durability import (
     run_script,
     set_durability,
 )
-from jarvismem.engine.core import MemoryEngine
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
@@ -291,7 +290,7 @@ def test_an_engine_on_a_callers_client_takes_the_settings_level(keyspace: KeySpa
         jarvismem_namespace=keyspace.namespace,
     )
     client = aioredis.Redis(port=1)
-    MemoryEngine(settings, redis=client)
+    MemoryRuntime(settings, redis=client)
     assert durability_of(client) == Durability(replicas=2, timeout_ms=250)
 
 
@@ -300,12 +299,12 @@ def test_a_client_whose_level_disagrees_with_the_settings_is_refused(keyspace: K
     client = aioredis.Redis(port=1)
     set_durability(client, "replicated", replicas=1, timeout_ms=100)
     with pytest.raises(ConfigError, match="REDIS_DURABILITY=primary"):
-        MemoryEngine(primary_settings, redis=client)
+        MemoryRuntime(primary_settings, redis=client)
     other = primary_settings.model_copy(
         update={"redis_durability": "replicated", "redis_wait_replicas": 2}
     )
     with pytest.raises(ConfigError, match="REDIS_WAIT_REPLICAS=2"):
-        MemoryEngine(other, redis=client)
+        MemoryRuntime(other, redis=client)
     # Nothing was changed on the refused client.
     assert durability_of(client) == Durability(replicas=1, timeout_ms=100)
 
@@ -315,7 +314,7 @@ def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
         _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
     )
     with pytest.raises(ConfigError, match="the in-process stand-in has none"):
-        MemoryEngine(settings, redis=in_process_redis())
+        MemoryRuntime(settings, redis=in_process_redis())
 
 
 # --- recall facts and both LangGraph integrations wait too ---------------------------------------

@@ -255,13 +255,13 @@ environment dump), ``session`` (session objects and ids that grant nothing)."""
 REDACT_CHECKPOINTS: Final = True
 """Redact checkpoint state before it is saved (opt out when exact state is needed)."""
 
-# --- recall: lexical index (issue 19) ---------------------------------------------------------
+# --- recall: lexical index ---------------------------------------------------------
 
 RECALL_INDEXED_METADATA: Final[tuple[str, ...]] = ()
 """Metadata keys whose values the lexical recall stores index like content (none:
 metadata is filtered on, not searched)."""
 
-# --- recall embeddings and hybrid retrieval (issue 19) ---------------------------------------
+# --- recall embeddings and hybrid retrieval ---------------------------------------
 
 RECALL_EMBEDDER: Final = "none"
 """Embedder of hybrid recall: ``none`` (lexical only), ``openai`` or ``minilm`` (offline)."""

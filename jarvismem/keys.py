@@ -326,7 +326,7 @@ class KeySpace:
         """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
         return self._recall(scope_key, "postings")
 
-    # --- recall vectors (hybrid retrieval; issue 19) ------------------------------------
+    # --- recall vectors (hybrid retrieval) ------------------------------------
 
     def recall_vectors(self, scope_key: str) -> str:
         """Hash entry id -> embedder name, entry JSON and float32 vector of one scope.

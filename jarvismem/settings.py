@@ -177,7 +177,7 @@ class Settings(BaseSettings):
         defaults.LLM_MAX_RETRIES, ge=0, description="Retries on 429/5xx/timeouts."
     )
 
-    # --- recall embeddings and hybrid retrieval (issue 19) -------------------------
+    # --- recall embeddings and hybrid retrieval -------------------------
     recall_embedder: Literal["none", "openai", "minilm"] = Field(
         defaults.RECALL_EMBEDDER,
         description="Hybrid recall's embedder: none (BM25 only), openai (EMBEDDINGS_* "
@@ -309,7 +309,7 @@ class Settings(BaseSettings):
         """OUTBOX_FSYNC, or STORAGE_FSYNC_APPENDS when it is unset."""
         return self.storage_fsync_appends if self.outbox_fsync is None else self.outbox_fsync
 
-    # --- recall: lexical index (issue 19) ---------------------------------------------------
+    # --- recall: lexical index ---------------------------------------------------
     recall_indexed_metadata: str = Field(
         ",".join(defaults.RECALL_INDEXED_METADATA),
         description="Comma-separated metadata keys whose values recall searches like "

@@ -71,7 +71,7 @@ async def test_a_views_health_names_its_active_tiers(
     assert health["backends"]["redis"]["configured"]
 
 
-# --- write access (issue 17) ------------------------------------------------------------------
+# --- write access ------------------------------------------------------------------
 
 
 async def test_a_local_blob_folder_that_cannot_be_written_is_not_healthy(

@@ -135,7 +135,7 @@ def test_the_cache_key_never_holds_a_secret() -> None:
     assert all(secret not in "".join(key) for key in runtime_module._athena_clients)
 
 
-# --- start-up a new user meets (issue 17) -------------------------------------------------------
+# --- start-up a new user meets -------------------------------------------------------
 
 
 async def test_from_env_with_refused_credentials_fails_fast_instead_of_starting_degraded(

@@ -303,7 +303,7 @@ def test_an_error_about_the_whole_object_names_the_subject() -> None:
     assert validation_problems(caught.value, subject="pair").startswith("pair: ")
 
 
-# --- likely typos are named, not ignored (issue 17) ---------------------------------------------
+# --- likely typos are named, not ignored ---------------------------------------------
 
 
 def test_a_typo_in_the_env_file_gets_a_did_you_mean_warning(

@@ -479,7 +479,7 @@ async def test_connect_refused_by_the_server_is_a_rejection_not_a_raw_error() ->
         await connect_redis(settings, retries=3)
 
 
-# --- credentials and connection hints (issue 17) --------------------------------------------
+# --- credentials and connection hints --------------------------------------------
 
 
 @pytest.mark.integration

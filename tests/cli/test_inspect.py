@@ -308,7 +308,7 @@ async def test_follow_stops_after_max_wait_without_entries(
     assert out.entries == [] and loop.time() - started < 2.0
 
 
-# --- what a new user meets (issue 17) ----------------------------------------------------------
+# --- what a new user meets ----------------------------------------------------------
 
 
 def test_status_says_a_local_blob_folder_is_not_writable(cli: Cli, tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_import_of_a_bad_file_names_the_line(cli: Cli, tmp_path: Path) -> None:
 def test_import_of_out_of_order_ids_writes_nothing_and_a_fixed_file_imports(
     cli: Cli, tmp_path: Path
 ) -> None:
-    # Regression (issue 11, failure 4): the checkpoint was written, the ledger refused
+    # Regression: the checkpoint was written, the ledger refused
     # by Redis, and the retry answered "already holds data".
     header = '{"format": "jarvismem-export", "version": 1, "workflow_id": "wo", "namespace": "n"}'
     ckpt = '{"kind": "checkpoint", "step_id": "s1", "state": "x", "rev": 2}'

@@ -1,7 +1,7 @@
 """SpacesStore under adversity: delete + re-create, lost replies, stalls, refusals.
 
-Each test here reproduces a way the spaces write path used to break (issue 10,
-items 4, 15 and 16) against fakeredis, the shared real server or a private
+Each test here reproduces a way the spaces write path used to break, against
+fakeredis, the shared real server or a private
 ``redis-server`` of our own (ports 6400-6409) that we stop, kill or starve.
 """
 

@@ -310,7 +310,7 @@ async def test_processes_adding_tasks_lose_nothing(
     assert (await store.get_space("tasks")).rev == procs * per_proc
 
 
-# --- revisions a Lua double cannot hold (issue 11, failure 5) ---------------------------
+# --- revisions a Lua double cannot hold ---------------------------
 
 
 @pytest.mark.parametrize("where", ["container", "world"])

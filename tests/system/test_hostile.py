@@ -1,4 +1,4 @@
-"""Hostile input, generated: the adversary's property suite of issue 11.
+"""Hostile input, generated: the adversary's property suite.
 
 Each property feeds generated hostile input into a public entry point and checks
 the documented outcome, never one example chosen by the author:
@@ -731,7 +731,7 @@ REVISIONS = st.one_of(
 async def test_a_restored_snapshot_with_hostile_revisions_leaves_the_spaces_writable(
     which: str, value: Any
 ) -> None:
-    # Issue 11, failure 5: a revision above 2**53 went through Redis' Lua doubles
+    # A revision above 2**53 went through Redis' Lua doubles
     # and left the agent's spaces unwritable. The real server, for its Lua.
     async with stores(real=True) as s:
         mem = await warm(s)
@@ -750,7 +750,7 @@ async def test_a_restored_snapshot_with_hostile_revisions_leaves_the_spaces_writ
         assert after["rev"] == snap["rev"] + 2, (snap["rev"], after["rev"])
 
 
-# Every stored field has a documented size policy (issue 11): none may hold more
+# Every stored field has a documented size policy: none may hold more
 # than the largest limit documented for any field, a checkpoint's 4 MiB
 # (MAX_CHECKPOINT_BYTES), plus room for the record around it.
 LARGEST_STORED_FIELD = MAX_CHECKPOINT_BYTES + 64 * 1024

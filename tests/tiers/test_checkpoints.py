@@ -189,7 +189,7 @@ async def test_restore_on_an_unreachable_redis_is_unavailable(
 async def test_a_revision_above_2_53_is_refused_and_the_checkpoint_stays_writable(
     store: CheckpointStore,
 ) -> None:
-    # Regression (issue 11, failure 5, checkpoint side): a restored revision above
+    # Regression (checkpoint side): a restored revision above
     # 2^53 was stored, and the save script (Lua doubles) then bumped it inexactly.
     await store.save("before", ts=1.0)
     with pytest.raises(InvalidPayloadError, match="2\\^53-1"):

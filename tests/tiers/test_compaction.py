@@ -334,7 +334,7 @@ async def test_a_state_hash_redis_refuses_is_logged_when_recording_a_failure(
     assert not await setup.redis.exists(setup.keyspace.ltm_lock(setup.wf))
 
 
-# --- the default (extractive) summary says what it left out (issue 17) -----------------------
+# --- the default (extractive) summary says what it left out -----------------------
 
 
 # One chunk per page; then chunks map-reduced (summary_chars below chunk_chars:

@@ -198,7 +198,7 @@ async def test_an_unreachable_server_is_unavailable_for_every_call(
             await call()
 
 
-# --- turn_id: an id, stored as its string (issue 17) ---------------------------------------
+# --- turn_id: an id, stored as its string ---------------------------------------
 
 
 async def test_an_int_turn_id_reads_back_as_its_string_and_the_readme_says_so(

@@ -199,7 +199,7 @@ REJECTIONS = [
 async def test_a_rejected_file_writes_nothing_and_a_retry_works(
     make_store_runtime: MakeRuntime, redis_client: Any, tmp_path: Path, kind: str
 ) -> None:
-    # Regression (issue 11, failure 4): out-of-order ids, 0-0 and an invalid step id
+    # Regression: out-of-order ids, 0-0 and an invalid step id
     # were refused by Redis in the middle of the writes, after checkpoints and the
     # summary, and with --force after the old workflow had been cleared.
     rt = make_store_runtime()
@@ -222,7 +222,7 @@ async def test_a_rejected_file_writes_nothing_and_a_retry_works(
 async def test_an_out_of_order_ledger_leaves_nothing_and_does_not_block_a_retry(
     make_store_runtime: MakeRuntime, tmp_path: Path
 ) -> None:
-    # Regression (issue 11, failure 4), as reported: the failed import left a
+    # Regression as reported: the failed import left a
     # partial workflow, and the retry said "already holds data".
     rt = make_store_runtime()
     turn = {"step_id": "s", "agent_id": "a", "turn_id": 1, "thought": "t"}

@@ -193,7 +193,7 @@ def test_a_spaces_snapshot_above_2_53_is_refused_with_its_line() -> None:
 
 
 def test_a_ledger_entry_over_one_append_is_refused() -> None:
-    # Issue 11 failure 2 seen from import: a 10 MB result in an export of an old runtime.
+    # Seen from import: a 10 MB result in an export of an old runtime.
     fields = {**TURN, "result": ["x" * 1000] * 10_000}
     line = json.dumps({"kind": "ledger", "id": "1-0", "fields": fields})
     with pytest.raises(TransferError, match=r"line 3: ledger entry is \d+ bytes encoded"):

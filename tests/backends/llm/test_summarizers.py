@@ -114,7 +114,7 @@ def _accounted(summary: str) -> tuple[list[int], int]:
 
 
 async def test_extractive_marks_every_gap_and_the_counts_add_up_over_a_rolling_summary() -> None:
-    # Issue 17: 154 turns summarized, the text held 58-103 and 113-154 and said
+    # Seen by a user: 154 turns summarized, the text held 58-103 and 113-154 and said
     # nothing of the rest. Now every turn is either there or counted in a marker.
     words = "alpha beta gamma delta billing deploy staging database cache queue".split()
     summarizer, summary = ExtractiveSummarizer(), None

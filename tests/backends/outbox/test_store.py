@@ -540,7 +540,7 @@ async def test_fsync_puts_always_take_the_thread(
     assert thread_hops.count == 3
 
 
-# --- reads create no files (issue 17) ----------------------------------------------------------
+# --- reads create no files ----------------------------------------------------------
 
 
 async def test_loading_an_outbox_that_never_held_a_record_creates_no_file(tmp_path: Path) -> None:

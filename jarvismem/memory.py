@@ -5,7 +5,7 @@ background work of a process; ``runtime.memory(wf, step, agent)`` hands out a
 view that composes the four tiers for one (workflow, step, agent). They live in
 one module because each makes the other: the drop-in ``UnifiedMemory(wf, step,
 agent, redis_store, blob_storage, athena_client)`` builds its own runtime. A tier is active
-only when its backend is given (the degradation matrix in the README); an
+only when its backend is given (the degradation matrix in docs/reliability.md); an
 absent backend makes it a no-op. A *failing* backend never raises into the
 kernel: writes go to a durable local outbox and are replayed in order, reads
 return the tier's empty default, and the failure shows in ``health()`` and in

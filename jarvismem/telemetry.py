@@ -7,7 +7,7 @@ costs one call; with the API but no SDK configured, spans are non-recording and
 are dropped at once, before any attribute is built. jarvismem never configures a
 provider or an exporter itself: that is the application's choice.
 
-What is reported (the README lists it too):
+What is reported (docs/integrations.md lists it too):
 
 * spans: ``jarvismem.log_turn``; ``jarvismem.rehydrate_bundle`` with one child
   ``jarvismem.rehydrate_bundle.<tier>`` per tier read; ``jarvismem.compaction``;

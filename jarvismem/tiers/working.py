@@ -1,6 +1,6 @@
 """Tier 1: the working scratchpad, JSONL in blob storage per (workflow, step, agent).
 
-File format (documented in the README): UTF-8 JSON objects, one per line,
+File format (documented in docs/architecture.md): UTF-8 JSON objects, one per line,
 each written as ``"\\n" + json``. The *leading* newline is deliberate: if a
 crash tears a record half-way, the next append still starts on a fresh line,
 so one torn record never spoils the records after it. Readers skip blank

@@ -4,7 +4,7 @@ Why this model: on the LoCoMo dev set (seven long conversations, 1,032 questions
 hybrid recall with it reached R@10 0.641 against 0.581 for BM25 alone (with the
 stemmed, date-aware BM25: 0.690 against 0.649, docs/recall.md); in the same
 tuning harness it scored 0.649 where the static word vectors of ``wordllama`` (the
-lightest candidate, 5 s to embed the whole set) scored 0.603 (README, *Hybrid
+lightest candidate, 5 s to embed the whole set) scored 0.603 (docs/recall.md, *Hybrid
 recall*). No package on the registry ships weights of a stronger small retriever
 (the ``bge-small`` packages download them at run time).
 

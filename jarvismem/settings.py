@@ -577,7 +577,8 @@ def unknown_name_warnings(names: list[str], *, prefixes: tuple[str, ...], source
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
         if not close and not name.startswith(prefixes):
             continue
-        hint = f"did you mean {close[0]}?" if close else "no such setting (see docs/configuration.md)."
+        unknown = "no such setting (see docs/configuration.md)."
+        hint = f"did you mean {close[0]}?" if close else unknown
         messages.append(f"{source}: unknown setting {raw} is ignored: {hint}")
     return messages
 

@@ -326,7 +326,8 @@ def test_a_typo_in_the_env_file_gets_a_did_you_mean_warning(
     assert warned == [
         f"{env}: unknown setting REDIS_ULR is ignored: did you mean REDIS_URL?",
         f"{env}: unknown setting STORAGE_BACKED is ignored: did you mean STORAGE_BACKEND?",
-        f"{env}: unknown setting ATHENA_COLOUR is ignored: no such setting (see docs/configuration.md).",
+        f"{env}: unknown setting ATHENA_COLOUR is ignored: "
+        "no such setting (see docs/configuration.md).",
     ]
 
 

@@ -292,7 +292,7 @@ async def engine_health(engine: MemoryEngine, *, write_check: bool = False) -> d
             )
         if box.get("foreign"):
             reasons.append(
-                f"{name}: {box['foreign']} record(s) stamped for another destination, not sent"
+                f"{name}: {box['foreign']} of them stamped for another destination, never sent"
             )
     return {
         "ok": not reasons,

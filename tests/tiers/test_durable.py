@@ -8,6 +8,7 @@ cases are in tests/system/test_durability.py.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -420,6 +421,27 @@ async def test_a_local_disk_error_drops_and_counts_without_raising(
 
 
 # --- replay ---------------------------------------------------------------------------------------
+
+
+async def test_a_record_stamped_for_another_destination_is_dead_lettered_never_applied(
+    tmp_path: Path, backend: FakeBackend
+) -> None:
+    path = tmp_path / "o.jsonl"
+    theirs = Outbox(path, destination="theirs")
+    await theirs.put({"n": 0})
+    await theirs.close()
+    mine = Outbox(path, destination="mine")
+    await mine.put({"n": 1})
+    writer = DurableWriter("backend[wf]", mine, backend.apply, timeout=5.0)
+    try:
+        assert await writer.flush(timeout=5.0)
+        assert backend.applied == [1]
+        dead = [json.loads(line) for line in path.with_name("o.jsonl.dead").open()]
+        assert [d["rec"] for d in dead] == [{"n": 0}]
+        assert dead[0]["reason"].startswith("MisdirectedRecordError")
+        assert writer.health()["dead_lettered"] == 1 and writer.health()["foreign"] == 1
+    finally:
+        await writer.close()
 
 
 async def test_a_leftover_of_an_earlier_process_is_replayed_on_first_use(

@@ -141,9 +141,11 @@ class DurableWriter:
         self._apply = apply
         self._apply_now = apply_now
         self.timeout = timeout
+        # Given the applier itself, not a method of this writer: no reference
+        # cycle, so an evicted workflow's writer and outbox are freed at once.
         self._deliverer = Deliverer(
             outbox,
-            self._apply_queued,
+            apply,
             name=name,
             batch=batch,
             timeout=timeout,
@@ -362,10 +364,6 @@ class DurableWriter:
                 "%s recovered; outbox replayed (%d records so far)", self.name, self.replayed
             )
             self.last_error = None
-
-    async def _apply_queued(self, record: dict[str, Any]) -> Any:
-        """A replayed record goes through the same applier as a live write."""
-        return await self._apply(record)
 
     async def _deliver_claimed(self) -> None:
         """Replay the outbox in order while holding the claim; raise the outage that stops it."""

@@ -585,7 +585,7 @@ async def test_replay_resumes_soon_after_the_backend_answers_again_despite_a_lon
 
 
 async def test_a_backend_that_answers_the_probe_but_refuses_writes_is_not_retried_in_a_loop(
-    make_writer: MakeWriter, backend: FakeBackend
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # PING answers, writes fail (short of replicas, out of memory): one early retry,
     # then the backoff holds (no replay pass per probe interval).
@@ -599,8 +599,8 @@ async def test_a_backend_that_answers_the_probe_but_refuses_writes_is_not_retrie
     async def answers() -> bool:
         return True
 
+    monkeypatch.setattr(backend, "apply", apply)  # what the writer is made with
     writer = make_writer(max_backoff=60.0, probe=answers, probe_interval=0.01)
-    writer._apply = apply
     writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
     await writer.submit({"n": 1})
     await asyncio.sleep(0.5)

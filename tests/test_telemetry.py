@@ -371,7 +371,7 @@ async def test_outbox_depth_drops_and_delivery_spans(
         await writer.close()
 
 
-async def test_a_delivery_pass_is_a_delivery_span_with_its_count(otel: Otel, tmp_path: Path) -> None:
+async def test_a_delivery_pass_is_a_span_with_its_count(otel: Otel, tmp_path: Path) -> None:
     # The depth gauge sums every live "athena" outbox of the process (weakly held):
     # collect an earlier test's unreachable ones first, and count from what is left.
     gc.collect()

@@ -18,7 +18,20 @@ class JarvisMemError(Exception):
     short of memory). The one policy for queued writes: a write that meets a
     retryable error stays queued and is replayed; any other error is final (a
     refusal is dead-lettered, a caller error raised). Declared here, per class,
-    and nowhere else."""
+    and nowhere else; :func:`is_retryable` reads it for any exception."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a queued write that met ``exc`` stays queued (else it is refused for good).
+
+    A jarvismem error answers with its class's :attr:`~JarvisMemError.retryable`.
+    Of the rest, only a time-out and an OS error (a connection refused or reset
+    below a client that did not translate it) are outages; anything else (a
+    bug, an unexpected reply) would fail the same way again.
+    """
+    if isinstance(exc, JarvisMemError):
+        return exc.retryable
+    return isinstance(exc, TimeoutError | OSError)
 
 
 # --- configuration and input -------------------------------------------------
@@ -61,6 +74,14 @@ class BackendRejectedError(JarvisMemError):
     """The backend answered but refused the operation (wrong key type, script
     error, malformed record): retrying later would fail the same way, so a
     queued write that meets it is dead-lettered rather than retried forever."""
+
+    retryable = False
+
+
+class MisdirectedRecordError(JarvisMemError):
+    """An outbox record is stamped for another destination than the outbox's
+    backend (a copied or misplaced file, another tenant's records): never sent
+    there, refused like any record that can never be delivered."""
 
     retryable = False
 
@@ -160,7 +181,12 @@ class AthenaBadRequestError(AthenaError):
 
 
 class AthenaAuthError(AthenaError):
-    """HTTP 401: the API key or JWT was refused."""
+    """HTTP 401/403: the API key or JWT was refused.
+
+    Retryable: the record is fine, the credentials are not; once they are fixed
+    (a rotated key put back) the same record is delivered, so it stays queued."""
+
+    retryable = True
 
 
 class AthenaNotFoundError(AthenaError):

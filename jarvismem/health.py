@@ -441,7 +441,7 @@ async def engine_health(engine: Monitored, *, write_check: bool = False) -> dict
             )
         if box.get("foreign"):
             reasons.append(
-                f"{name}: {box['foreign']} record(s) stamped for another destination, not sent"
+                f"{name}: {box['foreign']} of them stamped for another destination, never sent"
             )
     return {
         "ok": not reasons,

@@ -619,7 +619,7 @@ def outbox_delivery(
                 handle.set("jarvismem.outbox.delivered", delivered)
                 error = getattr(owner, "last_error", None)
                 if isinstance(error, BaseException):
-                    handle.fail(error, outcome="stopped")
+                    handle.fail(error)  # the outage that stopped the pass
                 else:
                     handle.set(OUTCOME, "ok")
                 return result

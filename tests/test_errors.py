@@ -99,3 +99,22 @@ def test_errors_carry_their_details() -> None:
     athena = AthenaUnavailableError("down", status=503, code=14)
     assert isinstance(athena, AthenaError)
     assert (athena.status, athena.code) == (503, 14)
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (errors.AthenaServerError, True),
+        (errors.AthenaUnavailableError, True),  # also a 429: rate limited
+        (errors.AthenaAuthError, True),  # fixed credentials make the same record deliverable
+        (errors.AthenaBadRequestError, False),
+        (errors.AthenaNotFoundError, False),
+        (errors.AthenaUnsupportedError, False),
+        (errors.MisdirectedRecordError, False),
+    ],
+    ids=lambda e: getattr(e, "__name__", str(e)),
+)
+def test_athena_errors_say_whether_a_queued_record_is_retried(
+    error: type[errors.JarvisMemError], retryable: bool
+) -> None:
+    assert error("x").retryable is retryable

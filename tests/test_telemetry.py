@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from jarvismem import telemetry
-from jarvismem.backends.outbox import Outbox, OutboxDrainer
+from jarvismem.backends.outbox import Deliverer, Outbox
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
@@ -371,7 +371,7 @@ async def test_outbox_depth_drops_and_delivery_spans(
         await writer.close()
 
 
-async def test_a_drainer_run_is_a_delivery_span_with_its_count(otel: Otel, tmp_path: Path) -> None:
+async def test_a_delivery_pass_is_a_span_with_its_count(otel: Otel, tmp_path: Path) -> None:
     # The depth gauge sums every live "athena" outbox of the process (weakly held):
     # collect an earlier test's unreachable ones first, and count from what is left.
     gc.collect()
@@ -383,7 +383,7 @@ async def test_a_drainer_run_is_a_delivery_span_with_its_count(otel: Otel, tmp_p
     async def send(record: dict[str, Any]) -> None:
         sent.append(record)
 
-    drainer = OutboxDrainer(outbox, send, name="athena")
+    drainer = Deliverer(outbox, send, name="athena")
     try:
         await outbox.load()
         for n in range(3):

@@ -204,7 +204,7 @@ async def replay_leftover(
         removed: list[str] = []
         if box.try_claim_delivery():  # else a peer is at it: it cleans up
             try:
-                if await box.refresh() == 0 and not box.foreign:
+                if await box.refresh() == 0:
                     removed = await asyncio.to_thread(_remove_emptied, path, box.dead > 0)
             finally:
                 box.release_delivery()

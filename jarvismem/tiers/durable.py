@@ -22,9 +22,12 @@ The rules that keep this safe when processes crash, stall or race:
   operation ids and stamps, checked server-side (the ledger's exactly-once
   index; the checkpoint script's op ids and stamps), so a record delivered
   twice, or after a newer live write, changes nothing.
-* **Only outages are retried.** A record the backend refuses for good (a
-  wrong key type, a malformed or unknown record) is moved to the outbox's
-  dead-letter file, counted and logged; it never wedges the records behind it.
+* **Only outages are retried.** Replay is the outbox's one
+  :class:`~jarvismem.backends.outbox.Deliverer`: a record the backend refuses
+  for good (a wrong key type, a malformed or unknown record), or one stamped
+  for another destination, is moved to the outbox's dead-letter file, counted
+  and logged; it never wedges the records behind it. A live write refused for
+  good takes the same path.
 * **The caller is never failed by the fallback**: a full outbox or a local
   disk error drops the record with a count and a warning (``health()``
   shows it), instead of raising into ``log_turn``.
@@ -48,23 +51,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jarvismem import telemetry
-from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.outbox import Apply, ApplyMany, Deliverer, Outbox
 from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
-from jarvismem.errors import JarvisMemError
+from jarvismem.errors import JarvisMemError, is_retryable
 from jarvismem.resilience import Backoff
 
 log = telemetry.logger(__name__)
-
-Apply = Callable[[dict[str, Any]], Awaitable[Any]]
-
-ApplyMany = Callable[[list[dict[str, Any]]], Awaitable[Sequence[Any]]]
-"""Applies a run of records in order; returns one outcome per record: its result, or
-the exception it met (an outage's error on every record from the first it stopped)."""
 
 Probe = Callable[[], Awaitable[bool]]
 """Does the backend answer now? (cheap, never raises)"""
@@ -96,16 +93,17 @@ REPLAY_BACKOFF_BASE = 0.05
 def is_backend_failure(exc: BaseException) -> bool:
     """True for a transient failure of a backend: the write is queued and retried.
 
-    The policy is the error class's own :attr:`~jarvismem.errors.JarvisMemError.retryable`
-    (declared in :mod:`jarvismem.errors`, for Redis and blob storage alike). False
-    for everything else: jarvismem's own input errors (caller bugs, raised before
+    The one policy, :func:`~jarvismem.errors.is_retryable` (the error class's own
+    ``retryable``, for Redis and blob storage alike), also knowing redis-py's
+    own errors for an applier that lets one through untranslated. False for
+    everything else: jarvismem's own input errors (caller bugs, raised before
     anything is written) and refusals that would repeat (a wrong key type, a
     script error, a blob write refused for permissions or a read-only file
     system: dead-lettered, so they never wedge the records behind them).
     """
     if isinstance(exc, JarvisMemError):
         return exc.retryable
-    return is_transient_redis_error(exc)
+    return is_retryable(exc) or is_transient_redis_error(exc)
 
 
 def is_caller_error(exc: BaseException) -> bool:
@@ -143,16 +141,23 @@ class DurableWriter:
         self._apply = apply
         self._apply_now = apply_now
         self.timeout = timeout
+        # Given the applier itself, not a method of this writer: no reference
+        # cycle, so an evicted workflow's writer and outbox are freed at once.
+        self._deliverer = Deliverer(
+            outbox,
+            apply,
+            name=name,
+            batch=batch,
+            timeout=timeout,
+            apply_many=apply_many,
+            batchable=batchable,
+            retryable=is_backend_failure,
+        )
         self.max_backoff = max_backoff
         # No jitter: one deliverer per outbox on the machine, nothing to spread.
         self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
         self._probe = probe
-        self._apply_many = apply_many
-        self._batchable = batchable
-        # Most records in one apply_many call: halved after a run timed out (a run
-        # too big for the timeout must not stall replay for ever), doubled back after.
-        self._run_cap = self.batch
         self.probe_interval = probe_interval
         # Whether the last backoff pause was ended by the probe (see _backed_off).
         self._probe_woke = False
@@ -165,9 +170,12 @@ class DurableWriter:
         # A disk fault drops every write until it clears: one ERROR per burst, not per write.
         self._dropping = False
         self.last_error_at: float | None = None
-        self.replayed = 0
         self._closed = False
-        telemetry.watch_outbox(outbox, name)
+
+    @property
+    def replayed(self) -> int:
+        """Records replayed from the outbox by this writer."""
+        return self._deliverer.delivered
 
     @property
     def degraded(self) -> bool:
@@ -249,11 +257,9 @@ class DurableWriter:
         self._ensure_drainer()
 
     async def _dead_letter_live(self, record: dict[str, Any], exc: BaseException) -> None:
-        """A live write refused for good: keep it in the dead-letter file, count it."""
-        reason = f"{type(exc).__name__}: {exc}"[:300]
-        log.error("%s: the backend refused a write for good; dead-lettered (%s)", self.name, reason)
+        """A live write refused for good: the deliverer's refusal, before it was ever queued."""
         try:
-            await self.outbox.dead_letter(None, record, reason)
+            await self._deliverer.refuse(None, record, exc)
         except OSError:
             self.outbox.dropped += 1
             telemetry.outbox_dropped(self.name)
@@ -359,100 +365,11 @@ class DurableWriter:
             )
             self.last_error = None
 
-    @telemetry.outbox_delivery(lambda writer: str(writer.name))
     async def _deliver_claimed(self) -> None:
         """Replay the outbox in order while holding the claim; raise the outage that stops it."""
-        await self.outbox.refresh()  # under the claim, the file is ours to replay
-        while not self._closed:
-            pending = await self.outbox.peek(self.batch)
-            if not pending:
-                return
-            last: int | None = None
-            try:
-                for run in self._runs(pending):
-                    outcomes = await self._apply_run([record for _, record in run])
-                    for (seq, record), outcome in zip(run, outcomes, strict=True):
-                        if not isinstance(outcome, BaseException):
-                            last = seq
-                            self.replayed += 1
-                            continue
-                        if is_backend_failure(outcome):
-                            raise outcome
-                        # Refused for good: out of the queue, into the dead letters.
-                        if last is not None:
-                            await self.outbox.ack(last)
-                            last = None
-                        reason = f"{type(outcome).__name__}: {outcome}"
-                        await self.outbox.dead_letter(seq, record, reason)
-                        log.error(
-                            "%s: record %d refused for good; moved to %s.dead (%s)",
-                            self.name,
-                            seq,
-                            self.outbox.path.name,
-                            reason[:200],
-                        )
-            finally:
-                if last is not None:
-                    await self.outbox.ack(last)
-
-    def _runs(self, pending: list[tuple[int, dict[str, Any]]]) -> list[list[Any]]:
-        """``pending`` cut into what one apply call takes: runs of batchable records, or one."""
-        if self._apply_many is None:
-            return [[item] for item in pending]
-        takes = self._batchable
-        runs: list[list[Any]] = []
-        current: list[Any] = []
-        for item in pending:
-            if takes is None or takes(item[1]):
-                if len(current) >= self._run_cap:
-                    runs.append(current)
-                    current = []
-                current.append(item)
-                continue
-            if current:
-                runs.append(current)
-                current = []
-            runs.append([item])
-        if current:
-            runs.append(current)
-        return runs
-
-    async def _apply_run(self, records: list[dict[str, Any]]) -> list[Any]:
-        """One outcome per record (a result or its exception), in order.
-
-        Raises only an outage that stopped the whole call (nothing of it is
-        known to have landed)."""
-        batchable = self._batchable
-        if self._apply_many is None or (batchable is not None and not batchable(records[0])):
-            return [await self._apply_one(records[0])]
-        try:
-            async with asyncio.timeout(self.timeout):
-                outcomes = list(await self._apply_many(records))
-        except Exception as exc:
-            if isinstance(exc, TimeoutError):
-                self._run_cap = max(1, self._run_cap // 2)
-            if is_backend_failure(exc):
-                raise
-            # Refused as a whole: one record at a time finds the one to dead-letter.
-            outcomes = []
-            for record in records:
-                outcomes.append(await self._apply_one(record))
-                if isinstance(outcomes[-1], Exception) and is_backend_failure(outcomes[-1]):
-                    outcomes += [outcomes[-1]] * (len(records) - len(outcomes))
-                    break
-            return outcomes
-        if len(outcomes) != len(records):
-            raise RuntimeError(f"{self.name}: {len(outcomes)} outcomes for {len(records)} records")
-        self._run_cap = min(self.batch, self._run_cap * 2)
-        return outcomes
-
-    async def _apply_one(self, record: dict[str, Any]) -> Any:
-        """``apply(record)`` under the timeout: its result, or the exception it raised."""
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await self._apply(record)
-        except Exception as exc:
-            return exc
+        await self._deliverer.run_claimed()
+        if self._deliverer.last_error is not None:
+            raise self._deliverer.last_error
 
     async def flush(self, timeout: float, *, stop_at_failure: bool = False) -> bool:
         """Wait up to ``timeout`` seconds for the outbox to empty; True if it did.
@@ -498,7 +415,9 @@ class DurableWriter:
         """Every record still queued, oldest first (reads during an outage)."""
         if not self.degraded:
             return []
-        return [record for _seq, record in await self.outbox.peek(max(1, len(self.outbox)))]
+        queued = await self.outbox.peek(max(1, len(self.outbox)))
+        # A record for another destination is never applied here, so never read here.
+        return [record for seq, record in queued if self.outbox.misdirected_to(seq) is None]
 
     def health(self) -> dict[str, Any]:
         """Pending, dropped, dead-lettered and replayed counts and the last error (no secrets)."""

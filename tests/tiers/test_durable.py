@@ -8,6 +8,7 @@ cases are in tests/system/test_durability.py.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -422,6 +423,27 @@ async def test_a_local_disk_error_drops_and_counts_without_raising(
 # --- replay ---------------------------------------------------------------------------------------
 
 
+async def test_a_record_stamped_for_another_destination_is_dead_lettered_never_applied(
+    tmp_path: Path, backend: FakeBackend
+) -> None:
+    path = tmp_path / "o.jsonl"
+    theirs = Outbox(path, destination="theirs")
+    await theirs.put({"n": 0})
+    await theirs.close()
+    mine = Outbox(path, destination="mine")
+    await mine.put({"n": 1})
+    writer = DurableWriter("backend[wf]", mine, backend.apply, timeout=5.0)
+    try:
+        assert await writer.flush(timeout=5.0)
+        assert backend.applied == [1]
+        dead = [json.loads(line) for line in path.with_name("o.jsonl.dead").open()]
+        assert [d["rec"] for d in dead] == [{"n": 0}]
+        assert dead[0]["reason"].startswith("MisdirectedRecordError")
+        assert writer.health()["dead_lettered"] == 1 and writer.health()["foreign"] == 1
+    finally:
+        await writer.close()
+
+
 async def test_a_leftover_of_an_earlier_process_is_replayed_on_first_use(
     tmp_path: Path, make_writer: MakeWriter, backend: FakeBackend
 ) -> None:
@@ -563,7 +585,7 @@ async def test_replay_resumes_soon_after_the_backend_answers_again_despite_a_lon
 
 
 async def test_a_backend_that_answers_the_probe_but_refuses_writes_is_not_retried_in_a_loop(
-    make_writer: MakeWriter, backend: FakeBackend
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # PING answers, writes fail (short of replicas, out of memory): one early retry,
     # then the backoff holds (no replay pass per probe interval).
@@ -577,8 +599,8 @@ async def test_a_backend_that_answers_the_probe_but_refuses_writes_is_not_retrie
     async def answers() -> bool:
         return True
 
+    monkeypatch.setattr(backend, "apply", apply)  # what the writer is made with
     writer = make_writer(max_backoff=60.0, probe=answers, probe_interval=0.01)
-    writer._apply = apply
     writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
     await writer.submit({"n": 1})
     await asyncio.sleep(0.5)

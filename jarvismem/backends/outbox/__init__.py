@@ -8,7 +8,8 @@ The package is split by job:
   cursor, dead letters);
 * :mod:`.locks`: the per-path registry, the file lock and the delivery claim;
 * :mod:`.store`: :class:`Outbox` (append, peek, ack, dead-letter, compaction);
-* :mod:`.drain`: :class:`OutboxDrainer` and :func:`deliver_pending`;
+* :mod:`.deliver`: :class:`Deliverer`, the one deliverer of every outbox
+  (apply in order, retry outages, dead-letter refusals);
 * :mod:`.scan`: :func:`scan_outboxes`, for ``jarvismem status``.
 
 This module only re-exports; the parts import each other directly.
@@ -16,8 +17,8 @@ This module only re-exports; the parts import each other directly.
 
 from __future__ import annotations
 
-from jarvismem.backends.outbox.drain import OutboxDrainer, deliver_pending
+from jarvismem.backends.outbox.deliver import Apply, ApplyMany, Deliverer
 from jarvismem.backends.outbox.scan import scan_outboxes
 from jarvismem.backends.outbox.store import Outbox
 
-__all__ = ["Outbox", "OutboxDrainer", "deliver_pending", "scan_outboxes"]
+__all__ = ["Apply", "ApplyMany", "Deliverer", "Outbox", "scan_outboxes"]

@@ -86,6 +86,8 @@ class SharedState:
     index: deque[tuple[int, int, int]] = field(default_factory=deque)
     dead: int = 0
     foreign: int = 0
+    # Pending records stamped for another destination than the scanning outbox's: seq -> it.
+    stamped_for: dict[int, str] = field(default_factory=dict)
     pending_bytes: int = 0
     loaded: bool = False
     # The delivery claim of this path in this process (None = not held here).
@@ -110,8 +112,10 @@ class SharedState:
     def pop_acked(self) -> None:
         """Forget the pending records the cursor says are delivered."""
         while self.index and self.index[0][0] <= self.acked:
-            _seq, start, end = self.index.popleft()
+            seq, start, end = self.index.popleft()
             self.pending_bytes -= end - start
+            if self.stamped_for:
+                self.stamped_for.pop(seq, None)
 
 
 _registry: dict[Path, SharedState] = {}

@@ -13,8 +13,10 @@ Files for an outbox at ``path`` (encodings in :mod:`.format`, locks in :mod:`.lo
 * ``path.lock`` and ``path.deliver.lock``: see :mod:`.locks`.
 
 A record line may carry the destination the outbox was opened for (a digest of
-the backend's address); a line stamped for another destination is never
-delivered (it is counted as ``foreign`` and warned about).
+the backend's address). A line stamped for another destination stays pending,
+marked (:meth:`Outbox.misdirected_to`), until its deliverer refuses it into the
+dead-letter file like any record that can never be delivered (counted as
+``foreign``); it is never delivered, and never lost to a compaction.
 
 Crash safety: a record is one ``write()`` of a whole line, done before
 :meth:`Outbox.put` returns. A torn last line (a writer killed mid-write, or a
@@ -116,7 +118,9 @@ class Outbox:
         fsync: fsync every append and cursor update (survives power loss, slower).
             Without it a record survives a process crash but not an OS crash.
         destination: a short digest of where the records go; stamped on each
-            record and checked when the file is read (None: no stamp, no check).
+            record and checked when the file is read: a line stamped for
+            another is marked (:meth:`misdirected_to`) for its deliverer to
+            refuse (None: no stamp, no check).
         legacy_path: where an earlier version kept this outbox; a leftover
             there is moved here (with its cursor) on first load, so records
             queued before an upgrade are still replayed.
@@ -266,8 +270,12 @@ class Outbox:
 
     @property
     def foreign(self) -> int:
-        """Lines stamped for another destination, seen and skipped by this process."""
+        """Records stamped for another destination, dead-lettered by this process."""
         return self._shared.foreign
+
+    def misdirected_to(self, seq: int) -> str | None:
+        """The other destination pending record ``seq`` is stamped for (None: it is ours)."""
+        return self._shared.stamped_for.get(seq)
 
     @property
     def dropped(self) -> int:
@@ -361,20 +369,23 @@ class Outbox:
         self._claimed = False
         release_claim(self._shared)
 
-    async def dead_letter(self, seq: int | None, record: dict[str, Any], reason: str) -> None:
+    async def dead_letter(
+        self, seq: int | None, record: dict[str, Any], reason: str, *, misdirected: bool = False
+    ) -> None:
         """Keep ``record`` in ``<path>.dead``; with ``seq``, also ack that pending record.
 
         For a record the backend refuses for good: it is kept for an operator,
         counted in :attr:`dead`, and no longer blocks the records behind it.
         With a ``seq``, only the holder of the delivery claim may call this
         (``seq`` is the head of the queue); ``seq=None`` records a live write
-        that was refused before it was ever queued.
+        that was refused before it was ever queued. ``misdirected``: refused
+        for its destination (also counted in :attr:`foreign`).
         """
         self._check_open()
         line = encode_dead_letter(seq, record, reason, time.time())
-        await asyncio.to_thread(self._dead_letter_sync, seq, line)
+        await asyncio.to_thread(self._dead_letter_sync, seq, line, misdirected)
 
-    def _dead_letter_sync(self, seq: int | None, line: str) -> None:
+    def _dead_letter_sync(self, seq: int | None, line: str, misdirected: bool) -> None:
         with Locked(self._shared) as s:
             self._sync(s)
             fd = os.open(self._dead_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -385,6 +396,8 @@ class Outbox:
             finally:
                 os.close(fd)
             s.dead += 1
+            if misdirected:
+                s.foreign += 1
             if seq is not None:
                 self._ack_locked(s, seq)
             else:
@@ -643,6 +656,7 @@ class Outbox:
             # First use, or another process compacted: read the whole file again.
             s.gen, s.acked = gen, acked
             s.index.clear()
+            s.stamped_for.clear()
             s.pending_bytes = 0
             s.known_size = 0
             s.last_seq = acked
@@ -688,16 +702,9 @@ class Outbox:
                 continue
             s.last_seq = seq
             if self.destination is not None and dst is not None and dst != self.destination:
-                # Written for another backend (a copied or misplaced file): never
-                # deliver it here. It stays in the file, counted and warned about.
-                s.foreign += 1
-                log.warning(
-                    "outbox %s: record %d is for another destination (%s); not delivered here",
-                    s.path.name,
-                    seq,
-                    dst,
-                )
-                continue
+                # Written for another backend (a copied or misplaced file): pending
+                # like any record, so it is kept until its deliverer refuses it.
+                s.stamped_for[seq] = dst
             s.index.append((seq, offset, start + pos))
             s.pending_bytes += start + pos - offset
         s.known_size = size

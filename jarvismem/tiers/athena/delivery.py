@@ -3,31 +3,31 @@
 One background task per memory replays the outbox through the agent's
 session, claiming each event first (:mod:`.markers`) so a turn logged twice is
 sent once, and leaving Athena alone while the circuit (:mod:`.circuit`) says so.
-Records Athena refuses for good are dropped and counted; records stamped for
-another destination are set aside, never sent.
+The outbox's one :class:`~jarvismem.backends.outbox.Deliverer` applies the
+policy every outbox shares: an outage (a retryable error: 5xx, 429, no answer,
+refused credentials) stops the pass and the circuit backs off; a record Athena
+refuses for good (another 4xx, 501) or one stamped for another destination is
+moved to the outbox's dead-letter file with its reason, counted, and the
+records behind it carry on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.outbox import Outbox, OutboxDrainer
+from jarvismem.backends.outbox import Deliverer, Outbox
 from jarvismem.errors import (
-    AthenaAuthError,
-    AthenaBadRequestError,
     AthenaUnsupportedError,
     InvalidPayloadError,
+    MisdirectedRecordError,
 )
 from jarvismem.tiers.athena.circuit import DeliveryCircuit
 from jarvismem.tiers.athena.config import KERNEL_BUSY_GAP
 from jarvismem.tiers.athena.gate import RequestGate
-from jarvismem.tiers.athena.locks import LoopLocks
 from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
@@ -39,15 +39,17 @@ __all__ = ["AthenaDelivery"]
 
 log = logging.getLogger(__name__)
 
-# Process-wide on purpose: two memories of one agent (two runtimes, or a
-# runtime and a CLI command, in one process) share an outbox file, and both
-# draining it at once would send its records twice.
-_drain_locks: LoopLocks[Path] = LoopLocks()
+DELIVERY_BATCH = 50
+"""Records read from the outbox file per step."""
+
+ACK_EVERY = 10
+"""Records sent between two cursor writes: a crash resends at most this many (each
+event still claimed once in Redis, so a resend is skipped while Redis answers)."""
 
 
-def _append_line(path: Path, line: str) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line)
+def _destination_of(record: dict[str, Any]) -> Any:
+    """Where an Athena record says it goes (stamped by the memory that queued it)."""
+    return record.get("dest")
 
 
 def _route_of(record: dict[str, Any]) -> str:
@@ -58,7 +60,7 @@ def _route_of(record: dict[str, Any]) -> str:
 class AthenaDelivery:
     """The background delivery of one memory's outbox to its session.
 
-    ``destination``: records stamped for another one are set aside, never sent.
+    ``destination``: records stamped for another one are dead-lettered, never sent.
     """
 
     def __init__(
@@ -85,7 +87,16 @@ class AthenaDelivery:
         self._status = status
         self._retry_cap = retry_cap
         self.circuit = circuit
-        self._drainer = OutboxDrainer(outbox, self._send, batch=50, name="athena")
+        self._deliverer = Deliverer(
+            outbox,
+            self._send,
+            name="athena",
+            batch=DELIVERY_BATCH,
+            ack_every=ACK_EVERY,
+            destination=destination,
+            destination_of=_destination_of,
+            on_refused=self._refused,
+        )
         self._last_activity = 0.0
         self._flushing = False
         self._wake = asyncio.Event()
@@ -93,8 +104,8 @@ class AthenaDelivery:
 
     @property
     def delivered(self) -> int:
-        """Records delivered (or dropped as refused) since this memory started."""
-        return self._drainer.delivered
+        """Records delivered since this memory started (refused ones not counted)."""
+        return self._deliverer.delivered
 
     def note_write(self) -> None:
         """The kernel just wrote: delivery yields to it for a moment."""
@@ -116,18 +127,23 @@ class AthenaDelivery:
         """Try to deliver every pending write now; returns how many were delivered.
 
         Stops at the first failure (the rest stays queued) or after ``timeout``
-        seconds (an interrupted record is delivered again later).
+        seconds (an interrupted record is delivered again later). While another
+        deliverer holds the outbox's claim (this memory's background pass, or
+        another process), it waits for the claim, never delivering beside it.
         """
-        before = self._drainer.delivered
+        before = self._deliverer.delivered
         self._flushing = True
         try:
             async with asyncio.timeout(timeout):
-                await self._drain(None)
+                # None: the claim was held; run_once waited a poll and re-read the file.
+                while await self._drain(None) is None:
+                    if not len(self._outbox) or self._gate.closed:
+                        break
         except TimeoutError:
             pass
         finally:
             self._flushing = False
-        return self._drainer.delivered - before
+        return self._deliverer.delivered - before
 
     def count_failure(self, error: BaseException) -> None:
         """One more consecutive failure: back off, or open the circuit."""
@@ -184,11 +200,14 @@ class AthenaDelivery:
             self.circuit.pause(self._retry_cap)
             log.warning("Athena delivery loop error: %s", self._status.last_error)
 
-    async def _drain(self, max_records: int | None = None) -> int:
-        """One delivery run under the per-outbox lock; updates the circuit breaker."""
-        async with _drain_locks.get(self._outbox.path):
-            delivered = await self._drainer.run_once(max_records)
-            error = self._drainer.last_error
+    async def _drain(self, max_records: int | None = None) -> int | None:
+        """One delivery pass under the outbox's claim; updates the circuit breaker.
+
+        None when another deliverer held the claim (no evidence either way)."""
+        delivered = await self._deliverer.run_once(max_records)
+        if delivered is None:
+            return None
+        error = self._deliverer.last_error
         if error is None:
             if self.circuit.record_success():
                 log.warning("Athena delivery recovered; circuit closed")
@@ -199,13 +218,10 @@ class AthenaDelivery:
     # --- one record ----------------------------------------------------------------------
 
     async def _send(self, record: dict[str, Any]) -> None:
-        """Deliver one outbox record; return normally to ack (or drop) it."""
+        """Deliver one outbox record (the deliverer checked its destination)."""
         if self._gate.closed:
             # Stop at a record boundary: the record stays queued for the next run.
             raise asyncio.CancelledError
-        if record.get("dest") != self._dest:
-            await self._misdirect(record)
-            return
         await self._yield_to_kernel()
         await self._send_to_session(record)
 
@@ -224,29 +240,26 @@ class AthenaDelivery:
 
     async def _send_to_session(self, record: dict[str, Any]) -> None:
         try:
-            try:
-                session_id = await self._sessions.current()
-            except AthenaUnsupportedError:
-                self._status.unsupported.add("sessions")
-                raise
-            # A 404 replaces the session only once confirmed (not a datastore hiccup).
-            await self._sessions.call(lambda sid: self._post(sid, record), session_id)
-        except AthenaAuthError:
-            raise  # keep it: fixing the credentials makes it deliverable
-        except AthenaUnsupportedError as exc:
+            session_id = await self._sessions.current()
+        except AthenaUnsupportedError:
+            self._status.unsupported.add("sessions")
+            raise
+        # A 404 replaces the session only once confirmed (not a datastore hiccup).
+        await self._sessions.call(lambda sid: self._post(sid, record), session_id)
+
+    def _refused(self, record: dict[str, Any], error: BaseException) -> None:
+        """The deliverer dead-lettered ``record``: this tier's counts of why."""
+        if isinstance(error, MisdirectedRecordError):
+            self._status.misdirected += 1
+            return
+        self._status.rejected += 1
+        if isinstance(error, AthenaUnsupportedError):
             # 501: this server does not have the route. Not an outage: no retry,
-            # no circuit opening; dropped and named in health()["unsupported"].
-            self._status.rejected += 1
+            # no circuit opening; named in health()["unsupported"].
             if "sessions" not in self._status.unsupported:
                 self._status.unsupported.add(_route_of(record))
-            log.warning(
-                "Athena does not support a %s record; dropped it: %s", record.get("kind"), exc
-            )
-        except (AthenaBadRequestError, InvalidPayloadError) as exc:
-            # Retrying cannot fix it; dropping keeps the queue moving.
-            self._status.rejected += 1
-            self._status.note(exc)
-            log.warning("Athena refused a %s record; dropped it: %s", record.get("kind"), exc)
+            return
+        self._status.note(error)
 
     async def _post(self, session_id: str, record: dict[str, Any]) -> None:
         kind = record.get("kind")
@@ -294,21 +307,3 @@ class AthenaDelivery:
             await self._markers.release(key, claim)
             raise
         await self._markers.mark_sent(key, claim)
-
-    async def _misdirect(self, record: dict[str, Any]) -> None:
-        """A record stamped for another destination: never sent here; set aside and counted."""
-        self._status.misdirected += 1
-        dead = self._outbox.path.with_name(self._outbox.path.name + ".misdirected")
-        log.warning(
-            "Athena outbox %s holds a record for another destination; not sent to %s, "
-            "moved to %s (%d so far)",
-            self._outbox.path.name,
-            self._dest,
-            dead.name,
-            self._status.misdirected,
-        )
-        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
-        try:
-            await asyncio.to_thread(_append_line, dead, line)
-        except OSError as exc:
-            log.warning("could not keep the misdirected record: %s", exc)

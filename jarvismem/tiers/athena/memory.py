@@ -122,7 +122,7 @@ class AthenaMemory:
         self._client = client
         self._keys = keyspace or KeySpace()
         # Where every record of this memory is bound to go; records carry it and
-        # one stamped for another destination is never sent here.
+        # one stamped for another destination is dead-lettered, never sent here.
         self._dest = KeySpace.athena_destination(tenant, user, self._agent, client.base_url)
         self._redactor: Redactor = redactor or no_redaction
         self._owns_outbox = owns_outbox or outbox is None
@@ -474,7 +474,7 @@ class AthenaMemory:
     # --- status -------------------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
-        """Circuit state, pending/dropped counts and the last error (no secrets)."""
+        """Circuit state, pending/dropped/dead-lettered counts and the last error (no secrets)."""
         status = self._status
         circuit = self._delivery.circuit
         return {
@@ -485,6 +485,8 @@ class AthenaMemory:
             "consecutive_failures": circuit.failures,
             "pending": len(self._outbox),
             "dropped": self._outbox.dropped,
+            # Refused for good, kept in the outbox's .dead file (persisted, every process).
+            "dead_lettered": self._outbox.dead,
             "rejected": status.rejected,
             "misdirected": status.misdirected,
             "duplicates_skipped": status.duplicates_skipped,

@@ -25,9 +25,11 @@ class TierStatus:
 
     last_error: str | None = None
     rejected: int = 0
-    """Records Athena refused for good (4xx other than auth, 501): dropped."""
+    """Records Athena refused for good (a 4xx other than 401/403/429, a 501, an
+    unknown record): moved to the outbox's dead-letter file by this memory."""
     misdirected: int = 0
-    """Records stamped for another destination: set aside, never sent here."""
+    """Records stamped for another destination: moved to the dead-letter file by
+    this memory, never sent here."""
     duplicates_skipped: int = 0
     """Events another deliverer had sent already (effectively-once)."""
     unsupported: set[str] = field(default_factory=set)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import jarvismem.backends.outbox as outbox
-from jarvismem.backends.outbox import drain, scan, store
+from jarvismem.backends.outbox import deliver, scan, store
 
 
 def test_reexports_are_the_parts_objects() -> None:
     assert outbox.Outbox is store.Outbox
-    assert outbox.OutboxDrainer is drain.OutboxDrainer
-    assert outbox.deliver_pending is drain.deliver_pending
+    assert outbox.Deliverer is deliver.Deliverer
+    assert outbox.Apply is deliver.Apply and outbox.ApplyMany is deliver.ApplyMany
     assert outbox.scan_outboxes is scan.scan_outboxes
-    assert sorted(outbox.__all__) == ["Outbox", "OutboxDrainer", "deliver_pending", "scan_outboxes"]
+    assert sorted(outbox.__all__) == ["Apply", "ApplyMany", "Deliverer", "Outbox", "scan_outboxes"]

@@ -392,16 +392,21 @@ async def test_non_json_record_refused_before_writing(
     assert file_size(outbox_path) == 0
 
 
-async def test_records_for_another_destination_are_never_delivered(
+async def test_records_for_another_destination_stay_pending_marked_until_refused(
     open_outbox: OpenOutbox,
 ) -> None:
+    # Pending like any record (a compaction never loses it), marked so that its
+    # deliverer refuses it (tests/backends/outbox/test_deliver.py), never applies it.
     theirs = open_outbox(destination="aaaa")
     await theirs.put({"i": 0})
     await theirs.close()
     mine = open_outbox(destination="bbbb")
     await mine.put({"i": 1})
-    assert await pending_ids(mine) == [1]
-    assert mine.foreign == 1
+    assert await pending_ids(mine) == [0, 1]
+    (first, _), (second, _) = await mine.peek(2)
+    assert mine.misdirected_to(first) == "aaaa" and mine.misdirected_to(second) is None
+    await mine.dead_letter(first, {"i": 0}, "MisdirectedRecordError: ...", misdirected=True)
+    assert mine.foreign == 1 and mine.dead == 1 and await pending_ids(mine) == [1]
 
 
 # --- dead letters -----------------------------------------------------------------------------

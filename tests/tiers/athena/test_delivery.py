@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import datetime
 from pathlib import Path
@@ -175,3 +176,46 @@ async def test_event_time_is_the_write_time_not_the_delivery_time(
     stamp = post.json["metadata"]["occurred_at"]
     occurred = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     assert occurred <= written and post.received_at - occurred >= 1.0
+
+
+def _dead_letters(outbox: Outbox) -> list[dict[str, Any]]:
+    path = outbox.path.with_name(outbox.path.name + ".dead")
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+async def test_a_refused_record_is_dead_lettered_with_its_reason_and_later_records_carry_on(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any
+) -> None:
+    mem = await make_memory(redis_client)
+    await mem.flush()
+    server.fail_next(1, status=422)  # a 4xx other than 401/403/429: refused for good
+    await mem.record_thought("refused")
+    await mem.record_thought("accepted")
+    await wait_for(lambda: len(server.events) == 1)
+    await wait_for(lambda: mem.health()["pending"] == 0)
+    assert contents(server) == ["accepted"]
+    (dead,) = _dead_letters(mem.outbox)
+    assert dead["rec"]["content"] == "refused"
+    assert dead["reason"].startswith("AthenaBadRequestError")
+    assert mem.health()["dead_lettered"] == 1
+
+
+async def test_a_record_for_another_destination_is_dead_lettered_never_sent(
+    server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, tmp_path: Path
+) -> None:
+    shared = tmp_path / "one-file.jsonl"
+    acme = await make_memory(redis_client, outbox=Outbox(shared))
+    server.mode = "error500"
+    await acme.record_thought("for acme only")
+    await acme.close()
+    server.mode = "ok"
+    globex = await make_memory(redis_client, outbox=Outbox(shared), tenant_id="globex")
+    await globex.flush(timeout=5)
+    assert server.events == []
+    (dead,) = _dead_letters(globex.outbox)
+    assert dead["rec"]["content"] == "for acme only"
+    assert dead["reason"].startswith("MisdirectedRecordError")
+    assert globex.health()["dead_lettered"] == 1 and globex.health()["misdirected"] == 1
+    assert not shared.with_name(shared.name + ".misdirected").exists()

@@ -33,6 +33,15 @@ def create_embedder(name_or_settings: str | Settings) -> Embedder | None:
             )
     if name == "none":
         return None
+    try:
+        # Vector search (jarvismem.recall.vectors) is a numpy matrix product whichever
+        # embedder fills it; numpy is the [embeddings] extra, not a dependency of all.
+        import numpy  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"RECALL_EMBEDDER={name} needs numpy for vector search: "
+            "pip install 'jarvismem[embeddings]' (or RECALL_EMBEDDER=none for lexical recall)"
+        ) from None
     # Each embedder's module is imported when it is chosen: numpy (minilm) and
     # httpx (openai) are not paid for by a process that recalls lexically.
     if name == "minilm":

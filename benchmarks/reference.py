@@ -3,7 +3,7 @@
 The reference (``jarviscore-framework`` 3.0.0 from PyPI) pulls ~200 MB of LLM SDKs
 and pins of its own, so it never enters jarvismem's environment: it is installed
 once into ``<checkout>/.cache/jarviscore-venv`` (by
-:func:`jarvismem.testing.reference.build_reference_venv`, under a file lock) and
+:func:`tests.harness.reference.build_reference_venv`, under a file lock) and
 driven by ``benchmarks/reference_driver.py`` in a child process with that venv's
 interpreter, on the same Redis (its own workflow ids, deleted afterwards) and a
 blob root in the run's temporary folder.
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.fixtures import STEP
 from benchmarks.stats import Target, latency_summary
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.testing.reference import build_reference_venv, driver_env
+from tests.harness.reference import build_reference_venv, driver_env
 
 if TYPE_CHECKING:
     from benchmarks.suite import Bench

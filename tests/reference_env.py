@@ -1,4 +1,4 @@
-"""The reference package for tests: its venv (``jarvismem.testing.reference``) under
+"""The reference package for tests: its venv (``tests.harness.reference``) under
 ``<repo>/.cache/jarviscore-venv`` (git-ignored), skipped or failed like every other
 integration backend when it cannot be installed.
 
@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from jarvismem.testing.reference import (
+from tests.conftest import REQUIRE_INTEGRATION
+from tests.harness.reference import (
     REFERENCE_REQUIREMENTS,
     ReferenceUnavailableError,
     build_reference_venv,
     driver_env,
 )
-from tests.conftest import REQUIRE_INTEGRATION
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_DIR = ROOT / ".cache" / "jarviscore-venv"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.testing import reference
-from jarvismem.testing.reference import (
+from tests.harness import reference
+from tests.harness.reference import (
     ReferenceUnavailableError,
     _installed,
     build_reference_venv,

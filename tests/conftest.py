@@ -34,7 +34,9 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import MEMORY_URL, Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.testing.ports import free_port, worker_index
 from jarvismem.testing.redis_server import RedisServerProcess
+from tests import phases
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -45,6 +47,17 @@ AZURITE_CONNECTION_STRING = os.environ.get(
     "KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;",
 )
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The parallel and serial phases of ``scripts/test`` (see :mod:`tests.phases`)."""
+    phases.modify_items(config, items)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The serial phase collects only the files holding serial tests."""
+    return phases.ignore_collect(collection_path, config)
+
 
 Factory = Callable[..., Any]
 """What the ``make_*`` fixtures return: build one object, closed when the test ends."""
@@ -219,11 +232,9 @@ async def real_redis(namespaces: set[str]) -> AsyncIterator[Any]:
 
 
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A loopback port nothing listens on, nor will while the test runs: under xdist,
+    one of this worker's own (:func:`jarvismem.testing.ports.free_port`)."""
+    return free_port()
 
 
 @pytest.fixture
@@ -500,14 +511,22 @@ CLUSTER_BASE_PORT = 7000
 """First port of the local 3-master Redis Cluster the cluster tests share."""
 
 
+def cluster_base_port() -> int:
+    """This process's cluster's first port: :data:`CLUSTER_BASE_PORT`, or under xdist
+    three ports further per worker, so each worker has a cluster of its own (two
+    workers starting one on the same ports would break each other's)."""
+    return CLUSTER_BASE_PORT + 3 * (worker_index() or 0)
+
+
 @pytest.fixture(scope="session")
 def cluster_port() -> Iterator[int]:
     """Port of a running cluster node; starts (and later stops) one if none answers."""
+    base = cluster_base_port()
     started = False
-    if not _port_open("127.0.0.1", CLUSTER_BASE_PORT):
+    if not _port_open("127.0.0.1", base):
         try:
             run = subprocess.run(
-                [str(CLUSTER_SCRIPT), "start", str(CLUSTER_BASE_PORT)],
+                [str(CLUSTER_SCRIPT), "start", str(base)],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -518,11 +537,9 @@ def cluster_port() -> Iterator[int]:
         if run.returncode != 0:
             require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
         started = True
-    yield CLUSTER_BASE_PORT
+    yield base
     if started:
-        subprocess.run(
-            [str(CLUSTER_SCRIPT), "stop", str(CLUSTER_BASE_PORT)], capture_output=True, timeout=60
-        )
+        subprocess.run([str(CLUSTER_SCRIPT), "stop", str(base)], capture_output=True, timeout=60)
 
 
 @pytest.fixture

@@ -1,0 +1,89 @@
+"""The suite's two phases: most tests in parallel (pytest-xdist), the ``serial`` ones after.
+
+A test marked ``@pytest.mark.serial`` cannot share the machine with other tests (it
+measures contention, or loads the cores on purpose). ``scripts/test`` runs pytest
+twice with the same arguments:
+
+1. ``JARVISMEM_TEST_PHASE=parallel`` with ``-n``: every selected test but the serial
+   ones, which are deselected and their node ids written to the file named by
+   ``JARVISMEM_SERIAL_LIST``;
+2. ``JARVISMEM_TEST_PHASE=serial`` without xdist, only when that file names a test:
+   the serial tests alone, collecting only the files that hold them.
+
+Without ``JARVISMEM_TEST_PHASE`` (plain ``pytest``) every selected test runs, serial
+ones included, as before.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PHASE_ENV = "JARVISMEM_TEST_PHASE"
+LIST_ENV = "JARVISMEM_SERIAL_LIST"
+PARALLEL = "parallel"
+SERIAL = "serial"
+MARKER = "serial"
+
+
+def phase() -> str | None:
+    """The phase this pytest runs (``parallel``, ``serial``), or None for all tests."""
+    value = os.environ.get(PHASE_ENV, "")
+    if value in ("", PARALLEL, SERIAL):
+        return value or None
+    raise pytest.UsageError(f"{PHASE_ENV} must be {PARALLEL!r} or {SERIAL!r}, got {value!r}")
+
+
+def is_serial(item: pytest.Item) -> bool:
+    return item.get_closest_marker(MARKER) is not None
+
+
+def split(
+    items: list[pytest.Item], current: str | None
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """``(kept, deselected)`` for the phase ``current``."""
+    if current is None:
+        return items, []
+    wanted = current == SERIAL
+    kept = [i for i in items if is_serial(i) == wanted]
+    return kept, [i for i in items if is_serial(i) != wanted]
+
+
+def write_list(path: Path, node_ids: list[str]) -> None:
+    """Write the serial tests' ids; atomic, as every xdist worker writes the same list."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(f"{n}\n" for n in node_ids), encoding="utf-8")
+    tmp.replace(path)
+
+
+@cache
+def listed_files(path: Path, rootdir: Path) -> frozenset[Path]:
+    """The test files that hold the listed tests (absolute); read once per run."""
+    ids = path.read_text(encoding="utf-8").split()
+    return frozenset((rootdir / n.split("::", 1)[0]).resolve() for n in ids)
+
+
+def modify_items(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``pytest_collection_modifyitems``: keep this phase's tests, note the serial ones."""
+    current = phase()
+    kept, dropped = split(items, current)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+    listing = os.environ.get(LIST_ENV)
+    if current == PARALLEL and listing:
+        write_list(Path(listing), [i.nodeid for i in dropped])
+
+
+def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``pytest_ignore_collect``: in the serial phase, skip files with no serial test."""
+    listing = os.environ.get(LIST_ENV)
+    if phase() != SERIAL or not listing or not Path(listing).is_file():
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    files = listed_files(Path(listing), config.rootpath)
+    return True if collection_path.resolve() not in files else None

@@ -34,7 +34,7 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import MEMORY_URL, Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.testing.ports import free_port, worker_index
+from jarvismem.testing.ports import free_port, port_is_free, worker_index
 from jarvismem.testing.redis_server import RedisServerProcess
 from tests import phases
 
@@ -47,6 +47,11 @@ AZURITE_CONNECTION_STRING = os.environ.get(
     "KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;",
 )
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The phase of ``scripts/test`` this pytest runs (see :mod:`tests.phases`)."""
+    phases.configure(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -511,19 +516,35 @@ CLUSTER_BASE_PORT = 7000
 """First port of the local 3-master Redis Cluster the cluster tests share."""
 
 
-def cluster_base_port() -> int:
-    """This process's cluster's first port: :data:`CLUSTER_BASE_PORT`, or under xdist
-    three ports further per worker, so each worker has a cluster of its own (two
-    workers starting one on the same ports would break each other's)."""
-    return CLUSTER_BASE_PORT + 3 * (worker_index() or 0)
+CLUSTER_BUS_OFFSET = 10000
+"""Each cluster node also listens on its port + 10000 (the cluster bus)."""
+
+
+def cluster_base_port() -> tuple[int, bool]:
+    """This process's cluster's first port, and whether a cluster there may be reused.
+
+    Outside xdist: :data:`CLUSTER_BASE_PORT`, where a developer's own cluster is used
+    if one answers. Under xdist each worker starts a cluster of its own on three
+    free ports in a row of its block, never reusing one it finds: a cluster another
+    worker or another run stops would vanish under this worker's tests.
+    """
+    if worker_index() is None:
+        return CLUSTER_BASE_PORT, True
+    for _ in range(50):
+        base = free_port()
+        nodes = [base, base + 1, base + 2]
+        if all(port_is_free(p) and port_is_free(p + CLUSTER_BUS_OFFSET) for p in nodes):
+            return base, False
+    raise RuntimeError("no three free ports in a row for a Redis Cluster")
 
 
 @pytest.fixture(scope="session")
 def cluster_port() -> Iterator[int]:
-    """Port of a running cluster node; starts (and later stops) one if none answers."""
-    base = cluster_base_port()
+    """Port of a running cluster node; starts (and later stops) one if none answers
+    (under xdist, always one of the worker's own: :func:`cluster_base_port`)."""
+    base, reusable = cluster_base_port()
     started = False
-    if not _port_open("127.0.0.1", base):
+    if not (reusable and _port_open("127.0.0.1", base)):
         try:
             run = subprocess.run(
                 [str(CLUSTER_SCRIPT), "start", str(base)],

@@ -29,12 +29,35 @@ SERIAL = "serial"
 MARKER = "serial"
 
 
-def phase() -> str | None:
-    """The phase this pytest runs (``parallel``, ``serial``), or None for all tests."""
+_PHASE_KEY = pytest.StashKey[str | None]()
+_LIST_KEY = pytest.StashKey[Path | None]()
+
+
+def configure(config: pytest.Config) -> None:
+    """``pytest_configure``: read the phase and the list's path into ``config``.
+
+    A process that runs tests (an xdist worker, or a pytest without workers) also
+    removes both variables from its environment: a test that runs pytest or
+    scripts/test in a subprocess must not inherit this run's phase, nor write its list.
+    The xdist controller keeps them, as the workers it starts inherit its environment.
+    """
     value = os.environ.get(PHASE_ENV, "")
-    if value in ("", PARALLEL, SERIAL):
-        return value or None
-    raise pytest.UsageError(f"{PHASE_ENV} must be {PARALLEL!r} or {SERIAL!r}, got {value!r}")
+    if value not in ("", PARALLEL, SERIAL):
+        raise pytest.UsageError(f"{PHASE_ENV} must be {PARALLEL!r} or {SERIAL!r}, got {value!r}")
+    listing = os.environ.get(LIST_ENV)
+    config.stash[_PHASE_KEY] = value or None
+    config.stash[_LIST_KEY] = Path(listing) if listing else None
+    controller = not hasattr(config, "workerinput") and bool(
+        getattr(config.option, "numprocesses", None)
+    )
+    if not controller:
+        os.environ.pop(PHASE_ENV, None)
+        os.environ.pop(LIST_ENV, None)
+
+
+def phase(config: pytest.Config) -> str | None:
+    """The phase this pytest runs (``parallel``, ``serial``), or None for all tests."""
+    return config.stash.get(_PHASE_KEY, None)
 
 
 def is_serial(item: pytest.Item) -> bool:
@@ -68,22 +91,22 @@ def listed_files(path: Path, rootdir: Path) -> frozenset[Path]:
 
 def modify_items(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``pytest_collection_modifyitems``: keep this phase's tests, note the serial ones."""
-    current = phase()
+    current = phase(config)
     kept, dropped = split(items, current)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-    listing = os.environ.get(LIST_ENV)
-    if current == PARALLEL and listing:
-        write_list(Path(listing), [i.nodeid for i in dropped])
+    listing = config.stash.get(_LIST_KEY, None)
+    if current == PARALLEL and listing is not None:
+        write_list(listing, [i.nodeid for i in dropped])
 
 
 def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """``pytest_ignore_collect``: in the serial phase, skip files with no serial test."""
-    listing = os.environ.get(LIST_ENV)
-    if phase() != SERIAL or not listing or not Path(listing).is_file():
+    listing = config.stash.get(_LIST_KEY, None)
+    if phase(config) != SERIAL or listing is None or not listing.is_file():
         return None
     if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
-    files = listed_files(Path(listing), config.rootpath)
+    files = listed_files(listing, config.rootpath)
     return True if collection_path.resolve() not in files else None

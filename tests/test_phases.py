@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFTEST = """
 from tests import phases
 
+def pytest_configure(config):
+    phases.configure(config)
+
 def pytest_collection_modifyitems(config, items):
     phases.modify_items(config, items)
 
@@ -28,10 +31,13 @@ def pytest_ignore_collect(collection_path, config):
 """
 
 MIXED = """
+import os
 import pytest
 
 def test_plain():
-    pass
+    # What a subprocess of this test would inherit: not this run's phase.
+    assert "JARVISMEM_TEST_PHASE" not in os.environ
+    assert "JARVISMEM_SERIAL_LIST" not in os.environ
 
 @pytest.mark.serial
 def test_alone():
@@ -59,13 +65,24 @@ def suite(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(suite: Path, phase: str | None, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    suite: Path, phase: str | None, *args: str, xdist: bool = False
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in (phases.PHASE_ENV, phases.LIST_ENV)}
     env.update(PYTHONPATH=str(ROOT), JARVISMEM_SERIAL_LIST=str(suite / "serial.txt"))
     if phase is not None:
         env[phases.PHASE_ENV] = phase
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-v", *args],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            *(["-n", "2"] if xdist else ["-p", "no:xdist"]),
+            "-v",
+            *args,
+        ],
         cwd=suite,
         env=env,
         capture_output=True,
@@ -82,6 +99,14 @@ def test_the_parallel_phase_leaves_out_the_serial_tests_and_lists_them(suite: Pa
     proc = _run(suite, "parallel")
     assert proc.returncode == 0, proc.stdout
     assert _passed(proc) == {"test_mixed.py::test_plain", "test_unmarked.py::test_other"}
+    assert (suite / "serial.txt").read_text().split() == ["test_mixed.py::test_alone"]
+
+
+def test_under_xdist_the_workers_leave_out_the_serial_tests_and_list_them(suite: Path) -> None:
+    proc = _run(suite, "parallel", xdist=True)
+    assert proc.returncode == 0, proc.stdout
+    assert " 2 passed in " in proc.stdout
+    assert "test_alone" not in proc.stdout
     assert (suite / "serial.txt").read_text().split() == ["test_mixed.py::test_alone"]
 
 

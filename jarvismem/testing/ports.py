@@ -52,7 +52,8 @@ def worker_block(index: int, low: int | None = None) -> range | None:
     return block if block.stop <= (ephemeral_low() if low is None else low) else None
 
 
-def _bindable(port: int) -> bool:
+def port_is_free(port: int) -> bool:
+    """Whether a socket could bind ``port`` on 127.0.0.1 now."""
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -84,7 +85,7 @@ class PortPicker:
     def pick(self) -> int:
         for _ in range(len(self.block)):
             port = next(self._turns)
-            if _bindable(port):
+            if port_is_free(port):
                 return port
         raise OSError(f"no free loopback port in {self.block.start}-{self.block.stop - 1}")
 

@@ -54,6 +54,11 @@ def pytest_configure(config: pytest.Config) -> None:
     phases.configure(config)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts (see :func:`tests.phases.auto_workers`)."""
+    return phases.auto_workers(config)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The parallel and serial phases of ``scripts/test`` (see :mod:`tests.phases`)."""
     phases.modify_items(config, items)

@@ -110,3 +110,34 @@ def ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
         return None
     files = listed_files(listing, config.rootpath)
     return True if collection_path.resolve() not in files else None
+
+
+WORKERS_ENV = "JARVISMEM_TEST_WORKERS"
+WORKERS_PER_CORE = 3
+"""Most tests wait on servers and subprocesses, so a core keeps several workers busy."""
+FILES_PER_WORKER = 4
+"""A worker costs a pytest start-up (seconds): a selection of a few files runs in-process."""
+
+
+def selected_test_files(config: pytest.Config) -> int:
+    """How many test files the command line's paths (or ``testpaths``) hold."""
+    count = 0
+    for arg in config.args:
+        path = config.invocation_params.dir / arg.split("::", 1)[0]
+        if path.is_dir():
+            count += sum(1 for _ in path.rglob("test_*.py"))
+        elif path.is_file():
+            count += 1
+    return count
+
+
+def auto_workers(config: pytest.Config) -> int:
+    """``pytest_xdist_auto_num_workers`` (``-n auto``): ``JARVISMEM_TEST_WORKERS`` when
+    set, else three per core, but none (in-process) for a selection of a few files."""
+    given = os.environ.get(WORKERS_ENV, "")
+    if given:
+        if not given.isdigit():
+            raise pytest.UsageError(f"{WORKERS_ENV} must be a number of workers, got {given!r}")
+        return int(given)
+    cores = len(os.sched_getaffinity(0)) or 1
+    return min(WORKERS_PER_CORE * cores, selected_test_files(config) // FILES_PER_WORKER)

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -134,3 +136,31 @@ def test_an_unknown_phase_is_a_usage_error(suite: Path) -> None:
     proc = _run(suite, "sideways")
     assert proc.returncode == 4
     assert "JARVISMEM_TEST_PHASE must be" in proc.stderr
+
+
+def _config(tmp_path: Path, *args: str) -> Any:
+    return SimpleNamespace(args=list(args), invocation_params=SimpleNamespace(dir=tmp_path))
+
+
+def test_auto_workers_run_a_few_files_in_process_and_a_big_selection_on_three_per_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(phases.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(phases.os, "sched_getaffinity", lambda _pid: {0, 1})
+    for i in range(40):
+        (tmp_path / "big" / f"test_{i}.py").parent.mkdir(exist_ok=True)
+        (tmp_path / "big" / f"test_{i}.py").touch()
+    (tmp_path / "big" / "helper.py").touch()
+    assert phases.auto_workers(_config(tmp_path, "big/test_1.py::test_x")) == 0
+    assert phases.auto_workers(_config(tmp_path, *(f"big/test_{i}.py" for i in range(9)))) == 2
+    assert phases.auto_workers(_config(tmp_path, "big")) == 6
+
+
+def test_auto_workers_follow_the_variable_and_refuse_a_non_number(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(phases.WORKERS_ENV, "3")
+    assert phases.auto_workers(_config(tmp_path)) == 3
+    monkeypatch.setenv(phases.WORKERS_ENV, "many")
+    with pytest.raises(pytest.UsageError, match="JARVISMEM_TEST_WORKERS must be a number"):
+        phases.auto_workers(_config(tmp_path))

@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     phases.configure(config)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: absent under -p no:xdist
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many workers ``-n auto`` starts (see :func:`tests.phases.auto_workers`)."""
     return phases.auto_workers(config)

@@ -164,3 +164,19 @@ def test_auto_workers_follow_the_variable_and_refuse_a_non_number(
     monkeypatch.setenv(phases.WORKERS_ENV, "many")
     with pytest.raises(pytest.UsageError, match="JARVISMEM_TEST_WORKERS must be a number"):
         phases.auto_workers(_config(tmp_path))
+
+
+def test_the_suite_s_hooks_load_without_xdist() -> None:
+    """The serial phase runs with -p no:xdist: xdist's hooks must be optional there."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider"),
+            *("--collect-only", "-q", "tests/test_errors.py"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -598,6 +598,35 @@ def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
     server.kill()
 
 
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, produce: Callable[[Path], Any]
+) -> Any:
+    """``produce(folder)``'s JSON-able result, computed once per test run even across
+    xdist workers: for an expensive module fixture whose tests the workers share.
+
+    The first worker to get here computes it under a file lock, in a folder of the
+    run's shared temporary root, and leaves the result there; the others read it.
+    """
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp()
+    if worker_index() is not None:
+        root = root.parent  # every worker's basetemp is a folder of the run's
+    folder = root / f"once-{name}"
+    folder.mkdir(exist_ok=True)
+    result = folder / "result.json"
+    with open(root / f"once-{name}.lock", "a+", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not result.exists():
+                produced = produce(folder)
+                result.write_text(json.dumps(produced), encoding="utf-8")
+            return json.loads(result.read_text(encoding="utf-8"))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def bootstrap_stamp() -> str:
     """The file name scripts/bootstrap leaves in .venv once its default extras are installed.
 

@@ -39,12 +39,20 @@ def test_the_picker_hands_out_every_port_of_its_block_before_any_twice() -> None
     assert picker.pick() == first_round[0]
 
 
-def test_the_picker_skips_a_port_something_holds() -> None:
-    with socket.socket() as holder:
+def _held_port_before_a_free_one() -> socket.socket:
+    """A socket bound to a port whose next port is free (tried until one is)."""
+    for _ in range(50):
+        holder = socket.socket()
         holder.bind(("127.0.0.1", 0))
+        if ports.port_is_free(holder.getsockname()[1] + 1):
+            return holder
+        holder.close()
+    raise AssertionError("no held port followed by a free one")
+
+
+def test_the_picker_skips_a_port_something_holds() -> None:
+    with _held_port_before_a_free_one() as holder:
         held = holder.getsockname()[1]
-        with socket.socket() as probe:  # the port after it must be free for this test
-            probe.bind(("127.0.0.1", held + 1))
         picker = PortPicker(range(held, held + 2), random.Random(0))
         assert {picker.pick(), picker.pick()} == {held + 1}
 

@@ -95,14 +95,21 @@ _pickers: dict[int, PortPicker] = {}
 os.register_at_fork(after_in_child=_pickers.clear)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing holds now, and that no other xdist worker
-    of this run will pick (see the module's docstring)."""
+def worker_port() -> int | None:
+    """The next free port of this xdist worker's block; None outside a worker (or when
+    its block would reach the ephemeral range)."""
     index = worker_index()
     block = None if index is None else worker_block(index)
     if index is None or block is None:
-        return _kernel_port()
+        return None
     picker = _pickers.get(index)
     if picker is None:
         picker = _pickers[index] = PortPicker(block)
     return picker.pick()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing holds now, and that no other xdist worker
+    of this run will pick (see the module's docstring)."""
+    port = worker_port()
+    return _kernel_port() if port is None else port

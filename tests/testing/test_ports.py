@@ -81,3 +81,21 @@ def test_outside_a_worker_the_kernel_picks(monkeypatch: pytest.MonkeyPatch) -> N
     assert port > 0
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_under_a_worker_cluster_nodes_take_ports_of_its_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node of another worker's cluster on a killed node's port would join that cluster."""
+    from jarvismem.testing.ha import free_cluster_port
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    monkeypatch.setattr(ports, "_pickers", {})
+    block = worker_block(2)
+    assert block is not None
+    assert all(free_cluster_port() in block for _ in range(5))
+
+
+def test_outside_a_worker_there_is_no_worker_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert ports.worker_port() is None

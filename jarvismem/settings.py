@@ -531,6 +531,10 @@ OTHER_KNOWN_NAMES = frozenset(
         "JARVISMEM_CHECKER_SECONDS",
         "JARVISMEM_CRASH_KILLS",
         "JARVISMEM_OUTAGE_SECONDS",
+        # scripts/test's workers, and its phases (tests/phases.py).
+        "JARVISMEM_TEST_WORKERS",
+        "JARVISMEM_TEST_PHASE",
+        "JARVISMEM_SERIAL_LIST",
     }
 )
 """Names with our prefixes that are not settings but are not typos either."""

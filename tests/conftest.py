@@ -33,7 +33,9 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import MEMORY_URL, Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
+from jarvismem.testing.ports import free_port, port_is_free, worker_index
 from jarvismem.testing.redis_server import RedisServerProcess
+from tests import phases
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -44,6 +46,28 @@ AZURITE_CONNECTION_STRING = os.environ.get(
     "KBHBeksoGMGw==;BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;",
 )
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The phase of ``scripts/test`` this pytest runs (see :mod:`tests.phases`)."""
+    phases.configure(config)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: absent under -p no:xdist
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many workers ``-n auto`` starts (see :func:`tests.phases.auto_workers`)."""
+    return phases.auto_workers(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The parallel and serial phases of ``scripts/test`` (see :mod:`tests.phases`)."""
+    phases.modify_items(config, items)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The serial phase collects only the files holding serial tests."""
+    return phases.ignore_collect(collection_path, config)
+
 
 Factory = Callable[..., Any]
 """What the ``make_*`` fixtures return: build one object, closed when the test ends."""
@@ -218,11 +242,9 @@ async def real_redis(namespaces: set[str]) -> AsyncIterator[Any]:
 
 
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    """A loopback port nothing listens on, nor will while the test runs: under xdist,
+    one of this worker's own (:func:`jarvismem.testing.ports.free_port`)."""
+    return free_port()
 
 
 @pytest.fixture
@@ -478,14 +500,38 @@ CLUSTER_BASE_PORT = 7000
 """First port of the local 3-master Redis Cluster the cluster tests share."""
 
 
+CLUSTER_BUS_OFFSET = 10000
+"""Each cluster node also listens on its port + 10000 (the cluster bus)."""
+
+
+def cluster_base_port() -> tuple[int, bool]:
+    """This process's cluster's first port, and whether a cluster there may be reused.
+
+    Outside xdist: :data:`CLUSTER_BASE_PORT`, where a developer's own cluster is used
+    if one answers. Under xdist each worker starts a cluster of its own on three
+    free ports in a row of its block, never reusing one it finds: a cluster another
+    worker or another run stops would vanish under this worker's tests.
+    """
+    if worker_index() is None:
+        return CLUSTER_BASE_PORT, True
+    for _ in range(50):
+        base = free_port()
+        nodes = [base, base + 1, base + 2]
+        if all(port_is_free(p) and port_is_free(p + CLUSTER_BUS_OFFSET) for p in nodes):
+            return base, False
+    raise RuntimeError("no three free ports in a row for a Redis Cluster")
+
+
 @pytest.fixture(scope="session")
 def cluster_port() -> Iterator[int]:
-    """Port of a running cluster node; starts (and later stops) one if none answers."""
+    """Port of a running cluster node; starts (and later stops) one if none answers
+    (under xdist, always one of the worker's own: :func:`cluster_base_port`)."""
+    base, reusable = cluster_base_port()
     started = False
-    if not _port_open("127.0.0.1", CLUSTER_BASE_PORT):
+    if not (reusable and _port_open("127.0.0.1", base)):
         try:
             run = subprocess.run(
-                [str(CLUSTER_SCRIPT), "start", str(CLUSTER_BASE_PORT)],
+                [str(CLUSTER_SCRIPT), "start", str(base)],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -496,11 +542,9 @@ def cluster_port() -> Iterator[int]:
         if run.returncode != 0:
             require_backend(False, f"Redis Cluster via scripts/redis-cluster: {run.stderr.strip()}")
         started = True
-    yield CLUSTER_BASE_PORT
+    yield base
     if started:
-        subprocess.run(
-            [str(CLUSTER_SCRIPT), "stop", str(CLUSTER_BASE_PORT)], capture_output=True, timeout=60
-        )
+        subprocess.run([str(CLUSTER_SCRIPT), "stop", str(base)], capture_output=True, timeout=60)
 
 
 @pytest.fixture
@@ -530,6 +574,35 @@ def password_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSe
     sync_redis.Redis(port=server.port).config_set("requirepass", AUTH_PASSWORD)
     yield server
     server.kill()
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, produce: Callable[[Path], Any]
+) -> Any:
+    """``produce(folder)``'s JSON-able result, computed once per test run even across
+    xdist workers: for an expensive module fixture whose tests the workers share.
+
+    The first worker to get here computes it under a file lock, in a folder of the
+    run's shared temporary root, and leaves the result there; the others read it.
+    """
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp()
+    if worker_index() is not None:
+        root = root.parent  # every worker's basetemp is a folder of the run's
+    folder = root / f"once-{name}"
+    folder.mkdir(exist_ok=True)
+    result = folder / "result.json"
+    with open(root / f"once-{name}.lock", "a+", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not result.exists():
+                produced = produce(folder)
+                result.write_text(json.dumps(produced), encoding="utf-8")
+            return json.loads(result.read_text(encoding="utf-8"))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def bootstrap_stamp() -> str:

@@ -53,6 +53,7 @@ async def test_a_bad_ledger_tail_is_refused(
         await read_bundle(engine.workflow("wf"), "s1", tail, settings=settings)
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 async def test_a_tier_past_its_timeout_is_marked_degraded_and_the_rest_is_served(
     settings: Settings, workflow_id: str, redis_client: Any, make_runtime: Factory
 ) -> None:

@@ -87,6 +87,7 @@ async def test_turns_logged_before_the_session_exists_reach_athena_in_order(
     assert athena_server.sessions_created == 1
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 @pytest.mark.parametrize("mode", ["error500", "hang", "garbage"])
 async def test_a_failing_athena_marks_the_tier_degraded_within_its_timeout(
     workflow_id: str,

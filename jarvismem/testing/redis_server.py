@@ -13,12 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from jarvismem.testing.ports import free_port
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["RedisServerProcess", "free_port"]
 
 
 def _ping(port: int, timeout: float = 0.5) -> bool:

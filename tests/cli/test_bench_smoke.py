@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
+from tests.conftest import REAL_REDIS_URL, once_per_run, real_redis_available, require_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,7 +94,15 @@ EXPECTED_SERIES = (
 @pytest.fixture(scope="module")
 def quick_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     require_backend(real_redis_available(), f"Redis at {REAL_REDIS_URL}")
-    plots = tmp_path_factory.mktemp("plots")
+    # Once per run, not once per xdist worker that gets one of these tests: the
+    # quick suite takes tens of seconds and loads the machine while it runs.
+    report: dict[str, Any] = once_per_run(tmp_path_factory, "bench-quick", _run_quick_suite)
+    return report
+
+
+def _run_quick_suite(folder: Path) -> dict[str, Any]:
+    plots = folder / "plots"
+    plots.mkdir(exist_ok=True)
     proc = subprocess.run(
         [
             sys.executable,

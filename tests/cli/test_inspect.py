@@ -396,6 +396,7 @@ def test_status_without_the_azure_extra_is_one_line_and_exit_2(cli: Cli) -> None
         ]
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 def test_read_commands_with_redis_down_fail_fast_in_one_line(cli: Cli) -> None:
     env = dict(cli.env, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     env.pop("REDIS_CONNECT_RETRIES")  # the default (5), as a new user has it
@@ -424,6 +425,7 @@ def test_read_commands_create_no_outbox_files(cli: Cli) -> None:
     assert [p for p in leftovers if "never-written" in p] == []
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 @pytest.mark.integration
 @pytest.mark.parametrize("command", ["status", "tail"])
 @pytest.mark.parametrize("userinfo", ["", ":wrong-password@"], ids=["no-password", "wrong"])

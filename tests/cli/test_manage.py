@@ -23,6 +23,9 @@ async def test_workflows_lists_turns_and_last_activity(
     any_cli: Cli, runtime: MemoryRuntime
 ) -> None:
     await seed_turns(runtime, "alpha", range(1, 4))
+    # Last activity is the ledger's last stream id, in milliseconds: in the same
+    # millisecond as alpha's last turn, beta would tie with it and sort by name.
+    await asyncio.sleep(0.005)
     await seed_turns(runtime, "beta", range(1, 2))
     proc = await any_cli.arun("workflows", "--json")
     assert proc.returncode == 0, proc.stderr

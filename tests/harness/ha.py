@@ -48,6 +48,7 @@ from typing import Any, BinaryIO, Literal
 from jarvismem.backends.outbox import Outbox
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
+from jarvismem.testing.ports import worker_port
 from jarvismem.testing.redis_server import RedisServerProcess, free_port
 
 SLOTS = 16384
@@ -140,11 +141,17 @@ CLUSTER_PORTS = range(20000, 22768)
 
 
 def free_cluster_port(taken: set[int] | None = None) -> int:
-    """A port free a moment ago whose cluster bus port (+10000) was free too."""
+    """A port free a moment ago whose cluster bus port (+10000) was free too.
+
+    Under pytest-xdist, from the worker's own block (:mod:`jarvismem.testing.ports`):
+    a node killed by one worker's test is still gossiped to by its cluster's other
+    nodes, and a node of another worker's cluster started on its port would be
+    merged into that cluster.
+    """
     taken = taken or set()
     rng = random.Random()
     for _ in range(200):
-        port = rng.choice(CLUSTER_PORTS)
+        port = worker_port() or rng.choice(CLUSTER_PORTS)
         if port in taken or not _bindable(port) or not _bindable(port + 10000):
             continue
         return port

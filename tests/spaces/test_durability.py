@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -229,26 +228,13 @@ async def test_a_delete_whose_reply_was_lost_returns_normally(
 
 # --- 3. errors and timeouts ------------------------------------------------------------------
 
-PRIVATE_PORTS = range(6400, 6410)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
 
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServerProcess]:
     """A redis-server of our own (no persistence) that the test may stop or starve."""
     require_backend(shutil.which("redis-server") is not None, "the redis-server binary")
-    port = next((p for p in PRIVATE_PORTS if _port_free(p)), None)
-    if port is None:
-        pytest.fail("no free port in 6400-6409 for a private redis-server")
-    server = RedisServerProcess(tmp_path / "redis", port=port, persistence=False)
+    # Its own port (a worker's, under xdist; moved if taken before it binds).
+    server = RedisServerProcess(tmp_path / "redis", persistence=False)
     server.start()
     yield server
     server.kill()

@@ -301,7 +301,12 @@ async def test_scratchpad_appends_made_while_azurite_is_down_are_replayed_in_ord
 
 
 @pytest.fixture
-async def athena_server() -> AsyncIterator[FakeAthenaServer]:
+async def athena_server(
+    make_athena_client: Factory, make_runtime: Factory
+) -> AsyncIterator[FakeAthenaServer]:
+    # Set up after the client and runtime factories so that it stops before they
+    # close: stopping releases a hung request, which closing the runtime would
+    # otherwise wait out (the 20 s HTTP timeout of the "hang" case).
     server = FakeAthenaServer(hang_seconds=30, slow_seconds=3).start()
     yield server
     server.stop()

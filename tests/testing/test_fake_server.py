@@ -84,6 +84,7 @@ def test_methods_the_fake_does_not_serve_get_501(echo: Echo) -> None:
     assert [r.method for r in echo.requests] == []
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 def test_stop_releases_a_held_request_and_closes_its_connection() -> None:
     server = Echo().start()
     outcome: list[object] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,11 @@ async def _dump(rt: MemoryRuntime, redis: Any) -> dict[str, Any]:
         for path in await rt.blob.list(""):
             blobs[path] = await rt.blob.read(path)
     return {"keys": keys, "blobs": blobs}
+
+
+def _lasting(keys: dict[str, Any]) -> dict[str, Any]:
+    """``keys`` without the short-lived operation-id records of spaces and checkpoints."""
+    return {k: v for k, v in keys.items() if not re.search(r":(spaceops|ckops):", k)}
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -535,8 +541,11 @@ async def test_an_importer_killed_at_any_point_leaves_old_or_new_and_a_retry_suc
     now = await _dump(target, real_redis)
     live = {k: v for k, v in now["keys"].items() if "~import-" not in k}
     if where.startswith(("add", "before-switch")):
-        # Killed before the switch: the live workflow is exactly the old one.
-        assert live == old["keys"]
+        # Killed before the switch: the live workflow is exactly the old one. Save
+        # operation records are left out: each expires a second after its save's
+        # deadline, so whether one is still there depends only on how long the
+        # child took (seconds, on a loaded machine).
+        assert _lasting(live) == _lasting(old["keys"])
         assert {p: b for p, b in now["blobs"].items() if not p.startswith("staging/")} == old[
             "blobs"
         ]

@@ -116,6 +116,7 @@ async def test_a_killed_worker_is_replaced_and_nothing_is_lost(
     assert "unavailable" not in caplog.text  # replaced in the same call, not skipped
 
 
+@pytest.mark.serial  # bounds a wall-clock time, which a loaded machine stretches
 async def test_a_stalled_worker_times_out_is_killed_and_the_loop_summarizes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -239,12 +239,14 @@ class WorkingScratchpad:
 
         ``{"ts", "type", "scope", "data"}`` (turns also ``"turn_id"``): nothing a
         caller wrote can shadow the record's own fields, unlike :meth:`read_all`.
+        A turn appended twice (re-logged after a crash: the ledger keeps one copy)
+        reads back once, in its first place, with its last copy's content.
         """
         try:
             raw = await self.blob.read(self.path)
         except BlobNotFoundError:
             return []
-        return parse_records(raw, source=self.path)
+        return _dedupe_turns(parse_records(raw, source=self.path))
 
     async def read_recent(self, max_bytes: int | None = None) -> list[dict[str, Any]]:
         """Records from a bounded tail read (at most ``max_bytes``, default ``tail_bytes``)."""

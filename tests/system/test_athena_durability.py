@@ -198,6 +198,9 @@ async def test_records_queued_for_one_tenant_never_reach_another(
     am = await again.athena_memory("a1")
     assert am is not None
     await am.flush(timeout=10)
+    # flush waits for the delivery claim, which the background pass may hold while
+    # it delivers: wait for the outbox to empty, as for globex above.
+    await _wait_for(lambda: am.health()["pending"] == 0)
     tenants = athena_server.session_tenants()
     delivered = [(tenants[sid], ev["content"]) for sid, ev in athena_server.events]
     assert delivered[1:] == [("acme", f"acme secret {i}") for i in range(3)]

@@ -150,9 +150,6 @@ def _resume_and_check(work: Path, env: dict[str, str], workflow: str) -> None:
     assert seen["scratchpad"] == expected
 
 
-# Serial: on a loaded machine the kernel gets further into the next turn before the
-# SIGKILL lands, and that turn's scratchpad record then shows up twice after the resume.
-@pytest.mark.serial
 def test_a_killed_kernel_resumes_at_the_next_turn_with_nothing_configured(
     fresh: tuple[Path, dict[str, str]],
 ) -> None:
@@ -163,9 +160,6 @@ def test_a_killed_kernel_resumes_at_the_next_turn_with_nothing_configured(
     _resume_and_check(work, env, "wf-readme")
 
 
-# Serial: on a loaded machine the kernel gets further into the next turn before the
-# SIGKILL lands, and that turn's scratchpad record then shows up twice after the resume.
-@pytest.mark.serial
 def test_the_server_killed_too_restarts_from_its_aof_and_loses_no_acknowledged_turn(
     fresh: tuple[Path, dict[str, str]],
 ) -> None:

@@ -157,6 +157,22 @@ async def test_a_re_run_turn_is_rendered_once_with_its_last_copy(pad: WorkingScr
     assert "second try" in notes and "first try" not in notes
 
 
+async def test_a_re_logged_turn_reads_back_once_in_its_first_place(pad: WorkingScratchpad) -> None:
+    # A kernel killed after appending turn 5 to the scratchpad, before checkpointing
+    # it, logs turn 5 again on resume: the ledger keeps one copy, and so must every
+    # read of the scratchpad.
+    await pad.append_turn("4", {"thought": "four"}, ts=1.0)
+    await pad.append_turn("5", {"thought": "five"}, ts=2.0)
+    await pad.write("note", "between", scope="step")
+    await pad.append_turn("5", {"thought": "five again"}, ts=3.0)
+    await pad.append_turn("6", {"thought": "six"}, ts=4.0)
+    records = await pad.read_records()
+    assert [r.get("turn_id") for r in records] == ["4", "5", None, "6"]
+    assert records[1]["data"] == {"thought": "five again"}  # the last copy, as rendered
+    flat = await pad.read_all()
+    assert [e.get("turn_id") for e in flat] == ["4", "5", None, "6"]
+
+
 async def test_later_steps_see_every_steps_goal_findings(
     blob_storage: Any, keyspace: KeySpace, workflow_id: str
 ) -> None:

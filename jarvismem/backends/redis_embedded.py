@@ -159,8 +159,13 @@ class EmbeddedServer:
 
     @property
     def url(self) -> str:
-        """The ``unix://`` URL clients connect with (database 0)."""
-        return f"unix://{self.socket_address()}?db=0"
+        """The URL clients connect with (database 0): ``unix:///abs/redis.sock``, or
+        ``unix:rel/redis.sock`` when only the relative path fits a socket address
+        (after ``unix://`` a relative path's first name would be read as a host)."""
+        address = self.socket_address()
+        if os.path.isabs(address):
+            return f"unix://{address}?db=0"
+        return f"unix:{address}?db=0"
 
     # --- state ------------------------------------------------------------------------
 

@@ -81,6 +81,30 @@ async def test_an_acknowledged_write_survives_the_server_being_killed(
         await again.aclose()
 
 
+async def test_a_folder_reached_only_by_a_relative_socket_path_still_connects(
+    make_settings: MakeSettings,
+    embedded_folder: Path,
+    keyspace: KeySpace,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The absolute socket path is past the 107 bytes a unix socket address may hold,
+    # the path relative to the working directory is not: the server listens there,
+    # and the client must connect there too (a unix:// URL put the folder's first
+    # name in the host part and the client looked for /redis/redis.sock).
+    deep = embedded_folder.joinpath(*["d" * 30] * 3)
+    embedded_folder.mkdir()
+    monkeypatch.chdir(embedded_folder)
+    server = EmbeddedServer(deep.absolute())
+    assert not os.path.isabs(server.socket_address())
+    settings = make_settings(redis_url=None, embedded_redis_path=deep)
+    client = await connect_redis(settings)
+    try:
+        await client.set(keyspace.workflow_index(), b"here")
+        assert await client.get(keyspace.workflow_index()) == b"here"
+    finally:
+        await client.aclose()
+
+
 def test_racing_starters_start_one_server(embedded_folder: Path) -> None:
     server = EmbeddedServer(embedded_folder.absolute())
     results: list[bool] = []

@@ -92,7 +92,7 @@ async def test_a_folder_reached_only_by_a_relative_socket_path_still_connects(
     # and the client must connect there too (a unix:// URL put the folder's first
     # name in the host part and the client looked for /redis/redis.sock).
     deep = embedded_folder.joinpath(*["d" * 30] * 3)
-    embedded_folder.mkdir()
+    os.makedirs(embedded_folder)
     monkeypatch.chdir(embedded_folder)
     server = EmbeddedServer(deep.absolute())
     assert not os.path.isabs(server.socket_address())

@@ -87,7 +87,7 @@ def test_under_a_worker_cluster_nodes_take_ports_of_its_block(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A node of another worker's cluster on a killed node's port would join that cluster."""
-    from jarvismem.testing.ha import free_cluster_port
+    from tests.harness.ha import free_cluster_port
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
     monkeypatch.setattr(ports, "_pickers", {})

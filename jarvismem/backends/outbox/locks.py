@@ -119,7 +119,12 @@ class SharedState:
 
 
 _registry: dict[Path, SharedState] = {}
-_registry_lock = threading.Lock()
+# Re-entrant: an Outbox's weakref finalizer calls release_shared, and the garbage
+# collector may run it at any allocation, including inside acquire_shared on this
+# very thread while the lock is held (a plain Lock then deadlocks the process). The
+# nested release only drops another path's last user: a path being acquired has a
+# live user, so its state cannot be finalized meanwhile.
+_registry_lock = threading.RLock()
 
 
 def acquire_shared(path: Path) -> SharedState:

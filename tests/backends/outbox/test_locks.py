@@ -7,6 +7,9 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
+from jarvismem.backends.outbox import locks
 from jarvismem.backends.outbox.locks import (
     Locked,
     acquire_shared,
@@ -99,3 +102,35 @@ def test_a_claim_held_by_another_descriptor_is_refused(tmp_path: Path) -> None:
     assert try_claim(shared)
     release_claim(shared)
     release_shared(shared)
+
+
+def test_a_finalizer_releasing_during_an_acquire_does_not_deadlock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An Outbox's weakref finalizer calls release_shared. The garbage collector may
+    # run it at any allocation, including inside acquire_shared while the registry
+    # lock is held (seen: a test run hung in release_shared called from
+    # acquire_shared, from Outbox.__init__). Simulated: the allocation of a new
+    # state runs the release of another path's last user.
+    dying = acquire_shared(tmp_path / "dying.jsonl")
+    real_state = locks.SharedState
+
+    def state_with_a_collection(*args: object, **kwargs: object) -> object:
+        release_shared(dying)  # what the collector would run here
+        return real_state(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(locks, "SharedState", state_with_a_collection)
+    got: list[object] = []
+    worker = threading.Thread(
+        target=lambda: got.append(acquire_shared(tmp_path / "new.jsonl")), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "acquire_shared deadlocked on its own registry lock"
+    assert len(got) == 1
+    monkeypatch.setattr(locks, "SharedState", real_state)
+    release_shared(got[0])  # type: ignore[arg-type]
+    # The dying path was forgotten: a new user gets a fresh state.
+    fresh = acquire_shared(tmp_path / "dying.jsonl")
+    assert fresh is not dying
+    release_shared(fresh)

@@ -20,7 +20,7 @@ from jarvismem.payload import PayloadPolicy
 from jarvismem.settings import Settings
 from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.compaction import CompactionPolicy, Compactor
-from jarvismem.tiers.durable import NOT_NOW, DurableWriter
+from jarvismem.tiers.durable import NOT_NOW, DurableWriter, WriterPolicy
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 
@@ -182,7 +182,7 @@ class WorkflowState:
             f"redis[{self.workflow_id}]",
             outbox,
             self._redis_applier,
-            timeout=s.tier_timeout_episodic,
+            policy=WriterPolicy(timeout=s.tier_timeout_episodic),
             # One PING prober per client: replay resumes as soon as Redis answers
             # again, not when a backoff grown during the outage runs out.
             probe=recovery_probe(self.redis),
@@ -198,7 +198,7 @@ class WorkflowState:
             f"blob[{self.workflow_id}]",
             outbox,
             applier,
-            timeout=s.tier_timeout_working,
+            policy=WriterPolicy(timeout=s.tier_timeout_working),
             apply_now=applier.now,
         )
 

@@ -839,8 +839,7 @@ class UnifiedMemory:
                 self.agent_id,
                 ttl_seconds=self.runtime.settings.ttl_seconds,
                 timeout=self.runtime.settings.tier_timeout_checkpoint,
-                redactor=self.runtime.redactor,
-                is_secret_key=self.runtime.is_secret_key,
+                policy=self._policy,
             )
         return self._spaces
 

@@ -70,7 +70,7 @@ from jarvismem.redaction import (
 )
 from jarvismem.settings import Settings, default_settings, load_settings
 from jarvismem.spaces.store import SpacesStore
-from jarvismem.tiers.athena import AthenaMemory
+from jarvismem.tiers.athena import AthenaMemory, TurnOrigin
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.episodic import EpisodicLedger
@@ -713,9 +713,7 @@ class UnifiedMemory:
                     action,
                     result,
                     redacted=True,
-                    workflow_id=self.workflow_id,
-                    step_id=self.step_id,
-                    agent_id=self.agent_id,
+                    origin=TurnOrigin(self.workflow_id, self.step_id, self.agent_id),
                     user_message=user_message,
                 )
         except Exception as exc:  # the last guard: log_turn must not fail because of Athena

@@ -56,7 +56,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvismem import telemetry
-from jarvismem.backends.outbox import Apply, ApplyMany, Deliverer, Outbox
+from jarvismem.backends.outbox import (
+    Apply,
+    ApplyMany,
+    Deliverer,
+    DeliveryPacing,
+    Outbox,
+    RunApplier,
+)
 from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import JarvisMemError, is_retryable
@@ -175,10 +182,8 @@ class DurableWriter:
             outbox,
             apply,
             name=name,
-            batch=batch,
-            timeout=timeout,
-            apply_many=apply_many,
-            batchable=batchable,
+            pacing=DeliveryPacing(batch=batch, timeout=timeout),
+            runs=None if apply_many is None else RunApplier(apply_many, batchable),
             retryable=is_backend_failure,
         )
         self.max_backoff = max_backoff

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.outbox import Deliverer, Outbox
+from jarvismem.backends.outbox import Deliverer, DeliveryPacing, Outbox, RecordDestination
 from jarvismem.errors import (
     AthenaUnsupportedError,
     InvalidPayloadError,
@@ -88,10 +88,8 @@ class AthenaDelivery:
             outbox,
             self._send,
             name="athena",
-            batch=DELIVERY_BATCH,
-            ack_every=ACK_EVERY,
-            destination=destination,
-            destination_of=_destination_of,
+            pacing=DeliveryPacing(batch=DELIVERY_BATCH, ack_every=ACK_EVERY),
+            destination=RecordDestination(destination, _destination_of),
             on_refused=self._refused,
         )
         self._last_activity = 0.0

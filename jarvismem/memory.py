@@ -126,6 +126,10 @@ class MemoryRuntime:
             leaves no task or HTTP client behind when it is dropped.
         recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
             per-agent state kept alive without a user.
+
+    These keyword arguments are the public interface (documented, and used by
+    every integration), so they stay separate; inside, the runtime groups what
+    it threads down (:attr:`payload_policy`, :attr:`scratchpad_bounds`).
     """
 
     def __init__(

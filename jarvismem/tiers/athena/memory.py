@@ -121,6 +121,9 @@ class AthenaMemory:
             owns_outbox: a failed :meth:`create` closes the outbox (the default
                 one always; a given one only when the caller hands it over).
             overrides: single fields of ``config``.
+
+        A public constructor (and :meth:`create`'s arguments): its keyword
+        arguments stay as they are rather than move into a config object.
         """
         cfg = (config or AthenaTierConfig()).replace(**overrides)
         self.config = cfg

@@ -46,7 +46,7 @@ from jarvismem.errors import (
 )
 from jarvismem.health import engine_health, memory_health
 from jarvismem.keys import KeySpace, destination_digest, validate_id, validate_turn_id
-from jarvismem.payload import clean_value, max_field_chars_for, turn_record_max_bytes
+from jarvismem.payload import PayloadPolicy, max_field_chars_for, turn_record_max_bytes
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.prompt import (
@@ -70,13 +70,13 @@ from jarvismem.redaction import (
 )
 from jarvismem.settings import Settings, default_settings, load_settings
 from jarvismem.spaces.store import SpacesStore
-from jarvismem.tiers.athena import AthenaMemory
+from jarvismem.tiers.athena import AthenaMemory, TurnOrigin
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
-from jarvismem.tiers.working import WorkingScratchpad
+from jarvismem.tiers.working import ScratchpadBounds, WorkingScratchpad
 
 if TYPE_CHECKING:
     # Imported where used: the Athena client brings httpx, hybrid recall numpy,
@@ -126,6 +126,10 @@ class MemoryRuntime:
             leaves no task or HTTP client behind when it is dropped.
         recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
             per-agent state kept alive without a user.
+
+    These keyword arguments are the public interface (documented, and used by
+    every integration), so they stay separate; inside, the runtime groups what
+    it threads down (:attr:`payload_policy`, :attr:`scratchpad_bounds`).
     """
 
     def __init__(
@@ -170,6 +174,17 @@ class MemoryRuntime:
         # hidden whatever their type, in turns, checkpoints and spaces.
         self.is_secret_key: Callable[[str], bool] = (
             key_matcher_for(names) if settings.redaction_enabled else never_secret
+        )
+        # Built once: every write path of every view cleans with this one value.
+        self.payload_policy = PayloadPolicy(
+            redact=self.redactor,
+            is_secret_key=self.is_secret_key,
+            max_chars=settings.max_turn_field_chars,
+            max_depth=settings.max_payload_depth,
+        )
+        self.scratchpad_bounds = ScratchpadBounds(
+            tail_bytes=settings.scratchpad_tail_bytes,
+            budget_chars=settings.scratchpad_budget_chars,
         )
         self._recall_store = recall_store
         self._recall_made = recall_store is not None
@@ -299,10 +314,9 @@ class MemoryRuntime:
             state = WorkflowState(
                 workflow_id,
                 settings=self.settings,
-                keyspace=self.keyspace,
                 redis=self.redis,
                 blob=self.blob,
-                redactor=self.redactor,
+                policy=self.payload_policy,
                 summarizer=self.summarizer,
                 redis_outbox=None if self.redis is None else self.outbox("redis", workflow_id),
                 blob_outbox=None if self.blob is None else self.outbox("blob", workflow_id),
@@ -533,11 +547,8 @@ class UnifiedMemory:
         ):
             raise TypeError("pass either backends (and settings) or runtime=, not both")
         self.runtime = rt = runtime
-        s = rt.settings
-        self._turn_field_limit = s.max_turn_field_chars
-        self._max_depth = s.max_payload_depth
-        self._is_secret_key = rt.is_secret_key
-        _check_append_limit(rt.blob, self._turn_field_limit)
+        self._policy = rt.payload_policy
+        _check_append_limit(rt.blob, self._policy.max_chars)
         # Validates the id and creates the state now; the view keeps no reference
         # to it (see _wf), so an idle view costs what the view itself holds.
         rt.workflow(self.workflow_id)
@@ -549,13 +560,9 @@ class UnifiedMemory:
                 self.workflow_id,
                 self.step_id,
                 self.agent_id,
-                tail_bytes=s.scratchpad_tail_bytes,
-                budget_chars=s.scratchpad_budget_chars,
-                redactor=rt.redactor,
+                policy=self._policy,
+                bounds=rt.scratchpad_bounds,
                 append=self._durable_append,
-                max_chars=self._turn_field_limit,
-                max_depth=self._max_depth,
-                is_secret_key=self._is_secret_key,
             )
         self._spaces: SpacesStore | None = None
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
@@ -710,9 +717,7 @@ class UnifiedMemory:
                     action,
                     result,
                     redacted=True,
-                    workflow_id=self.workflow_id,
-                    step_id=self.step_id,
-                    agent_id=self.agent_id,
+                    origin=TurnOrigin(self.workflow_id, self.step_id, self.agent_id),
                     user_message=user_message,
                 )
         except Exception as exc:  # the last guard: log_turn must not fail because of Athena
@@ -724,14 +729,7 @@ class UnifiedMemory:
         Raises ``InvalidPayloadError`` naming the field (too deep, not JSON)
         before anything is written.
         """
-        return clean_value(
-            value,
-            redact=self.runtime.redactor,
-            is_secret_key=self._is_secret_key,
-            max_chars=self._turn_field_limit,
-            max_depth=self._max_depth,
-            field=name,
-        )
+        return self._policy.clean(value, name)
 
     # --- checkpoints -----------------------------------------------------------------------
 
@@ -843,8 +841,7 @@ class UnifiedMemory:
                 self.agent_id,
                 ttl_seconds=self.runtime.settings.ttl_seconds,
                 timeout=self.runtime.settings.tier_timeout_checkpoint,
-                redactor=self.runtime.redactor,
-                is_secret_key=self.runtime.is_secret_key,
+                policy=self._policy,
             )
         return self._spaces
 

@@ -54,6 +54,13 @@ Secrets
     ``{"api_key": {...}}``) is replaced by ``[REDACTED]`` whatever its type,
     without being examined.
 
+Policy object
+    :class:`PayloadPolicy` holds the four knobs above (redactor, secret-key
+    matcher, ``max_chars``, ``max_depth``) as one frozen value. The runtime
+    builds it once from settings and every write path (turns, scratchpad
+    notes, long-term text) receives that one object, so no path can pair one
+    setting's redactor with another's bounds.
+
 This module is layer 1: it imports only ``errors``, ``defaults`` and ``redaction``.
 """
 
@@ -61,11 +68,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from jarvismem.defaults import MAX_PAYLOAD_DEPTH
+from jarvismem.defaults import MAX_PAYLOAD_DEPTH, MAX_TURN_FIELD_CHARS
 from jarvismem.errors import InvalidPayloadError
-from jarvismem.redaction import REDACTED, Redactor
+from jarvismem.redaction import REDACTED, Redactor, never_secret, no_redaction
 
 # The record encoding (records.compact_json, one layer up): compact, non-ASCII as is.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -150,6 +158,48 @@ def _key_text(key: Any, field: str) -> str:
     raise InvalidPayloadError(
         f"{field}: dict keys must be str, int, float, bool or None, not {type(key).__name__}"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadPolicy:
+    """What every write path applies to a caller's value before it is stored.
+
+    Attributes:
+        redact: applied to every string and dict key (default: none).
+        is_secret_key: names the dict keys whose values are hidden whatever
+            their type (default: no key is a secret).
+        max_chars: the size bound of one field (``MAX_TURN_FIELD_CHARS``).
+        max_depth: the deepest nesting accepted (``MAX_PAYLOAD_DEPTH``).
+
+    The defaults clean without redacting: redaction is the runtime's decision
+    (``REDACTION_ENABLED``), made once where it builds the policy.
+    """
+
+    redact: Redactor = no_redaction
+    is_secret_key: Callable[[str], bool] = never_secret
+    max_chars: int = MAX_TURN_FIELD_CHARS
+    max_depth: int = MAX_PAYLOAD_DEPTH
+
+    def __post_init__(self) -> None:
+        # A bad bound would only show on the first write, far from where it was set.
+        for name in ("max_chars", "max_depth"):
+            bound = getattr(self, name)
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise ValueError(f"PayloadPolicy.{name} must be a positive int, got {bound!r}")
+        for name in ("redact", "is_secret_key"):
+            if not callable(getattr(self, name)):
+                raise TypeError(f"PayloadPolicy.{name} must be callable")
+
+    def clean(self, value: Any, field: str = "value") -> Any:
+        """``value`` cleaned by this policy (:func:`clean_value`; ``field`` names it in errors)."""
+        return clean_value(
+            value,
+            redact=self.redact,
+            is_secret_key=self.is_secret_key,
+            max_chars=self.max_chars,
+            max_depth=self.max_depth,
+            field=field,
+        )
 
 
 def clean_value(

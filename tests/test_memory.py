@@ -481,7 +481,7 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     tmp_path: Path,
 ) -> None:
     from jarvismem.backends.outbox import Outbox
-    from jarvismem.tiers.durable import DurableWriter
+    from jarvismem.tiers.durable import DurableWriter, WriterPolicy
 
     path = tmp_path / "ob" / "redis.jsonl"
     applied: list[int] = []
@@ -489,7 +489,7 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
     async def apply(record: dict[str, Any]) -> None:
         applied.append(record["n"])
 
-    writer = DurableWriter("redis[wf]", Outbox(path), apply, timeout=1.0)
+    writer = DurableWriter("redis[wf]", Outbox(path), apply, policy=WriterPolicy(timeout=1.0))
     for n in range(3):
         await writer.outbox.put({"n": n})
     other = Outbox(path)  # another deliverer of the same file

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jarvismem.defaults import MAX_PAYLOAD_DEPTH, MAX_TURN_FIELD_CHARS
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.payload import (
     MAX_UTF8_BYTES_PER_CHAR,
     TRUNCATION_KEYS,
+    PayloadPolicy,
     clean_value,
     max_field_chars_for,
     truncate_text,
@@ -265,3 +267,40 @@ def test_check_depth_counts_containers_and_never_recurses() -> None:
         deep = {"k": deep}
     with pytest.raises(InvalidPayloadError):
         check_depth(deep)
+
+
+def test_a_payload_policy_cleans_as_clean_value_with_its_own_knobs() -> None:
+    policy = PayloadPolicy(
+        redact=default_redactor, is_secret_key=secret_key_matcher(), max_chars=40, max_depth=3
+    )
+    value = {"password": {"x": 1}, "note": "token=sk-" + "a" * 40, "long": "y" * 100}
+    assert policy.clean(value, "data") == clean_value(
+        value,
+        redact=default_redactor,
+        is_secret_key=secret_key_matcher(),
+        max_chars=40,
+        max_depth=3,
+        field="data",
+    )
+    with pytest.raises(InvalidPayloadError, match=r"^data: nesting deeper than 3"):
+        policy.clean([[[["deep"]]]], "data")
+
+
+def test_the_default_payload_policy_bounds_but_does_not_redact() -> None:
+    policy = PayloadPolicy()
+    assert policy.clean({"password": "hunter2"}) == {"password": "hunter2"}
+    assert (policy.max_chars, policy.max_depth) == (MAX_TURN_FIELD_CHARS, MAX_PAYLOAD_DEPTH)
+
+
+@pytest.mark.parametrize("bounds", [{"max_chars": 0}, {"max_depth": -1}, {"max_chars": True}])
+def test_a_payload_policy_refuses_a_bound_that_is_not_a_positive_int(
+    bounds: dict[str, Any],
+) -> None:
+    with pytest.raises(ValueError, match="must be a positive int"):
+        PayloadPolicy(**bounds)
+
+
+def test_a_payload_policy_is_frozen() -> None:
+    policy = PayloadPolicy()
+    with pytest.raises(AttributeError):
+        policy.max_chars = 1  # type: ignore[misc]

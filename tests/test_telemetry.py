@@ -29,7 +29,7 @@ from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.tiers.athena.circuit import DeliveryCircuit
-from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.durable import DurableWriter, WriterPolicy
 from tests.conftest import REAL_REDIS_URL, REQUIRE_INTEGRATION, Factory, MakeSettings
 
 if not REQUIRE_INTEGRATION:
@@ -338,7 +338,10 @@ async def test_outbox_depth_drops_and_delivery_spans(
         return await target[0].set(key, record["n"])
 
     writer = DurableWriter(
-        "redis[wf-telemetry]", Outbox(tmp_path / "box.jsonl", max_entries=2), apply, timeout=1.0
+        "redis[wf-telemetry]",
+        Outbox(tmp_path / "box.jsonl", max_entries=2),
+        apply,
+        policy=WriterPolicy(timeout=1.0),
     )
     try:
         for n in range(3):  # two queued during the outage, the third dropped: the outbox is full

@@ -16,11 +16,11 @@ from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.redis import recovery_probe
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
-from jarvismem.redaction import Redactor
+from jarvismem.payload import PayloadPolicy
 from jarvismem.settings import Settings
 from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.compaction import CompactionPolicy, Compactor
-from jarvismem.tiers.durable import NOT_NOW, DurableWriter
+from jarvismem.tiers.durable import NOT_NOW, DurableWriter, WriterPolicy
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 
@@ -114,7 +114,10 @@ class WorkflowState:
     A part exists only when its backends do: the ledger, checkpoints and Redis
     writer with Redis; the blob writer with blob storage; long-term memory and
     its compactor with both. ``redis_outbox``/``blob_outbox`` are required with
-    their backend (the engine gives the process's one outbox per file).
+    their backend (the engine gives the process's one outbox per file). The
+    keys live in the settings' namespace (``JARVISMEM_NAMESPACE``), the one
+    the runtime's views use; ``policy`` is the runtime's payload policy
+    (long-term memory redacts with its redactor).
     """
 
     def __init__(
@@ -122,10 +125,9 @@ class WorkflowState:
         workflow_id: str,
         *,
         settings: Settings,
-        keyspace: KeySpace,
         redis: Any = None,
         blob: BlobStorage | None = None,
-        redactor: Redactor,
+        policy: PayloadPolicy,
         summarizer: Summarizer,
         redis_outbox: Outbox | None = None,
         blob_outbox: Outbox | None = None,
@@ -139,6 +141,7 @@ class WorkflowState:
         self.compactor: Compactor | None = None
         self._redis_applier: _RedisApplier | None = None
         s = settings
+        keyspace = KeySpace(s.jarvismem_namespace)
         if redis is not None:
             if redis_outbox is None:
                 raise ValueError("a workflow with Redis needs its Redis outbox")
@@ -155,7 +158,12 @@ class WorkflowState:
             self.blob_writer = self._new_blob_writer(blob, blob_outbox, s)
         if redis is not None and blob is not None:
             self.ltm = LongTermMemory(
-                redis, blob, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, redactor=redactor
+                redis,
+                blob,
+                keyspace,
+                workflow_id,
+                ttl_seconds=s.ttl_seconds,
+                redactor=policy.redact,
             )
             assert self.ledger is not None
             self.compactor = Compactor(
@@ -174,7 +182,7 @@ class WorkflowState:
             f"redis[{self.workflow_id}]",
             outbox,
             self._redis_applier,
-            timeout=s.tier_timeout_episodic,
+            policy=WriterPolicy(timeout=s.tier_timeout_episodic),
             # One PING prober per client: replay resumes as soon as Redis answers
             # again, not when a backoff grown during the outage runs out.
             probe=recovery_probe(self.redis),
@@ -190,7 +198,7 @@ class WorkflowState:
             f"blob[{self.workflow_id}]",
             outbox,
             applier,
-            timeout=s.tier_timeout_working,
+            policy=WriterPolicy(timeout=s.tier_timeout_working),
             apply_now=applier.now,
         )
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypedDict, Unpack
 
 from pydantic import BaseModel
 
@@ -233,35 +233,35 @@ def conversation_capture_text(user: str, assistant: str) -> str:
     return f"User: {user.strip()}\nAssistant: {assistant.strip()}"
 
 
+class TurnRecallOptions(TypedDict, total=False):
+    """The optional arguments of :func:`recall_for_turn`, passed on to
+    :meth:`MemoryPolicy.recall_request` as they are (one list, kept in one place)."""
+
+    session_id: str | None
+    context: Mapping[str, str] | None
+    limit: int | None
+    filter: Mapping[str, str] | None
+    min_score: float
+
+
 async def recall_for_turn(
     store: RecallStore | None,
     policy: MemoryPolicy,
     *,
     agent_id: str,
     query: str,
-    session_id: str | None = None,
-    context: Mapping[str, str] | None = None,
-    limit: int | None = None,
-    filter: Mapping[str, str] | None = None,
-    min_score: float = 0.0,
+    **options: Unpack[TurnRecallOptions],
 ) -> list[RecallResult]:
     """Recall up to ``limit`` (default ``policy.max_entries``) entries for this turn
-    ([] when disabled); ``filter`` and ``min_score`` as in :class:`RecallRequest`.
+    ([] when disabled); ``session_id``, ``context``, ``limit``, ``filter`` and
+    ``min_score`` as in :meth:`MemoryPolicy.recall_request`.
 
     Raises :class:`RecallStoreMissingError` when enabled without a store, and the
     policy's scope errors (session id, namespace context).
     """
     if not policy.enabled:
         return []
-    request = policy.recall_request(
-        agent_id=agent_id,
-        query=query,
-        session_id=session_id,
-        context=context,
-        limit=limit,
-        filter=filter,
-        min_score=min_score,
-    )
+    request = policy.recall_request(agent_id=agent_id, query=query, **options)
     if store is None:
         raise RecallStoreMissingError("recall is enabled but no recall store is configured")
     return await store.recall(request)

@@ -69,7 +69,8 @@ from jarvismem.errors import (
     SpaceTypeError,
 )
 from jarvismem.keys import KeySpace, validate_id
-from jarvismem.redaction import Redactor, redact_value
+from jarvismem.payload import PayloadPolicy
+from jarvismem.redaction import redact_value
 from jarvismem.resilience import Backoff
 from jarvismem.spaces.models import (
     RESERVED_SPACES,
@@ -257,10 +258,6 @@ class _Outcome(Generic[T]):
         self.space = space
 
 
-def _no_secret_keys(key: str) -> bool:
-    return False
-
-
 class SpacesStore:
     """The cognitive spaces of one (workflow, agent), stored in one Redis hash.
 
@@ -271,10 +268,11 @@ class SpacesStore:
     ``timeout``: seconds each method may take (retries included) before it
     raises :class:`BackendUnavailableError`.
 
-    ``redactor`` (with ``is_secret_key``): applied to every value and key a
-    write stores, data and metadata alike - spaces go into the bundle and the
-    prompt, so a belief such as ``{"api_key": ...}`` is stored as
-    ``[REDACTED]``. ``None`` stores values as given.
+    ``policy``: the runtime's payload policy, whose redactor and secret-key
+    matcher apply to every value and key a write stores, data and metadata
+    alike - spaces go into the bundle and the prompt, so a belief such as
+    ``{"api_key": ...}`` is stored as ``[REDACTED]``. (Its field bounds do not
+    apply: a space is bounded by its own rules.) ``None`` stores values as given.
 
     ``retries`` counts the re-applications this store has made (observability
     and tests).
@@ -290,8 +288,7 @@ class SpacesStore:
         ttl_seconds: int | None,
         max_retries: int = 16,
         timeout: float = DEFAULT_TIMEOUT,
-        redactor: Redactor | None = None,
-        is_secret_key: Callable[[str], bool] | None = None,
+        policy: PayloadPolicy | None = None,
     ) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise InvalidPayloadError("ttl_seconds must be positive or None")
@@ -313,14 +310,14 @@ class SpacesStore:
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.agent_id = validate_id(agent_id, "agent_id")
         self.retries = 0
-        self._redactor = redactor
-        self._is_secret_key = is_secret_key if is_secret_key is not None else _no_secret_keys
+        self._policy = policy
 
     def _redacted(self, space: Space) -> None:
         """Redact ``space``'s data and metadata in place, before it is encoded and stored."""
-        if self._redactor is not None:
-            space.data = redact_value(space.data, self._redactor, self._is_secret_key)
-            space.metadata = redact_value(space.metadata, self._redactor, self._is_secret_key)
+        policy = self._policy
+        if policy is not None:
+            space.data = redact_value(space.data, policy.redact, policy.is_secret_key)
+            space.metadata = redact_value(space.metadata, policy.redact, policy.is_secret_key)
 
     @property
     def key(self) -> str:

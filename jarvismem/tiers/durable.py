@@ -52,10 +52,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from jarvismem import telemetry
-from jarvismem.backends.outbox import Apply, ApplyMany, Deliverer, Outbox
+from jarvismem.backends.outbox import (
+    Apply,
+    ApplyMany,
+    Deliverer,
+    DeliveryPacing,
+    Outbox,
+    RunApplier,
+)
 from jarvismem.backends.redis import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import JarvisMemError, is_retryable
@@ -90,6 +98,32 @@ REPLAY_BACKOFF_BASE = 0.05
 """Wait after the first failed replay pass, in seconds (then doubling up to ``max_backoff``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class WriterPolicy:
+    """The bounds and pacing of one :class:`DurableWriter` (one value per backend kind).
+
+    Attributes:
+        timeout: bound of one write to the backend, live or replayed, in seconds.
+        max_backoff: the cap of the replay backoff, in seconds.
+        batch: records replayed per step.
+        probe_interval: how often a backed-off writer with a probe asks it, in seconds.
+    """
+
+    timeout: float
+    max_backoff: float = 2.0
+    batch: int = 200
+    probe_interval: float = PROBE_SECONDS
+
+    def __post_init__(self) -> None:
+        # A zero or negative bound would spin replay or fail every write at once.
+        for name in ("timeout", "max_backoff", "probe_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"WriterPolicy.{name} must be a positive number, got {value!r}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise ValueError(f"WriterPolicy.batch must be a positive int, got {self.batch!r}")
+
+
 def is_backend_failure(exc: BaseException) -> bool:
     """True for a transient failure of a backend: the write is queued and retried.
 
@@ -118,7 +152,9 @@ class DurableWriter:
     result; it must be idempotent for a record applied twice (a lost reply is
     retried by replay). Construction does no I/O and starts no task: the first
     awaited call loads the outbox (in a worker thread) and starts the replay
-    of anything a previous process left behind.
+    of anything a previous process left behind. ``policy`` bounds and paces
+    it (:class:`WriterPolicy`); ``probe``, ``apply_many``, ``batchable`` and
+    ``apply_now`` are described in the module docstring.
     """
 
     def __init__(
@@ -127,11 +163,8 @@ class DurableWriter:
         outbox: Outbox,
         apply: Apply,
         *,
-        timeout: float,
-        max_backoff: float = 2.0,
-        batch: int = 200,
+        policy: WriterPolicy,
         probe: Probe | None = None,
-        probe_interval: float = PROBE_SECONDS,
         apply_many: ApplyMany | None = None,
         batchable: Callable[[dict[str, Any]], bool] | None = None,
         apply_now: ApplyNow | None = None,
@@ -140,17 +173,17 @@ class DurableWriter:
         self.outbox = outbox
         self._apply = apply
         self._apply_now = apply_now
-        self.timeout = timeout
+        self.policy = policy
+        self.timeout = timeout = policy.timeout
+        max_backoff, batch = policy.max_backoff, policy.batch
         # Given the applier itself, not a method of this writer: no reference
         # cycle, so an evicted workflow's writer and outbox are freed at once.
         self._deliverer = Deliverer(
             outbox,
             apply,
             name=name,
-            batch=batch,
-            timeout=timeout,
-            apply_many=apply_many,
-            batchable=batchable,
+            pacing=DeliveryPacing(batch=batch, timeout=timeout),
+            runs=None if apply_many is None else RunApplier(apply_many, batchable),
             retryable=is_backend_failure,
         )
         self.max_backoff = max_backoff
@@ -158,7 +191,7 @@ class DurableWriter:
         self._backoff = Backoff(base=REPLAY_BACKOFF_BASE, cap=max_backoff, jitter="none")
         self.batch = max(1, batch)
         self._probe = probe
-        self.probe_interval = probe_interval
+        self.probe_interval = policy.probe_interval
         # Whether the last backoff pause was ended by the probe (see _backed_off).
         self._probe_woke = False
         self._drainer: asyncio.Task[None] | None = None

@@ -28,21 +28,16 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.defaults import (
-    MAX_PAYLOAD_DEPTH,
-    MAX_TURN_FIELD_CHARS,
-    SCRATCHPAD_BUDGET_CHARS,
-    SCRATCHPAD_TAIL_BYTES,
-)
+from jarvismem.defaults import SCRATCHPAD_BUDGET_CHARS, SCRATCHPAD_TAIL_BYTES
 from jarvismem.errors import BlobNotFoundError, InvalidPayloadError
 from jarvismem.keys import KeySpace, validate_id
-from jarvismem.payload import clean_value
+from jarvismem.payload import PayloadPolicy
 from jarvismem.records import TURN, TURN_FIELDS, Scope, encode_record, parse_records
 from jarvismem.records import compact_json as _dumps
-from jarvismem.redaction import no_redaction, secret_key_matcher
 
 log = logging.getLogger(__name__)
 _TURN_JSON = _dumps(TURN)
@@ -50,9 +45,32 @@ _TURN_JSON = _dumps(TURN)
 MAX_ENTRY_TYPE_CHARS = 256
 """Longest ``entry_type`` of a note: a label, not a payload (a longer one is refused)."""
 
-# One matcher of the default secret names for scratchpads built without one:
-# shared, so that its answers (and payload's cleaned-key cache) are too.
-_DEFAULT_SECRET_KEYS = secret_key_matcher()
+_NO_POLICY = PayloadPolicy()
+"""Cleaning without redaction, for a scratchpad built without the runtime's policy."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchpadBounds:
+    """How much of a scratchpad a read takes (``SCRATCHPAD_*`` settings).
+
+    Attributes:
+        tail_bytes: the most bytes one tail read fetches.
+        budget_chars: the most characters :meth:`WorkingScratchpad.render` returns.
+    """
+
+    tail_bytes: int = SCRATCHPAD_TAIL_BYTES
+    budget_chars: int = SCRATCHPAD_BUDGET_CHARS
+
+    def __post_init__(self) -> None:
+        # Caught here rather than as an empty or failed first read.
+        for name in ("tail_bytes", "budget_chars"):
+            bound = getattr(self, name)
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise ValueError(f"ScratchpadBounds.{name} must be a positive int, got {bound!r}")
+
+
+_DEFAULT_BOUNDS = ScratchpadBounds()
+
 
 # How many goal-findings blobs (one per step and agent that wrote findings) the
 # bundle reads at once: enough to overlap Azure round trips, few enough not to
@@ -144,14 +162,18 @@ class WorkingScratchpad:
         step_id: str,
         agent_id: str,
         *,
-        tail_bytes: int = SCRATCHPAD_TAIL_BYTES,
-        budget_chars: int = SCRATCHPAD_BUDGET_CHARS,
-        redactor: Callable[[str], str] | None = None,
+        policy: PayloadPolicy = _NO_POLICY,
+        bounds: ScratchpadBounds = _DEFAULT_BOUNDS,
         append: Callable[[str, bytes], Awaitable[object]] | None = None,
-        max_chars: int = MAX_TURN_FIELD_CHARS,
-        max_depth: int = MAX_PAYLOAD_DEPTH,
-        is_secret_key: Callable[[str], bool] | None = None,
     ) -> None:
+        """A scratchpad view; no I/O.
+
+        ``policy``: how a note's data is cleaned (the runtime's one, redacting
+        per settings); a note's data obeys the turn fields' size policy, so
+        every record fits the blob store's largest append. ``bounds``: how
+        much a read takes. ``append``: the blob append to use (by default
+        ``blob.append``).
+        """
         self.blob = blob
         self.keyspace = keyspace
         self.workflow_id = validate_id(workflow_id, "workflow_id")
@@ -159,16 +181,9 @@ class WorkingScratchpad:
         self.agent_id = validate_id(agent_id, "agent_id")
         self.path = keyspace.scratchpad(workflow_id, step_id, agent_id)
         self.goals_path = keyspace.goals(workflow_id, step_id, agent_id)
-        self.tail_bytes = tail_bytes
-        self.budget_chars = budget_chars
-        self._redact = redactor or no_redaction
-        # A note's data obeys the turn fields' size policy (jarvismem.payload),
-        # so every record fits the blob store's largest append.
-        self.max_chars = max_chars
-        self.max_depth = max_depth
-        if is_secret_key is None:
-            is_secret_key = _no_secret_keys if redactor is None else _DEFAULT_SECRET_KEYS
-        self._is_secret_key = is_secret_key
+        self.tail_bytes = bounds.tail_bytes
+        self.budget_chars = bounds.budget_chars
+        self.policy = policy
         # The facade passes its durable writer here, so a blob outage queues
         # appends in the local outbox instead of raising into the kernel.
         self._append = append or blob.append
@@ -211,14 +226,7 @@ class WorkingScratchpad:
 
     def _clean(self, data: Any) -> Any:
         """Redacted, bounded, JSON-safe data (InvalidPayloadError when too deep or not JSON)."""
-        return clean_value(
-            data,
-            redact=self._redact,
-            is_secret_key=self._is_secret_key,
-            max_chars=self.max_chars,
-            max_depth=self.max_depth,
-            field="data",
-        )
+        return self.policy.clean(data, "data")
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -425,11 +433,6 @@ def encode_turn_line(fields: list[str]) -> bytes:
         f'"data":{{"thought":{fields[9]},"action":{fields[11]},"result":{fields[13]},'
         f'"tokens":{fields[15]}}}}}'
     ).encode()
-
-
-def _no_secret_keys(key: str) -> bool:
-    """Without a redactor no dict key is treated as naming a secret."""
-    return False
 
 
 def _fmt(value: Any) -> str:

@@ -120,6 +120,7 @@ class RecordWriter:
         # any write (strings, dict keys, values under secret-named keys).
         self._redact = rt.redactor
         self._is_secret = rt.is_secret_key
+        self._policy = rt.payload_policy
 
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -179,8 +180,7 @@ class RecordWriter:
                 self.workflow_id,
                 rec.agent_id,
                 ttl_seconds=self.ttl,
-                redactor=self._redact,
-                is_secret_key=self._is_secret,
+                policy=self._policy,
             )
             await store.restore(rec.snapshot)
 

@@ -13,6 +13,7 @@ from jarvismem.redaction import no_redaction
 from jarvismem.resilience import Backoff
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena import TurnOrigin
 from tests.conftest import wait_for
 
 
@@ -103,7 +104,7 @@ async def test_records_an_evicted_agent_left_are_swept_once_athena_answers(
     agents = AthenaAgents(_factory(client, settings), max_live=1, sweep_backoff=fast)
     athena_server.mode = "error500"
     evicted = agents.get_nowait("a0")
-    await evicted.record_turn(1, "t", "a", "r", workflow_id="wf", step_id="s1", agent_id="a0")
+    await evicted.record_turn(1, "t", "a", "r", origin=TurnOrigin("wf", "s1", "a0"))
     agents.get_nowait("a1")  # a0 retired with its turn still queued
     await wait_for(lambda: not agents.retiring)
     assert agents.live("a0") is None

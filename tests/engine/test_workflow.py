@@ -14,7 +14,7 @@ from jarvismem.backends.redis import recovery_probe
 from jarvismem.engine.workflow import WorkflowState, _BlobApplier, _RedisApplier
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
-from jarvismem.redaction import no_redaction
+from jarvismem.payload import PayloadPolicy
 from jarvismem.settings import Settings
 from jarvismem.tiers.episodic import EpisodicLedger, encode_fields
 from tests.conftest import Factory
@@ -25,8 +25,7 @@ def common(settings: Settings) -> dict[str, Any]:
     """The WorkflowState arguments that do not depend on the backends."""
     return {
         "settings": settings,
-        "keyspace": KeySpace(settings.jarvismem_namespace),
-        "redactor": no_redaction,
+        "policy": PayloadPolicy(),
         "summarizer": create_summarizer(settings),
     }
 

@@ -21,6 +21,8 @@ from jarvismem.errors import (
     TaskNotFoundError,
 )
 from jarvismem.keys import MAX_REVISION, KeySpace
+from jarvismem.payload import PayloadPolicy
+from jarvismem.redaction import REDACTED, is_secret_key
 from jarvismem.spaces import MemoryContainer, Space, SpaceItemNotFoundError, SpacesStore
 from jarvismem.spaces.store import _CAS_SCRIPT
 
@@ -528,3 +530,17 @@ async def test_a_strict_update_by_item_id_refuses_a_stale_read(
         await race()
     await asyncio.sleep(0.05)
     assert (await two.load()).get_space("notes").data == [{"id": "a", "v": 0}, {"id": "b"}]
+
+
+async def test_a_payload_policy_redacts_what_a_write_stores_and_none_stores_it_as_given(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    policy = PayloadPolicy(
+        redact=lambda text: text.replace("hunter2", "[secret]"), is_secret_key=is_secret_key
+    )
+    redacting = make_store(redis_client, keyspace, workflow_id, policy=policy)
+    await redacting.world_put("login", {"note": "pw hunter2", "api_key": 7})
+    assert await redacting.world_get("login") == {"note": "pw [secret]", "api_key": REDACTED}
+    plain = make_store(redis_client, keyspace, workflow_id)
+    await plain.world_put("login", {"note": "pw hunter2", "api_key": 7})
+    assert await plain.world_get("login") == {"note": "pw hunter2", "api_key": 7}

@@ -22,6 +22,7 @@ from jarvismem.keys import KeySpace
 from jarvismem.runtime import ATHENA_RECENT_AGENTS
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena import TurnOrigin
 from tests.conftest import REAL_REDIS_URL, Factory, MakeSettings, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,8 +150,8 @@ async def test_an_event_whose_send_failed_is_sent_again_once(
         retry_cap=0.05,
     )
     athena_server.fail_next(1, status=500)  # the thought's send fails after its key was claimed
-    await mem.record_turn(1, "t", "a", "o", workflow_id="wf-1", step_id="s1")
-    await mem.record_turn(1, "t", "a", "o", workflow_id="wf-1", step_id="s1")  # a re-log
+    await mem.record_turn(1, "t", "a", "o", origin=TurnOrigin("wf-1", "s1"))
+    await mem.record_turn(1, "t", "a", "o", origin=TurnOrigin("wf-1", "s1"))  # a re-log
     await _wait_for(lambda: mem.health()["pending"] == 0)
     assert _contents(athena_server) == ["t", "a", "o"]
     assert mem.health()["duplicates_skipped"] == 3
@@ -349,7 +350,7 @@ async def test_a_claim_left_by_a_dead_deliverer_delays_the_event_but_never_loses
     key = keyspace.athena_event_key("wf-1", "s1", "a1", "1", "thought")
     marker = keyspace.athena_sent(mem.destination, key)
     await redis_client.set(marker, "pending:dead-process", px=300)
-    await mem.record_turn(1, "t", "", "", workflow_id="wf-1", step_id="s1")
+    await mem.record_turn(1, "t", "", "", origin=TurnOrigin("wf-1", "s1"))
     await _wait_for(lambda: mem.health()["pending"] == 0)
     assert _contents(athena_server) == ["t"]
     assert (await redis_client.get(marker)) == b"sent"

@@ -30,6 +30,7 @@ from jarvismem.tiers.durable import (
     NOT_NOW,
     REPLAY_BACKOFF_BASE,
     DurableWriter,
+    WriterPolicy,
     is_backend_failure,
     is_caller_error,
 )
@@ -71,10 +72,15 @@ async def make_writer(tmp_path: Path, backend: FakeBackend) -> AsyncIterator[Mak
     made: list[DurableWriter] = []
 
     def make(*, max_entries: int = 1000, **kwargs: Any) -> DurableWriter:
-        options: dict[str, Any] = {"timeout": 5.0}
-        options.update(kwargs)
+        # WriterPolicy's fields by name, the rest for the writer itself.
+        bounds: dict[str, Any] = {"timeout": 5.0}
+        bounds.update({k: kwargs.pop(k) for k in WriterPolicy.__dataclass_fields__ if k in kwargs})
         box = Outbox(tmp_path / "o.jsonl", max_entries=max_entries)
-        made.append(DurableWriter("backend[wf]", box, backend.apply, **options))
+        made.append(
+            DurableWriter(
+                "backend[wf]", box, backend.apply, policy=WriterPolicy(**bounds), **kwargs
+            )
+        )
         return made[-1]
 
     yield make
@@ -172,7 +178,7 @@ class NowBackend(FakeBackend):
 async def test_a_write_applied_at_once_skips_the_awaited_path(tmp_path: Path) -> None:
     backend = NowBackend()
     writer = DurableWriter(
-        "now[wf]", Outbox(tmp_path / "o.jsonl"), backend.apply, timeout=5.0,
+        "now[wf]", Outbox(tmp_path / "o.jsonl"), backend.apply, policy=WriterPolicy(timeout=5.0),
         apply_now=backend.apply_now,
     )  # fmt: skip
     try:
@@ -299,7 +305,7 @@ async def batch_writer(tmp_path: Path, batch_backend: BatchBackend) -> AsyncIter
         "backend[wf]",
         box,
         batch_backend.apply,
-        timeout=5.0,
+        policy=WriterPolicy(timeout=5.0),
         apply_many=batch_backend.apply_many,
         batchable=lambda record: not record.get("lone"),
     )
@@ -383,7 +389,11 @@ async def test_a_run_that_timed_out_is_retried_smaller(
 
     box = Outbox(tmp_path / "t.jsonl", max_entries=1000)
     writer = DurableWriter(
-        "backend[wf]", box, batch_backend.apply, timeout=0.05, apply_many=slow_when_big
+        "backend[wf]",
+        box,
+        batch_backend.apply,
+        policy=WriterPolicy(timeout=0.05),
+        apply_many=slow_when_big,
     )
     writer._backoff = Backoff(base=0.01, cap=0.01, jitter="none")
     try:
@@ -432,7 +442,7 @@ async def test_a_record_stamped_for_another_destination_is_dead_lettered_never_a
     await theirs.close()
     mine = Outbox(path, destination="mine")
     await mine.put({"n": 1})
-    writer = DurableWriter("backend[wf]", mine, backend.apply, timeout=5.0)
+    writer = DurableWriter("backend[wf]", mine, backend.apply, policy=WriterPolicy(timeout=5.0))
     try:
         assert await writer.flush(timeout=5.0)
         assert backend.applied == [1]
@@ -497,7 +507,7 @@ async def test_flush_never_delivers_beside_the_drain_task(tmp_path: Path) -> Non
     box = Outbox(tmp_path / "o.jsonl")
     for n in range(5):
         await box.put({"n": n})
-    writer = DurableWriter("redis[wf]", box, apply, timeout=30.0)
+    writer = DurableWriter("redis[wf]", box, apply, policy=WriterPolicy(timeout=30.0))
     flushes = [asyncio.ensure_future(writer.flush(timeout=10.0))]  # the replay starts
     await asyncio.sleep(0.05)
     flushes += [asyncio.ensure_future(writer.flush(timeout=10.0)) for _ in range(2)]
@@ -634,7 +644,11 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
 
     box = Outbox(tmp_path / "o.jsonl", max_entries=100)
     writer = DurableWriter(
-        "redis[probe]", box, apply, timeout=2.0, max_backoff=60.0, probe=recovery_probe(client)
+        "redis[probe]",
+        box,
+        apply,
+        policy=WriterPolicy(timeout=2.0, max_backoff=60.0),
+        probe=recovery_probe(client),
     )
     writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
     server.start()  # only once nothing before the cleanup below can raise
@@ -650,3 +664,15 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
         await writer.close()
         await client.aclose()
         server.kill()
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [{"timeout": 0}, {"timeout": 1.0, "max_backoff": -1.0}, {"timeout": 1.0, "batch": 0},
+     {"timeout": 1.0, "probe_interval": 0.0}, {"timeout": True}],
+)  # fmt: skip
+def test_a_writer_policy_refuses_a_bound_that_would_spin_or_fail_every_write(
+    bounds: dict[str, Any],
+) -> None:
+    with pytest.raises(ValueError, match="must be a positive"):
+        WriterPolicy(**bounds)

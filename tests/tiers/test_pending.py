@@ -12,7 +12,7 @@ import pytest
 from jarvismem.backends.outbox import Outbox
 from jarvismem.errors import BackendUnavailableError
 from jarvismem.tiers.checkpoints import Checkpoint
-from jarvismem.tiers.durable import DurableWriter
+from jarvismem.tiers.durable import DurableWriter, WriterPolicy
 from jarvismem.tiers.pending import (
     merge_recent,
     newer_checkpoint,
@@ -144,7 +144,9 @@ class Backend:
 @pytest.fixture
 async def writer_and_backend(tmp_path: Path) -> AsyncIterator[tuple[DurableWriter, Backend]]:
     backend = Backend()
-    writer = DurableWriter("redis[wf]", Outbox(tmp_path / "o.jsonl"), backend.apply, timeout=1.0)
+    writer = DurableWriter(
+        "redis[wf]", Outbox(tmp_path / "o.jsonl"), backend.apply, policy=WriterPolicy(timeout=1.0)
+    )
     yield writer, backend
     await writer.close()
 

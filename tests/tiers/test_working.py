@@ -15,9 +15,10 @@ import pytest
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.errors import BackendRejectedError, BlobRejectedError, InvalidPayloadError
 from jarvismem.keys import KeySpace
+from jarvismem.payload import PayloadPolicy
 from jarvismem.records import compact_json
-from jarvismem.redaction import REDACTED, default_redactor
-from jarvismem.tiers.working import WorkingScratchpad, goal_index
+from jarvismem.redaction import REDACTED, default_redactor, is_secret_key
+from jarvismem.tiers.working import ScratchpadBounds, WorkingScratchpad, goal_index
 
 
 def pad_of(
@@ -29,7 +30,9 @@ def pad_of(
 @pytest.fixture
 def pad(blob_storage: Any, keyspace: KeySpace, workflow_id: str) -> WorkingScratchpad:
     # Small bounds so the size and depth policies show without megabytes.
-    return pad_of(blob_storage, keyspace, workflow_id, max_chars=1000, max_depth=5)
+    return pad_of(
+        blob_storage, keyspace, workflow_id, policy=PayloadPolicy(max_chars=1000, max_depth=5)
+    )
 
 
 async def test_records_read_back_in_order_with_their_data(pad: WorkingScratchpad) -> None:
@@ -123,7 +126,7 @@ async def test_a_torn_line_is_skipped_with_a_warning(
 async def test_the_rendering_puts_goals_first_keeps_the_newest_and_stays_in_budget(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
-    pad = pad_of(local_blob, keyspace, workflow_id, budget_chars=600)
+    pad = pad_of(local_blob, keyspace, workflow_id, bounds=ScratchpadBounds(budget_chars=600))
     await pad.write("finding", "goal one", scope="goal")
     for i in range(200):
         await pad.append_turn(str(i), {"thought": f"thought {i}", "result": "r"}, ts=float(i))
@@ -213,7 +216,9 @@ async def test_carried_findings_that_overflow_leave_out_the_oldest_before_our_ow
         await pad_of(local_blob, keyspace, workflow_id, f"s{i}").write(
             "f", f"old finding {i:02d} " + "x" * 40, scope="goal"
         )
-    here = pad_of(local_blob, keyspace, workflow_id, "now", budget_chars=600)
+    here = pad_of(
+        local_blob, keyspace, workflow_id, "now", bounds=ScratchpadBounds(budget_chars=600)
+    )
     await here.write("f", "our own finding", scope="goal")
     notes = await here.render()
     assert len(notes) <= 600
@@ -244,7 +249,10 @@ async def test_the_redactor_runs_before_anything_is_stored(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
     pad = pad_of(
-        local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("hunter2", "[secret]")
+        local_blob,
+        keyspace,
+        workflow_id,
+        policy=PayloadPolicy(redact=lambda s: s.replace("hunter2", "[secret]")),
     )
     await pad.write("note", {"login": ["user", "hunter2"]})
     assert b"hunter2" not in await local_blob.read(pad.path)
@@ -275,7 +283,12 @@ async def test_a_note_obeys_the_size_policy_of_turn_fields(pad: WorkingScratchpa
 async def test_values_under_secret_named_keys_are_hidden_in_notes(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
-    pad = pad_of(local_blob, keyspace, workflow_id, redactor=default_redactor)
+    pad = pad_of(
+        local_blob,
+        keyspace,
+        workflow_id,
+        policy=PayloadPolicy(redact=default_redactor, is_secret_key=is_secret_key),
+    )
     await pad.write("login", {"user": "alice", "password": "hunter2", "api_key": {"v": 1}})
     raw = await local_blob.read(pad.path)
     assert b"hunter2" not in raw
@@ -378,3 +391,11 @@ async def test_the_goal_listing_is_cached_and_kept_true_by_this_processs_writes(
     goal_index(local_blob, keyspace.goals_prefix(workflow_id)).max_age = 0.0
     assert "far _(from step s9, agent a1)_" in await here.render()
     assert len(lists) == 2
+
+
+@pytest.mark.parametrize("bounds", [{"tail_bytes": 0}, {"budget_chars": -5}, {"tail_bytes": 1.5}])
+def test_scratchpad_bounds_refuse_a_bound_that_is_not_a_positive_int(
+    bounds: dict[str, Any],
+) -> None:
+    with pytest.raises(ValueError, match="must be a positive int"):
+        ScratchpadBounds(**bounds)

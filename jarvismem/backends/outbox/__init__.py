@@ -17,8 +17,24 @@ This module only re-exports; the parts import each other directly.
 
 from __future__ import annotations
 
-from jarvismem.backends.outbox.deliver import Apply, ApplyMany, Deliverer
+from jarvismem.backends.outbox.deliver import (
+    Apply,
+    ApplyMany,
+    Deliverer,
+    DeliveryPacing,
+    RecordDestination,
+    RunApplier,
+)
 from jarvismem.backends.outbox.scan import scan_outboxes
 from jarvismem.backends.outbox.store import Outbox
 
-__all__ = ["Apply", "ApplyMany", "Deliverer", "Outbox", "scan_outboxes"]
+__all__ = [
+    "Apply",
+    "ApplyMany",
+    "Deliverer",
+    "DeliveryPacing",
+    "Outbox",
+    "RecordDestination",
+    "RunApplier",
+    "scan_outboxes",
+]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jarvismem import telemetry
@@ -31,7 +32,15 @@ from jarvismem.backends.outbox.store import Outbox
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import MisdirectedRecordError, is_retryable
 
-__all__ = ["Apply", "ApplyMany", "Deliverer", "Refused"]
+__all__ = [
+    "Apply",
+    "ApplyMany",
+    "Deliverer",
+    "DeliveryPacing",
+    "RecordDestination",
+    "Refused",
+    "RunApplier",
+]
 
 log = telemetry.logger(__name__)
 
@@ -49,6 +58,53 @@ _REASON_CHARS = 300
 """Longest refusal reason logged (the dead-letter file keeps up to 500)."""
 
 
+@dataclass(frozen=True, slots=True)
+class DeliveryPacing:
+    """How much a :class:`Deliverer` takes at a time and how long one call may last.
+
+    Attributes:
+        batch: records read from the file per step (at least 1).
+        ack_every: delivered records between two acknowledgements (default
+            ``batch``); each is a file write.
+        timeout: bound of one ``apply`` / ``apply_many`` call (None: the
+            backend client's own bounds).
+    """
+
+    batch: int = 100
+    ack_every: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunApplier:
+    """Applies a run of consecutive records in one call (one round trip for a backlog).
+
+    Attributes:
+        apply_many: applies the run (see :data:`ApplyMany`).
+        batchable: which records it takes (None: all of them).
+    """
+
+    apply_many: ApplyMany
+    batchable: Callable[[dict[str, Any]], bool] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDestination:
+    """Where a deliverer sends, for records that carry their destination themselves.
+
+    Attributes:
+        address: this deliverer's destination.
+        of: where a record says it goes; a record for another destination is
+            refused, never applied.
+    """
+
+    address: str
+    of: Callable[[dict[str, Any]], Any]
+
+
+_DEFAULT_PACING = DeliveryPacing()
+
+
 class Deliverer:
     """Replays one outbox in order through ``apply`` (see the module docstring).
 
@@ -56,19 +112,12 @@ class Deliverer:
         outbox: the outbox to replay.
         apply: sends one record; must be idempotent (a lost reply is replayed).
         name: the outbox's name in logs and telemetry (``redis[wf]``, ``athena``).
-        batch: records read from the file per step.
-        ack_every: delivered records between two acknowledgements (default
-            ``batch``); each is a file write.
-        timeout: bound of one ``apply`` / ``apply_many`` call (None: the
-            backend client's own bounds).
-        apply_many: applies a run of consecutive ``batchable`` records in one
-            call (one round trip for a backlog of turns).
-        batchable: which records ``apply_many`` takes (None: all of them).
+        pacing: batch size, acknowledgement interval and call timeout.
+        runs: applies runs of consecutive records in one call (None: one by one).
         retryable: the outage test; default :func:`~jarvismem.errors.is_retryable`.
-        destination_of: where a record says it goes (for records that carry
-            their destination themselves); ``destination`` is where this
-            deliverer sends. A record for another one is refused, never applied,
-            like a line the outbox itself found stamped for another destination.
+        destination: for records that carry their destination themselves; one
+            for another destination is refused, never applied, like a line the
+            outbox itself found stamped for another destination.
         on_refused: told of each refused record (a tier's own counts).
     """
 
@@ -78,27 +127,23 @@ class Deliverer:
         apply: Apply,
         *,
         name: str,
-        batch: int = 100,
-        ack_every: int | None = None,
-        timeout: float | None = None,
-        apply_many: ApplyMany | None = None,
-        batchable: Callable[[dict[str, Any]], bool] | None = None,
+        pacing: DeliveryPacing = _DEFAULT_PACING,
+        runs: RunApplier | None = None,
         retryable: Callable[[BaseException], bool] = is_retryable,
-        destination: str | None = None,
-        destination_of: Callable[[dict[str, Any]], Any] | None = None,
+        destination: RecordDestination | None = None,
         on_refused: Refused | None = None,
     ) -> None:
         self.outbox = outbox
         self.name = name
-        self.batch = max(1, batch)
-        self.ack_every = self.batch if ack_every is None else max(1, ack_every)
-        self.timeout = timeout
+        self.batch = max(1, pacing.batch)
+        self.ack_every = self.batch if pacing.ack_every is None else max(1, pacing.ack_every)
+        self.timeout = pacing.timeout
         self._apply = apply
-        self._apply_many = apply_many
-        self._batchable = batchable
+        self._apply_many = None if runs is None else runs.apply_many
+        self._batchable = None if runs is None else runs.batchable
         self._retryable = retryable
-        self._destination = destination
-        self._destination_of = destination_of
+        self._destination = None if destination is None else destination.address
+        self._destination_of = None if destination is None else destination.of
         self._on_refused = on_refused
         # Most records in one apply_many call: halved after a run timed out (a run
         # too big for the timeout must not stall replay for ever), doubled back after.

@@ -23,6 +23,7 @@ from jarvismem.tiers.athena.config import (
     AthenaTierConfig,
 )
 from jarvismem.tiers.athena.memory import AthenaMemory
+from jarvismem.tiers.athena.writes import TurnOrigin
 
 __all__ = [
     "ATHENA_CONCURRENT_WRITES",
@@ -33,4 +34,5 @@ __all__ = [
     "AthenaMemory",
     "AthenaTierConfig",
     "CircuitState",
+    "TurnOrigin",
 ]

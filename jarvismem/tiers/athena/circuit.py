@@ -39,6 +39,7 @@ class DeliveryCircuit:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._breaker = CircuitBreaker(backoff, clock=clock)
+        self._longest_backoff = backoff.cap
         self._threshold = max(1, failure_threshold)
         self._cooldown = cooldown
         self._clock = clock
@@ -46,6 +47,11 @@ class DeliveryCircuit:
         self.open_until = 0.0
         self.next_attempt = 0.0
         telemetry.watch_circuit(self)  # the athena.circuit gauge counts circuits per state
+
+    @property
+    def longest_backoff(self) -> float:
+        """The longest wait the backoff gives, in seconds (its cap)."""
+        return self._longest_backoff
 
     @property
     def failures(self) -> int:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from jarvismem.backends.outbox import Deliverer, Outbox
+from jarvismem.backends.outbox import Deliverer, DeliveryPacing, Outbox, RecordDestination
 from jarvismem.errors import (
     AthenaUnsupportedError,
     InvalidPayloadError,
@@ -66,7 +66,6 @@ class AthenaDelivery:
     def __init__(
         self,
         *,
-        agent_id: str,
         destination: str,
         outbox: Outbox,
         client: AthenaClient,
@@ -75,9 +74,8 @@ class AthenaDelivery:
         circuit: DeliveryCircuit,
         gate: RequestGate,
         status: TierStatus,
-        retry_cap: float,
     ) -> None:
-        self._agent = agent_id
+        self._agent = sessions.agent_id
         self._dest = destination
         self._outbox = outbox
         self._client = client
@@ -85,16 +83,13 @@ class AthenaDelivery:
         self._markers = markers
         self._gate = gate
         self._status = status
-        self._retry_cap = retry_cap
         self.circuit = circuit
         self._deliverer = Deliverer(
             outbox,
             self._send,
             name="athena",
-            batch=DELIVERY_BATCH,
-            ack_every=ACK_EVERY,
-            destination=destination,
-            destination_of=_destination_of,
+            pacing=DeliveryPacing(batch=DELIVERY_BATCH, ack_every=ACK_EVERY),
+            destination=RecordDestination(destination, _destination_of),
             on_refused=self._refused,
         )
         self._last_activity = 0.0
@@ -197,7 +192,8 @@ class AthenaDelivery:
             raise
         except Exception as exc:  # the loop must survive anything (disk full, a bug)
             self._status.note(exc)
-            self.circuit.pause(self._retry_cap)
+            # As long as the longest backoff: an unexpected error is not retried in a spin.
+            self.circuit.pause(self.circuit.longest_backoff)
             log.warning("Athena delivery loop error: %s", self._status.last_error)
 
     async def _drain(self, max_records: int | None = None) -> int | None:

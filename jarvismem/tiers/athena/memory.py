@@ -41,12 +41,20 @@ from jarvismem.tiers.athena.markers import DeliveryMarkers
 from jarvismem.tiers.athena.reads import AthenaReads
 from jarvismem.tiers.athena.session import AthenaSessions
 from jarvismem.tiers.athena.status import TierStatus
-from jarvismem.tiers.athena.writes import conversation_record, event_record, turn_record
+from jarvismem.tiers.athena.writes import (
+    TurnOrigin,
+    conversation_record,
+    event_record,
+    turn_record,
+)
 
 if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
     from jarvismem.backends.athena import AthenaClient
 
 __all__ = ["AthenaMemory"]
+
+_NO_ORIGIN = TurnOrigin()
+"""A turn logged outside any workflow step, by the memory's own agent."""
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +121,9 @@ class AthenaMemory:
             owns_outbox: a failed :meth:`create` closes the outbox (the default
                 one always; a given one only when the caller hands it over).
             overrides: single fields of ``config``.
+
+        A public constructor (and :meth:`create`'s arguments): its keyword
+        arguments stay as they are rather than move into a config object.
         """
         cfg = (config or AthenaTierConfig()).replace(**overrides)
         self.config = cfg
@@ -140,17 +151,13 @@ class AthenaMemory:
             client,
             redis_store,
             self._keys,
-            tenant_id=tenant,
-            user_id=user,
+            config=cfg,
             agent_id=self._agent,
-            lock_ttl=cfg.session_lock_ttl,
             gate=self._gate,
-            confirm_delay=cfg.confirm_delay,
             # Chains inherit it: search(filter={"namespace": ...}) scopes by it.
             metadata={"namespace": self._keys.namespace, "agent": self._agent},
         )
         self._delivery = AthenaDelivery(
-            agent_id=self._agent,
             destination=self._dest,
             outbox=outbox,
             client=client,
@@ -166,7 +173,6 @@ class AthenaMemory:
             ),
             gate=self._gate,
             status=self._status,
-            retry_cap=cfg.retry_cap,
         )
         self._reads = AthenaReads(
             client, self._sessions, self._status, include_graph_hits=cfg.include_graph_hits
@@ -374,9 +380,7 @@ class AthenaMemory:
         result: Any,
         *,
         redacted: bool = False,
-        workflow_id: str | None = None,
-        step_id: str | None = None,
-        agent_id: str | None = None,
+        origin: TurnOrigin = _NO_ORIGIN,
         user_message: str | None = None,
     ) -> bool:
         """Queue one kernel turn: the user's message, if any (a ``message`` event with
@@ -386,9 +390,9 @@ class AthenaMemory:
         One outbox record for the three events: a single durable append on the
         ``log_turn`` path instead of three. Non-string values are sent as JSON.
         ``redacted``: the caller already redacted the values (``log_turn`` has).
-        ``workflow_id``, ``step_id``, ``agent_id`` (default: this memory's
-        agent) identify the turn: logging it again gives the same idempotency
-        keys, so Athena gets each event once. Returns False when the record was
+        ``origin`` (workflow, step and agent; the agent by default this
+        memory's) identifies the turn: logging it again gives the same
+        idempotency keys, so Athena gets each event once. Returns False when the record was
         dropped (outbox full or the local disk failing; counted in ``health()``).
         """
         record = turn_record(
@@ -396,9 +400,9 @@ class AthenaMemory:
             turn_id,
             (thought, action, result),
             no_redaction if redacted else self._redactor,
-            workflow_id=workflow_id,
-            step_id=step_id,
-            agent_id=self._agent if agent_id is None else agent_id,
+            workflow_id=origin.workflow_id,
+            step_id=origin.step_id,
+            agent_id=self._agent if origin.agent_id is None else origin.agent_id,
             user_message=user_message,
         )
         return True if record is None else await self._enqueue(record)

@@ -31,6 +31,7 @@ from jarvismem.errors import (
 )
 from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
+from jarvismem.tiers.athena.config import AthenaTierConfig
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.locks import LoopLocks
 
@@ -82,25 +83,34 @@ class AthenaSessions:
         redis: RedisClient | None,
         keys: KeySpace,
         *,
-        tenant_id: str,
-        user_id: str,
+        config: AthenaTierConfig,
         agent_id: str,
-        lock_ttl: float,
         gate: RequestGate,
-        confirm_delay: float = 0.5,
         metadata: dict[str, str] | None = None,
     ) -> None:
+        """The session of (``config.tenant_id``, ``config.user_id``, ``agent_id``).
+
+        ``config`` also gives the creation lock's lifetime (``session_lock_ttl``)
+        and the wait before a created session is confirmed (``confirm_delay``).
+        ``metadata``: given to a session this creates.
+        """
+        tenant_id, user_id = config.tenant_id, config.user_id
         self._client = client
-        self._confirm_delay = max(0.0, confirm_delay)
+        self._confirm_delay = max(0.0, config.confirm_delay)
         # Chains inherit session metadata and search filters match on it.
         self._metadata = dict(metadata or {})
         self._redis = redis
         self._tenant, self._user, self._agent = tenant_id, user_id, agent_id
         self._key = keys.athena_session(tenant_id, user_id, agent_id)
         self._lock_key = keys.athena_session_lock(tenant_id, user_id, agent_id)
-        self._lock_ttl_ms = max(1000, int(lock_ttl * 1000))
+        self._lock_ttl_ms = max(1000, int(config.session_lock_ttl * 1000))
         self._gate = gate
         self.session_id = ""
+
+    @property
+    def agent_id(self) -> str:
+        """The agent whose session this is."""
+        return self._agent
 
     async def current(self) -> str:
         """The session id, resolving it now if Athena was unreachable before."""

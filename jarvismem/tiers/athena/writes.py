@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,11 +41,26 @@ __all__ = [
     "IDENTITY_KEYS",
     "USER_ROLE",
     "WIRE_METADATA_KEYS",
+    "TurnOrigin",
     "conversation_record",
     "event_record",
     "now_rfc3339",
     "turn_record",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOrigin:
+    """Where a kernel turn was logged: with the turn id, its identity on Athena.
+
+    The same origin gives the same idempotency keys, so a re-logged turn
+    reaches Athena once. ``agent_id`` None: the memory's own agent.
+    """
+
+    workflow_id: str | None = None
+    step_id: str | None = None
+    agent_id: str | None = None
+
 
 USER_ROLE = "user"
 """Role of what the user said: the server forms mid-term chains from these."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.outbox.deliver import Deliverer
+from jarvismem.backends.outbox.deliver import Deliverer, DeliveryPacing, RecordDestination
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from tests.backends.outbox.conftest import OpenOutbox, pending_ids
 
@@ -28,7 +28,7 @@ async def test_a_pass_replays_in_order(open_outbox: OpenOutbox) -> None:
     async def send(rec: dict[str, Any]) -> None:
         got.append(rec["i"])
 
-    deliverer = Deliverer(ob, send, name="test", batch=3)
+    deliverer = Deliverer(ob, send, name="test", pacing=DeliveryPacing(batch=3))
     assert await deliverer.run_once() == 7
     assert got == list(range(7))
     assert len(ob) == 0 and deliverer.delivered == 7
@@ -122,7 +122,7 @@ async def test_a_record_that_says_it_goes_elsewhere_is_refused_never_applied(
         got.append(rec["i"])
 
     deliverer = Deliverer(
-        ob, send, name="test", destination="globex", destination_of=lambda r: r.get("dest")
+        ob, send, name="test", destination=RecordDestination("globex", lambda r: r.get("dest"))
     )
     assert await deliverer.run_once() == 2
     assert got == [1]
@@ -139,7 +139,7 @@ async def test_max_records_bounds_one_pass(open_outbox: OpenOutbox) -> None:
     async def send(rec: dict[str, Any]) -> None:
         sent.append(rec["i"])
 
-    deliverer = Deliverer(ob, send, name="test", batch=2)
+    deliverer = Deliverer(ob, send, name="test", pacing=DeliveryPacing(batch=2))
     assert await deliverer.run_once(max_records=3) == 3
     assert deliverer.last_error is None
     assert await pending_ids(ob) == [3, 4]
@@ -159,7 +159,7 @@ async def test_a_cancelled_pass_acks_what_it_delivered(
             stuck.set()
             await asyncio.Event().wait()  # a backend that never answers
 
-    deliverer = Deliverer(ob, send, name="test", ack_every=100)
+    deliverer = Deliverer(ob, send, name="test", pacing=DeliveryPacing(ack_every=100))
     run = asyncio.ensure_future(deliverer.run_once())
     await asyncio.wait_for(stuck.wait(), 5)
     run.cancel()

@@ -11,4 +11,16 @@ def test_reexports_are_the_parts_objects() -> None:
     assert outbox.Deliverer is deliver.Deliverer
     assert outbox.Apply is deliver.Apply and outbox.ApplyMany is deliver.ApplyMany
     assert outbox.scan_outboxes is scan.scan_outboxes
-    assert sorted(outbox.__all__) == ["Apply", "ApplyMany", "Deliverer", "Outbox", "scan_outboxes"]
+    assert outbox.DeliveryPacing is deliver.DeliveryPacing
+    assert outbox.RunApplier is deliver.RunApplier
+    assert outbox.RecordDestination is deliver.RecordDestination
+    assert sorted(outbox.__all__) == [
+        "Apply",
+        "ApplyMany",
+        "Deliverer",
+        "DeliveryPacing",
+        "Outbox",
+        "RecordDestination",
+        "RunApplier",
+        "scan_outboxes",
+    ]

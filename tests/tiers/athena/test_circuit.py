@@ -61,3 +61,8 @@ def test_pause_delays_without_counting_a_failure() -> None:
     circuit = _circuit(clock)
     circuit.pause(7.0)
     assert circuit.wait() == pytest.approx(7.0) and circuit.failures == 0
+
+
+def test_the_longest_backoff_is_the_backoffs_cap() -> None:
+    # The delivery loop pauses this long after an unexpected error.
+    assert _circuit(_Clock()).longest_backoff == 1.5

@@ -12,6 +12,7 @@ from typing import Any
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena import TurnOrigin
 from tests.tiers.athena.conftest import MakeMemory, ScriptedAthena, contents, wait_for
 
 
@@ -136,7 +137,7 @@ async def test_turn_logged_twice_is_sent_once(
     first = await make_memory(redis_client)
     second = await make_memory(redis_client, outbox=Outbox(tmp_path / "other.jsonl"))
     for mem in (first, second):
-        await mem.record_turn("7", "think", "act", "saw", workflow_id="wf", step_id="s1")
+        await mem.record_turn("7", "think", "act", "saw", origin=TurnOrigin("wf", "s1"))
         await mem.flush(timeout=5)
     assert contents(server) == ["think", "act", "saw"]
     assert second.health()["duplicates_skipped"] == 3

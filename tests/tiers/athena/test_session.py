@@ -17,6 +17,7 @@ from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_athena import FakeAthenaServer
+from jarvismem.tiers.athena.config import AthenaTierConfig
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.session import AthenaSessions
 from tests.conftest import REAL_REDIS_URL
@@ -37,10 +38,8 @@ def _sessions(client: AthenaClient, redis: Any, keyspace: KeySpace) -> AthenaSes
         client,
         redis,
         keyspace,
-        tenant_id=TENANT,
-        user_id=USER,
+        config=AthenaTierConfig(tenant_id=TENANT, user_id=USER, session_lock_ttl=30.0),
         agent_id=AGENT,
-        lock_ttl=30.0,
         gate=RequestGate(client),
     )
 
@@ -188,10 +187,8 @@ async def test_session_creation_refused_once_the_gate_closes(
         client,
         None,
         KeySpace("t" + os.urandom(6).hex()),
-        tenant_id=TENANT,
-        user_id=USER,
+        config=AthenaTierConfig(tenant_id=TENANT, user_id=USER, session_lock_ttl=30.0),
         agent_id=AGENT,
-        lock_ttl=30.0,
         gate=gate,
     )
     gate.close()
@@ -271,3 +268,20 @@ async def test_sessions_carry_namespace_and_agent_metadata(
     await make_memory(redis_client)
     [create] = server.requests_to("POST", "/api/v1/sessions")
     assert create.json["metadata"] == {"namespace": keyspace.namespace, "agent": AGENT}
+
+
+async def test_the_sessions_take_tenant_user_and_timings_from_the_tier_config(
+    keyspace: KeySpace,
+) -> None:
+    client = AthenaClient("http://127.0.0.1:9")
+    try:
+        config = AthenaTierConfig(tenant_id="tn", user_id="us", session_lock_ttl=12.0)
+        sessions = AthenaSessions(
+            client, None, keyspace, config=config, agent_id="ag", gate=RequestGate(client)
+        )
+        assert sessions.agent_id == "ag"
+        assert sessions._key == keyspace.athena_session("tn", "us", "ag")
+        assert sessions._lock_ttl_ms == 12_000
+        assert sessions._confirm_delay == config.confirm_delay
+    finally:
+        await client.aclose()

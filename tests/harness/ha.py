@@ -48,7 +48,7 @@ from typing import Any, BinaryIO, Literal
 from jarvismem.backends.outbox import Outbox
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.testing.ports import worker_port
+from jarvismem.testing.ports import port_is_free, worker_port
 from jarvismem.testing.redis_server import RedisServerProcess, free_port
 
 SLOTS = 16384
@@ -152,19 +152,10 @@ def free_cluster_port(taken: set[int] | None = None) -> int:
     rng = random.Random()
     for _ in range(200):
         port = worker_port() or rng.choice(CLUSTER_PORTS)
-        if port in taken or not _bindable(port) or not _bindable(port + 10000):
+        if port in taken or not port_is_free(port) or not port_is_free(port + 10000):
             continue
         return port
     raise RuntimeError("no free port pair for a cluster node")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 # --- hash slots ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from jarvismem.tiers.checkpoints import CheckpointStore
 from jarvismem.tiers.compaction import CompactionPolicy
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
-from jarvismem.tiers.working import WorkingScratchpad
+from jarvismem.tiers.working import ScratchpadBounds
 
 # Settings field -> the constant its default must be.
 SETTINGS_DEFAULTS = {
@@ -119,8 +119,8 @@ CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
     (CompactionPolicy, "chunk_chars", defaults.COMPACTION_CHUNK_CHARS),
     (CompactionPolicy, "lock_ttl", defaults.COMPACTION_LOCK_TTL),
     (CompactionPolicy, "summary_chars", defaults.SUMMARY_MAX_CHARS),
-    (WorkingScratchpad, "tail_bytes", defaults.SCRATCHPAD_TAIL_BYTES),
-    (WorkingScratchpad, "budget_chars", defaults.SCRATCHPAD_BUDGET_CHARS),
+    (ScratchpadBounds, "tail_bytes", defaults.SCRATCHPAD_TAIL_BYTES),
+    (ScratchpadBounds, "budget_chars", defaults.SCRATCHPAD_BUDGET_CHARS),
     (CheckpointStore, "max_bytes", defaults.MAX_CHECKPOINT_BYTES),
     (EpisodicLedger.tail, "count", defaults.LEDGER_TAIL),
     (AthenaClient.search, "limit", defaults.SEARCH_LIMIT),

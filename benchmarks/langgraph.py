@@ -50,7 +50,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from benchmarks.stats import Target, latency_summary
 from jarvismem.integrations.langgraph import JarvisMemSaver
 from jarvismem.keys import KeySpace
-from jarvismem.testing.redis_server import free_port
+from tests.harness.redis_server import free_port
 
 SIZES = (1_000, 10_000, 100_000)
 SAVERS = ("JarvisMemSaver", "InMemorySaver", "AsyncSqliteSaver", "AsyncPostgresSaver")

@@ -31,8 +31,8 @@ from benchmarks.stats import latency_summary
 from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.harness.ha import ClusterBed, SentinelBed, durability_supported, sentinel_supported
+from tests.harness.redis_server import RedisServerProcess
 
 TOPOLOGIES = ("single", "sentinel", "cluster")
 STEP = "s1"

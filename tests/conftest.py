@@ -33,9 +33,9 @@ from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import MEMORY_URL, Settings, load_settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.testing.ports import free_port, port_is_free, worker_index
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests import phases
+from tests.harness.ports import free_port, port_is_free, worker_index
+from tests.harness.redis_server import RedisServerProcess
 
 REAL_REDIS_URL = os.environ.get("JARVISMEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 AZURITE_CONNECTION_STRING = os.environ.get(
@@ -243,7 +243,7 @@ async def real_redis(namespaces: set[str]) -> AsyncIterator[Any]:
 
 def closed_port() -> int:
     """A loopback port nothing listens on, nor will while the test runs: under xdist,
-    one of this worker's own (:func:`jarvismem.testing.ports.free_port`)."""
+    one of this worker's own (:func:`tests.harness.ports.free_port`)."""
     return free_port()
 
 

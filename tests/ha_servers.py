@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis as sync_redis
 
-from jarvismem.testing.redis_server import RedisServerProcess, free_port
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 SERVICE = "hasvc"
 """The service name the sentinels of :func:`sentinel_set` monitor."""

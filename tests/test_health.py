@@ -160,7 +160,7 @@ async def test_write_check_of_an_unreachable_backend_says_it_did_not_run(
 ) -> None:
     import redis.asyncio as aioredis
 
-    from jarvismem.testing.redis_server import free_port
+    from tests.harness.redis_server import free_port
 
     client = aioredis.Redis(port=free_port(), socket_connect_timeout=0.2)
     try:

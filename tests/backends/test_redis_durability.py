@@ -30,7 +30,6 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import wait_for
 from tests.ha_servers import (
     _primary,
@@ -39,6 +38,7 @@ from tests.ha_servers import (
     require_redis_server,
     wait_in_sync,
 )
+from tests.harness.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.integration
 

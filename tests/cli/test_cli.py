@@ -28,8 +28,8 @@ from jarvismem.errors import (
     LockNotAcquiredError,
 )
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli, seed_turns
+from tests.harness.redis_server import free_port
 
 # --- global behaviour -------------------------------------------------------------------------
 

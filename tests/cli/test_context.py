@@ -13,7 +13,7 @@ import pytest
 from jarvismem.cli._context import CliContext, resolve_env_file
 from jarvismem.cli._output import Output
 from jarvismem.errors import BackendUnavailableError, ConfigError
-from jarvismem.testing.redis_server import free_port
+from tests.harness.redis_server import free_port
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from jarvismem.cli.demo import kill_point
 from jarvismem.demo.child import user_message
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli
 from tests.conftest import env_without_settings
+from tests.harness.redis_server import free_port
 
 
 def _nothing_configured() -> dict[str, str]:

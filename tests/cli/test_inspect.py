@@ -22,9 +22,9 @@ from jarvismem.cli.inspect import _follow, _outbox_reason
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli, seed_turns
 from tests.conftest import AUTH_PASSWORD
+from tests.harness.redis_server import free_port
 
 # --- status -----------------------------------------------------------------------------------
 

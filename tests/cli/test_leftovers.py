@@ -22,9 +22,9 @@ import pytest
 
 from jarvismem.backends.redis import create_redis
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.cli.conftest import clean_env
 from tests.conftest import Factory
+from tests.harness.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import pytest
 
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.redis_server import free_port
 from tests.cli.conftest import Cli, _make_cli, seed_turns
 from tests.conftest import REAL_REDIS_URL, real_redis_available, require_backend
+from tests.harness.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -50,10 +50,10 @@ from jarvismem.keys import KeySpace
 from jarvismem.records import encode_record, parse_records, turn_record
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
-from jarvismem.testing.redis_server import RedisServerProcess
 
 # The private redis-server moved to its own module; crash's names stay importable.
 from tests.harness.harness_settings import harness_settings
+from tests.harness.redis_server import RedisServerProcess
 
 WORKFLOW = "crash-wf"
 STEP = "s1"

@@ -48,8 +48,8 @@ from typing import Any, BinaryIO, Literal
 from jarvismem.backends.outbox import Outbox
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.testing.ports import port_is_free, worker_port
-from jarvismem.testing.redis_server import RedisServerProcess, free_port
+from tests.harness.ports import port_is_free, worker_port
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 SLOTS = 16384
 SENTINEL_SERVICE = "jm-ha"
@@ -143,7 +143,7 @@ CLUSTER_PORTS = range(20000, 22768)
 def free_cluster_port(taken: set[int] | None = None) -> int:
     """A port free a moment ago whose cluster bus port (+10000) was free too.
 
-    Under pytest-xdist, from the worker's own block (:mod:`jarvismem.testing.ports`):
+    Under pytest-xdist, from the worker's own block (:mod:`tests.harness.ports`):
     a node killed by one worker's test is still gossiped to by its cluster's other
     nodes, and a node of another worker's cluster started on its port would be
     merged into that cluster.

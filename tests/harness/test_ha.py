@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import require_backend
 from tests.harness.ha import (
     ClusterBed,
@@ -27,6 +26,7 @@ from tests.harness.ha import (
     table_row,
     workflow_slot,
 )
+from tests.harness.redis_server import RedisServerProcess
 
 
 def test_key_slot_follows_the_cluster_spec() -> None:

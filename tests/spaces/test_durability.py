@@ -25,9 +25,9 @@ from jarvismem.errors import (
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings
 from jarvismem.spaces import Space, SpacesStore
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import REAL_REDIS_URL, require_backend
 from tests.harness.netfaults import LostReplyProxy
+from tests.harness.redis_server import RedisServerProcess
 
 
 def make_store(redis: Any, keyspace: KeySpace, wf: str, **kw: Any) -> SpacesStore:

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import redis
 
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.conftest import require_backend
 from tests.harness.checker import CheckerConfig, Observed, run_checker, verify
 from tests.harness.checker.disks import OutboxDisks
@@ -29,6 +28,7 @@ from tests.harness.checker.faults import FaultInjector
 from tests.harness.checker.forwarders import Forwarders
 from tests.harness.checker.history import Histogram, HistoryWriter, completed, read_history
 from tests.harness.checker.verify import turn_text
+from tests.harness.redis_server import RedisServerProcess
 
 CI_SECONDS = float(os.environ.get("JARVISMEM_CHECKER_SECONDS", "25"))
 

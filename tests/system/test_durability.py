@@ -35,9 +35,9 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.records import encode_fields
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import load_settings
-from jarvismem.testing.redis_server import RedisServerProcess
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
 from tests.harness.netfaults import LostReplyProxy
+from tests.harness.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import redis as sync_redis
 
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.testing.fake_llm import FakeLLMServer
-from jarvismem.testing.redis_server import RedisServerProcess, free_port
 from tests.conftest import env_without_settings, require_backend
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

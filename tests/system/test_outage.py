@@ -26,8 +26,8 @@ from jarvismem.memory import UnifiedMemory
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from jarvismem.testing.redis_server import RedisServerProcess, free_port
 from tests.conftest import AZURITE_CONNECTION_STRING, Factory, require_backend
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_fields
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.testing.redis_server import RedisServerProcess
 from jarvismem.tiers.checkpoints import CLOCK
+from tests.harness.redis_server import RedisServerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from jarvismem.backends.athena import AthenaClient
 from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from jarvismem.testing.redis_server import free_port
 from tests.conftest import Factory
+from tests.harness.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -633,7 +633,7 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
     import redis.asyncio as aioredis
 
     from jarvismem.backends.redis import recovery_probe, redis_errors
-    from jarvismem.testing.redis_server import RedisServerProcess
+    from tests.harness.redis_server import RedisServerProcess
 
     server = RedisServerProcess(tmp_path / "redis", persistence=False)
     client = aioredis.from_url(server.url, socket_connect_timeout=0.5)

@@ -28,9 +28,9 @@ import pytest
 from jarvismem.backends.redis import create_redis
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings
-from jarvismem.testing.redis_server import free_port
 from tests.backends.outbox.conftest import append_raw
 from tests.conftest import Factory
+from tests.harness.redis_server import free_port
 
 TMPFS_SIZE = "64k"
 

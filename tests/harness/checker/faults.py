@@ -22,9 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.harness.checker.disks import OutboxDisks
 from tests.harness.checker.forwarders import Forwarders
+from tests.harness.redis_server import RedisServerProcess
 
 WORKER_FAULTS = ("kill_worker",)
 REDIS_FAULTS = ("redis_stop", "redis_kill", "redis_oom", "redis_kill_oom")

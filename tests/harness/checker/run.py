@@ -25,7 +25,6 @@ from jarvismem.keys import KeySpace
 from jarvismem.records import decode_entry
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.testing.fake_athena import FakeAthenaServer
-from jarvismem.testing.redis_server import RedisServerProcess
 from tests.harness.checker.disks import FILLER, OutboxDisks
 from tests.harness.checker.faults import (
     ALL_FAULTS,
@@ -43,6 +42,7 @@ from tests.harness.checker.worker import (
     WorkerSpec,
     worker_settings,
 )
+from tests.harness.redis_server import RedisServerProcess
 
 TENANTS = ("ta", "tb")
 PROGRESS_EVERY = 5.0

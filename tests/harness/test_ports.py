@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from jarvismem.testing import ports
-from jarvismem.testing.ports import PortPicker, free_port, worker_block, worker_index
+from tests.harness import ports
+from tests.harness.ports import PortPicker, free_port, worker_block, worker_index
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from jarvismem.testing.ports import free_port
+from tests.harness.ports import free_port
 
 __all__ = ["RedisServerProcess", "free_port"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from jarvismem.testing.redis_server import RedisServerProcess, free_port
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="needs the redis-server binary"
@@ -74,7 +74,7 @@ def test_a_port_taken_before_the_first_start_moves_the_server(tmp_path: Path) ->
     """Another process may take the picked port before redis-server binds it."""
     import socket
 
-    from jarvismem.testing.redis_server import RedisServerProcess
+    from tests.harness.redis_server import RedisServerProcess
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
@@ -96,7 +96,7 @@ def test_a_port_given_by_the_caller_is_never_moved(tmp_path: Path) -> None:
 
     import pytest
 
-    from jarvismem.testing.redis_server import RedisServerProcess
+    from tests.harness.redis_server import RedisServerProcess
 
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))

@@ -328,6 +328,16 @@ class ClusterBed:
         )  # fmt: skip
         if run.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed: {run.stdout[-500:]}")
+        # Right after `--cluster create` the node asked may not have heard yet that
+        # the others replicate (all show as masters, some with no slots), which
+        # wait_healthy's slot count does not see: first wait until every replica is
+        # known, then until the cluster is whole with every replica's link up.
+        wanted = self.masters * self.replicas
+        wait_until(
+            lambda: sum(n.master_id is not None for n in self.nodes()) >= wanted,
+            f"{wanted} replicas known to the cluster",
+            timeout,
+        )
         self.wait_healthy(timeout)
         return self
 

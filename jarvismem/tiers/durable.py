@@ -30,7 +30,9 @@ The rules that keep this safe when processes crash, stall or race:
   good takes the same path.
 * **The caller is never failed by the fallback**: a full outbox or a local
   disk error drops the record with a count and a warning (``health()``
-  shows it), instead of raising into ``log_turn``.
+  shows it), instead of raising into ``log_turn``. A record the disk refuses
+  behind a backlog first gets one replay pass at once; if the queue empties,
+  it is written live behind the replayed records instead of being dropped.
 * **A backlog is replayed in runs, not one record per round trip.** Given
   ``apply_many`` (and ``batchable``, which records it takes), consecutive
   batchable records are applied by one call (the ledger sends a run of turns
@@ -39,7 +41,7 @@ The rules that keep this safe when processes crash, stall or race:
   one stay queued, so order and exactly-once hold as for single records.
 * **Recovery is noticed, not waited out.** After a long outage the replay
   backoff has grown to its cap (seconds). Given a ``probe`` (a cheap "does the
-  backend answer?", such as :func:`jarvismem.backends.redis.recovery_probe`),
+  backend answer?", such as a :class:`~jarvismem.backends.redis.RedisBackend`'s ``probe``),
   a backed-off writer asks it every ``probe_interval`` and replays at once when
   the backend answers again after not answering. A backend that answers the
   probe while writes still fail (short of replicas, out of memory, read-only)
@@ -64,7 +66,7 @@ from jarvismem.backends.outbox import (
     Outbox,
     RunApplier,
 )
-from jarvismem.backends.redis import is_transient_redis_error
+from jarvismem.backends.redis_failures import is_transient_redis_error
 from jarvismem.defaults import OUTBOX_CLAIM_POLL_SECONDS
 from jarvismem.errors import JarvisMemError, is_retryable
 from jarvismem.resilience import Backoff
@@ -93,6 +95,9 @@ PROBE_SECONDS = 0.1
 
 CLAIM_POLL_SECONDS = OUTBOX_CLAIM_POLL_SECONDS
 """How often a writer whose outbox another deliverer holds re-reads the file."""
+
+LIVE_CLAIM_POLL_SECONDS = 0.01
+"""How often a write the disk refused asks for the delivery claim while a pass holds it."""
 
 REPLAY_BACKOFF_BASE = 0.05
 """Wait after the first failed replay pass, in seconds (then doubling up to ``max_backoff``)."""
@@ -262,14 +267,25 @@ class DurableWriter:
                     await self._dead_letter_live(record, exc)
                     return None
                 self._note_failure(exc)
-        await self._queue(record)
-        return None
+                await self._queue(record, behind_backlog=False)
+                return None
+        return await self._queue(record, behind_backlog=True)
 
-    async def _queue(self, record: dict[str, Any]) -> None:
+    async def _queue(self, record: dict[str, Any], *, behind_backlog: bool) -> Any:
+        """Queue ``record`` (returns None); when the disk refuses, try it live.
+
+        ``behind_backlog``: queued only to keep its place behind pending records
+        (its own live write did not just fail). Returns the backend's result
+        when the record went live (see :meth:`_try_live`).
+        """
         try:
             if not await self.outbox.put(record):
                 telemetry.outbox_dropped(self.name)  # full: counted and logged by the outbox
         except OSError as exc:
+            if behind_backlog:
+                taken, result = await self._try_live(record)
+                if taken:
+                    return result
             # The local disk refused the fallback too (full, read-only): the
             # write is lost. Count it and say so, but never fail the caller.
             self.outbox.dropped += 1
@@ -288,6 +304,59 @@ class DurableWriter:
             self._dropping = False
             log.warning("%s: the local outbox takes writes again", self.name)
         self._ensure_drainer()
+        return None
+
+    async def _try_live(self, record: dict[str, Any]) -> tuple[bool, Any]:
+        """The disk refused to queue ``record`` behind a backlog: replay it now, then go live.
+
+        The backend may take writes again while the replay waits out its
+        backoff (out of memory: PING answered all along, so the probe could
+        not cut it short). One replay pass now; if it empties the queue,
+        ``record`` is applied live, behind the replayed records. Returns
+        (True, the backend's result) then; (False, None) when the probe says
+        the backend is down, the claim stays taken, or records remain queued
+        (a live write may never overtake them): the caller drops the record.
+        """
+        if self._closed or (self._probe is not None and not await self._probe()):
+            return False, None
+        if not await self._claim_soon():
+            return False, None
+        try:
+            await self._deliverer.run_claimed()
+        except Exception as exc:
+            # An OSError is the outbox's disk (an ack a read-only disk refused: what
+            # was applied left the view anyway, to be replayed again later,
+            # harmlessly). Whatever it was, the view below decides; the caller is
+            # never failed by the fallback.
+            self._note_failure(exc, disk=isinstance(exc, OSError))
+        finally:
+            self.outbox.release_delivery()
+        if self.degraded:
+            if self._deliverer.last_error is not None:
+                self._note_failure(self._deliverer.last_error)
+            return False, None
+        self._event().set()  # the drain task's backoff ends: nothing is left to replay
+        try:
+            async with asyncio.timeout(self.timeout):
+                return True, await self._apply(record)
+        except Exception as exc:
+            if is_caller_error(exc):
+                raise
+            if not is_backend_failure(exc):
+                await self._dead_letter_live(record, exc)
+                return True, None
+            self._note_failure(exc)
+            return False, None
+
+    async def _claim_soon(self) -> bool:
+        """Take the delivery claim, waiting up to ``timeout`` for its holder's pass to end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while not self.outbox.try_claim_delivery():
+            if self._closed or loop.time() >= deadline:
+                return False
+            await asyncio.sleep(LIVE_CLAIM_POLL_SECONDS)
+        return True
 
     async def _dead_letter_live(self, record: dict[str, Any], exc: BaseException) -> None:
         """A live write refused for good: the deliverer's refusal, before it was ever queued."""
@@ -297,11 +366,22 @@ class DurableWriter:
             self.outbox.dropped += 1
             telemetry.outbox_dropped(self.name)
 
-    def _note_failure(self, exc: BaseException) -> None:
-        first = self.last_error is None
+    def _note_failure(self, exc: BaseException, *, disk: bool = False) -> None:
+        """Keep ``exc`` as the last error and log it; ``disk``: the outbox's own disk refused."""
+        previous = self.last_error
         self.last_error = f"{type(exc).__name__}: {exc}"[:300]
         self.last_error_at = time.time()
-        if first or not self.degraded:
+        if disk:
+            if self.last_error != previous:
+                log.warning(
+                    "%s: the local outbox disk refused a replay step (%s, errno %s), "
+                    "not the backend; replay retries",
+                    self.name,
+                    type(exc).__name__,
+                    getattr(exc, "errno", None),
+                )
+            return
+        if previous is None or not self.degraded:
             log.warning(
                 "%s unavailable (%s); queueing writes in the local outbox",
                 self.name,
@@ -385,7 +465,10 @@ class DurableWriter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self._note_failure(exc)
+                # An OSError raised by the pass itself (not the outage it stopped
+                # at, which may be one too) is the outbox's disk, not the backend.
+                disk = isinstance(exc, OSError) and exc is not self._deliverer.last_error
+                self._note_failure(exc, disk=disk)
                 self._wake_failure_waiters()
                 self.outbox.release_delivery()  # free during the backoff: a peer may replay
                 await self._backed_off(self._backoff.delay(failures))

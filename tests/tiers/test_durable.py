@@ -430,6 +430,112 @@ async def test_a_local_disk_error_drops_and_counts_without_raising(
     assert writer.health()["dropped"] == 1
 
 
+async def read_only_puts(record: dict[str, Any]) -> bool:
+    raise OSError(30, "Read-only file system")
+
+
+async def backlog_in_a_long_backoff(
+    make_writer: MakeWriter, backend: FakeBackend, probe: Callable[[], Any]
+) -> DurableWriter:
+    """A writer with records 0 and 1 queued while ``backend`` was down, its replay backed off."""
+    writer = make_writer(max_backoff=60.0, probe=probe, probe_interval=0.01)
+    writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
+    backend.down = True
+    for n in range(2):
+        assert await writer.submit({"n": n}) is None
+    await asyncio.sleep(0.2)  # the replay failed, probed once more, and now waits 30 s
+    assert writer.health()["pending"] == 2
+    return writer
+
+
+async def test_a_write_the_disk_refuses_goes_live_behind_a_backlog_the_backend_takes_again(
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Out of memory: the backend refuses writes while its probe (PING) answers, so
+    # the replay backoff is not cut short when it takes writes again.
+    async def answers() -> bool:
+        return True
+
+    writer = await backlog_in_a_long_backoff(make_writer, backend, answers)
+    backend.down = False  # the backend takes writes again; the replay still waits
+    monkeypatch.setattr(writer.outbox, "put", read_only_puts)  # and the disk turns read-only
+    assert await writer.submit({"n": 2}) == "ok 2"
+    # Replayed first, then the new write: in order, and nothing dropped.
+    assert backend.applied == [0, 1, 2]
+    assert writer.health()["dropped"] == 0
+    assert not writer.degraded
+    assert await writer.submit({"n": 3}) == "ok 3"  # live as usual from then on
+    assert backend.applied == [0, 1, 2, 3]
+
+
+async def test_a_write_the_disk_refuses_never_overtakes_a_backlog_the_backend_still_refuses(
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts = 0
+    real_apply = backend.apply
+
+    async def counting_apply(record: dict[str, Any]) -> str:
+        nonlocal attempts
+        attempts += 1
+        return await real_apply(record)
+
+    async def answers() -> bool:
+        return True
+
+    monkeypatch.setattr(backend, "apply", counting_apply)  # what the writer is made with
+    writer = await backlog_in_a_long_backoff(make_writer, backend, answers)
+    monkeypatch.setattr(writer.outbox, "put", read_only_puts)
+    before = attempts
+    assert await writer.submit({"n": 2}) is None  # still refused: dropped and counted
+    assert attempts == before + 1  # one replay pass tried the head of the queue
+    assert backend.applied == []
+    assert writer.health()["dropped"] == 1
+    assert await writer.pending_records() == [{"n": 0}, {"n": 1}]
+
+
+async def test_a_write_the_disk_refuses_is_dropped_without_a_replay_when_the_backend_is_down(
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts = 0
+    real_apply = backend.apply
+
+    async def counting_apply(record: dict[str, Any]) -> str:
+        nonlocal attempts
+        attempts += 1
+        return await real_apply(record)
+
+    monkeypatch.setattr(backend, "apply", counting_apply)
+    writer = await backlog_in_a_long_backoff(make_writer, backend, Probe(backend))
+    monkeypatch.setattr(writer.outbox, "put", read_only_puts)
+    before = attempts
+    assert await writer.submit({"n": 2}) is None
+    assert attempts == before  # the probe says down: no replay pass, no live write
+    assert writer.health()["dropped"] == 1
+    assert await writer.pending_records() == [{"n": 0}, {"n": 1}]
+
+
+async def test_an_ack_the_disk_refuses_is_logged_as_the_disk_not_as_the_backend(
+    tmp_path: Path,
+    make_writer: MakeWriter,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    earlier = Outbox(tmp_path / "o.jsonl")
+    await earlier.put({"n": 0})
+    await earlier.close()
+    writer = make_writer()
+
+    async def read_only_ack(upto_seq: int) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(writer.outbox, "ack", read_only_ack)
+    with caplog.at_level("WARNING", logger="jarvismem.tiers.durable"):
+        assert not await writer.flush(timeout=5.0, stop_at_failure=True)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("outbox disk refused" in line for line in logged), logged
+    assert not any("unavailable" in line for line in logged), logged
+
+
 # --- replay ---------------------------------------------------------------------------------------
 
 
@@ -632,7 +738,8 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
 ) -> None:
     import redis.asyncio as aioredis
 
-    from jarvismem.backends.redis import recovery_probe, redis_errors
+    from jarvismem.backends.redis import RedisBackend
+    from jarvismem.backends.redis_failures import redis_errors
     from tests.harness.redis_server import RedisServerProcess
 
     server = RedisServerProcess(tmp_path / "redis", persistence=False)
@@ -648,7 +755,7 @@ async def test_a_record_queued_while_redis_was_down_lands_soon_after_it_restarts
         box,
         apply,
         policy=WriterPolicy(timeout=2.0, max_backoff=60.0),
-        probe=recovery_probe(client),
+        probe=RedisBackend(client).probe,
     )
     writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
     server.start()  # only once nothing before the cleanup below can raise

@@ -6,7 +6,7 @@ The package is split by job:
 
 * :mod:`.format`: the on-disk encodings (record lines, destination stamps,
   cursor, dead letters);
-* :mod:`.locks`: the per-path registry, the file lock and the delivery claim;
+* :mod:`.locks`: the per-object state, the file lock and the delivery claim;
 * :mod:`.store`: :class:`Outbox` (append, peek, ack, dead-letter, compaction);
 * :mod:`.deliver`: :class:`Deliverer`, the one deliverer of every outbox
   (apply in order, retry outages, dead-letter refusals);

@@ -1,15 +1,17 @@
-"""Who may touch an outbox file when: the per-path registry, the file lock, the delivery claim.
+"""Who may touch an outbox file when: the object's state, the file lock, the delivery claim.
 
-* One :class:`SharedState` per outbox path in a process (the registry), shared
-  by every :class:`~jarvismem.backends.outbox.store.Outbox` object of that path:
-  its cached view of the files and its locks.
-* :class:`Locked`: a thread mutex (this process) plus an ``flock`` on
-  ``<path>.lock`` (other processes) around one file operation. The lock file's
-  descriptor is open only while records are pending: an idle outbox holds no
-  file descriptor.
+* One :class:`OutboxState` per :class:`~jarvismem.backends.outbox.store.Outbox`
+  object: its cached view of the files and its own lock descriptors. Two
+  objects of one path in one process exclude each other exactly as two
+  processes do: ``flock`` locks belong to an open file description, and each
+  object opens its own.
+* :class:`Locked`: a thread mutex (the object's worker threads) plus an
+  ``flock`` on ``<path>.lock`` (every other object and process) around one
+  file operation. The lock file's descriptor is open only while records are
+  pending: an idle outbox holds no file descriptor.
 * The delivery claim: a non-blocking ``flock`` on ``<path>.deliver.lock`` making
-  one deliverer per path on the machine; not re-entrant (a second claim in the
-  same process is refused like one from another process).
+  one deliverer per path on the machine; not re-entrant (a second claim by the
+  same object is refused like one by another object or process).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from jarvismem.backends.outbox.format import sibling
 
 __all__ = [
     "Locked",
-    "SharedState",
-    "acquire_shared",
+    "OutboxState",
+    "close_state",
     "open_lock_file",
+    "open_state",
     "release_claim",
-    "release_shared",
     "try_claim",
     "try_lock_inline",
     "unlock_inline",
@@ -62,8 +64,8 @@ def open_lock_file(path: Path) -> int:
 
 
 @dataclass
-class SharedState:
-    """State of one outbox path, shared by every Outbox object of this process."""
+class OutboxState:
+    """State of one Outbox object: its view of the files and its lock descriptors."""
 
     path: Path
     cursor_path: Path
@@ -74,7 +76,6 @@ class SharedState:
     # that holds ``mutex`` while it waits for another process's flock.
     claim_mutex: threading.Lock = field(default_factory=threading.Lock)
     lock_fd: int | None = None
-    users: int = 0
     # Cached view of the files; valid while gen matches and the file did not shrink.
     gen: int = -1
     acked: int = 0
@@ -90,7 +91,7 @@ class SharedState:
     stamped_for: dict[int, str] = field(default_factory=dict)
     pending_bytes: int = 0
     loaded: bool = False
-    # The delivery claim of this path in this process (None = not held here).
+    # The delivery claim held by this object (None = not held).
     claim_fd: int | None = None
     in_burst: bool = False
     burst_drops: int = 0
@@ -106,7 +107,7 @@ class SharedState:
     claim_error: str | None = None
     claim_failures: int = 0
     claim_retry_at: float = 0.0
-    # The destination file was seen or written by this process (Outbox.destination_file).
+    # The destination file was seen or written by this object (Outbox.destination_file).
     destination_recorded: bool = False
 
     def pop_acked(self) -> None:
@@ -118,56 +119,33 @@ class SharedState:
                 self.stamped_for.pop(seq, None)
 
 
-_registry: dict[Path, SharedState] = {}
-# Re-entrant: an Outbox's weakref finalizer calls release_shared, and the garbage
-# collector may run it at any allocation, including inside acquire_shared on this
-# very thread while the lock is held (a plain Lock then deadlocks the process). The
-# nested release only drops another path's last user: a path being acquired has a
-# live user, so its state cannot be finalized meanwhile.
-_registry_lock = threading.RLock()
-
-
-def acquire_shared(path: Path) -> SharedState:
-    """The shared state of ``path`` (created on first use); pair with :func:`release_shared`."""
+def open_state(path: Path) -> OutboxState:
+    """A fresh state for an outbox at ``path`` (no I/O but resolving the path)."""
     resolved = path.resolve()
-    with _registry_lock:
-        shared = _registry.get(resolved)
-        if shared is None:
-            shared = SharedState(
-                path=resolved,
-                cursor_path=sibling(resolved, ".cursor"),
-                lock_path=sibling(resolved, ".lock"),
-            )
-            _registry[resolved] = shared
-        shared.users += 1
-        return shared
+    return OutboxState(
+        path=resolved,
+        cursor_path=sibling(resolved, ".cursor"),
+        lock_path=sibling(resolved, ".lock"),
+    )
 
 
-def release_shared(shared: SharedState) -> None:
-    """Drop one user; the last one closes the descriptors and forgets the path."""
-    with _registry_lock:
-        shared.users -= 1
-        if shared.users > 0:
-            return
-        _registry.pop(shared.path, None)
-    with shared.mutex:
-        if shared.lock_fd is not None:
-            os.close(shared.lock_fd)
-            shared.lock_fd = None
-    with shared.claim_mutex:
-        if shared.claim_fd is not None:
-            os.close(shared.claim_fd)
-            shared.claim_fd = None
+def close_state(state: OutboxState) -> None:
+    """Close the state's descriptors (dropping its flocks). Idempotent."""
+    with state.mutex:
+        if state.lock_fd is not None:
+            os.close(state.lock_fd)
+            state.lock_fd = None
+    release_claim(state)
 
 
 class Locked:
-    """Thread mutex (this process) + flock (other processes) around one file operation."""
+    """The object's thread mutex + its flock (every other object and process) around one file op."""
 
-    def __init__(self, shared: SharedState) -> None:
-        self.shared = shared
+    def __init__(self, state: OutboxState) -> None:
+        self.state = state
 
-    def __enter__(self) -> SharedState:
-        s = self.shared
+    def __enter__(self) -> OutboxState:
+        s = self.state
         s.mutex.acquire()
         try:
             if s.lock_fd is None:
@@ -179,7 +157,7 @@ class Locked:
         return s
 
     def __exit__(self, *exc: object) -> None:
-        s = self.shared
+        s = self.state
         try:
             if s.lock_fd is not None:
                 fcntl.flock(s.lock_fd, fcntl.LOCK_UN)
@@ -192,43 +170,43 @@ class Locked:
             s.mutex.release()
 
 
-def try_lock_inline(shared: SharedState) -> bool:
+def try_lock_inline(state: OutboxState) -> bool:
     """Take the mutex and the flock without waiting (False: someone holds one).
 
     For the event loop, which must never wait: on True, release with
     :func:`unlock_inline`. Never creates the lock file (the first use of a
     path goes through :class:`Locked` in a worker thread).
     """
-    if not shared.mutex.acquire(blocking=False):
+    if not state.mutex.acquire(blocking=False):
         return False
-    if shared.lock_fd is None:
-        shared.mutex.release()
+    if state.lock_fd is None:
+        state.mutex.release()
         return False
     try:
-        fcntl.flock(shared.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(state.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        shared.mutex.release()
+        state.mutex.release()
         return False
     except BaseException:
-        shared.mutex.release()
+        state.mutex.release()
         raise
     return True
 
 
-def unlock_inline(shared: SharedState) -> None:
+def unlock_inline(state: OutboxState) -> None:
     """Release what :func:`try_lock_inline` took."""
     try:
-        if shared.lock_fd is not None:
-            fcntl.flock(shared.lock_fd, fcntl.LOCK_UN)
+        if state.lock_fd is not None:
+            fcntl.flock(state.lock_fd, fcntl.LOCK_UN)
     finally:
-        shared.mutex.release()
+        state.mutex.release()
 
 
-def try_claim(shared: SharedState) -> bool:
+def try_claim(state: OutboxState) -> bool:
     """Become the only deliverer of this path on the machine (non-blocking, not re-entrant)."""
-    lock_path = sibling(shared.path, ".deliver.lock")
-    with shared.claim_mutex:
-        if shared.claim_fd is not None:
+    lock_path = sibling(state.path, ".deliver.lock")
+    with state.claim_mutex:
+        if state.claim_fd is not None:
             return False
         fd = open_lock_file(lock_path)
         try:
@@ -236,13 +214,13 @@ def try_claim(shared: SharedState) -> bool:
         except BlockingIOError:
             os.close(fd)
             return False
-        shared.claim_fd = fd
+        state.claim_fd = fd
         return True
 
 
-def release_claim(shared: SharedState) -> None:
-    """Give up this process's claim of the path (closing the descriptor drops its flock)."""
-    with shared.claim_mutex:
-        fd, shared.claim_fd = shared.claim_fd, None
+def release_claim(state: OutboxState) -> None:
+    """Give up this object's claim of the path (closing the descriptor drops its flock)."""
+    with state.claim_mutex:
+        fd, state.claim_fd = state.claim_fd, None
     if fd is not None:
         os.close(fd)

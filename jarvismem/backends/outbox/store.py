@@ -49,6 +49,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 import weakref
 from collections import deque
@@ -70,10 +71,10 @@ from jarvismem.backends.outbox.format import (
 )
 from jarvismem.backends.outbox.locks import (
     Locked,
-    SharedState,
-    acquire_shared,
+    OutboxState,
+    close_state,
+    open_state,
     release_claim,
-    release_shared,
     try_claim,
     try_lock_inline,
     unlock_inline,
@@ -97,10 +98,10 @@ def _describe(exc: OSError) -> str:
     return f"{type(exc).__name__} (errno {exc.errno}: {exc.strerror or exc})"
 
 
-def _forget_unchanged(shared: SharedState, mark: weakref.ref[asyncio.AbstractEventLoop]) -> None:
+def _forget_unchanged(state: OutboxState, mark: weakref.ref[asyncio.AbstractEventLoop]) -> None:
     # The loop's next turn: the next stale() stats the file again.
-    if shared.unchanged_in is mark:
-        shared.unchanged_in = None
+    if state.unchanged_in is mark:
+        state.unchanged_in = None
 
 
 class Outbox:
@@ -157,36 +158,36 @@ class Outbox:
         if destination is not None:
             self._destination_info["digest"] = destination
         self._dst = destination_stamp(destination)
-        self._shared = acquire_shared(self.path)
-        self._dead_path = sibling(self._shared.path, ".dead")
+        self._state = open_state(self.path)
+        self._dead_path = sibling(self._state.path, ".dead")
         self._claimed = False
         self._closed = False
-        # Release the registry entry even if close() is never awaited.
-        self._finalizer = weakref.finalize(self, release_shared, self._shared)
+        # Close its descriptors even if close() is never awaited.
+        self._finalizer = weakref.finalize(self, close_state, self._state)
 
     # --- public API ------------------------------------------------------------------
 
     @property
     def loaded(self) -> bool:
-        """True once this process has read the files (the pending count is known)."""
-        return self._shared.loaded
+        """True once this object has read the files (the pending count is known)."""
+        return self._state.loaded
 
     async def load(self) -> int:
         """Read the files once (in a worker thread); returns the pending count."""
-        if not self._shared.loaded:
+        if not self._state.loaded:
             return await self.refresh()
-        return len(self._shared.index)
+        return len(self._state.index)
 
     def stale(self) -> bool:
-        """True when the data file changed behind this process's view (one ``stat``).
+        """True when the data file changed behind this object's view (one ``stat``).
 
-        Another process appended records (a leftover of a crashed peer, or a
+        Another process or object appended records (a leftover of a crashed peer, or a
         peer's outage) or delivered some; :meth:`refresh` re-reads. Cheap
         enough to call on every write: a metadata syscall, no read, no lock, and
         at most one per outbox per turn of the event loop (an unchanged file is
         not looked at again until the loop's next turn).
         """
-        s = self._shared
+        s = self._state
         if not s.loaded:
             return True
         try:
@@ -226,21 +227,21 @@ class Outbox:
         """
         self._check_open()
         encoded = encode_record(record)
-        shared = self._shared
+        state = self._state
         if (
-            shared.loaded
-            and shared.thread_puts == 0
+            state.loaded
+            and state.thread_puts == 0
             and not self.fsync
             and len(encoded) <= INLINE_WRITE_MAX_BYTES
         ):
             done = self._try_put_inline(encoded)
             if done is not None:
                 return done
-        shared.thread_puts += 1
+        state.thread_puts += 1
         try:
             return await asyncio.to_thread(self._put_sync, encoded)
         finally:
-            shared.thread_puts -= 1
+            state.thread_puts -= 1
 
     async def peek(self, n: int = 100) -> list[tuple[int, dict[str, Any]]]:
         """Up to ``n`` pending records, oldest first, as ``(seq, record)``."""
@@ -255,42 +256,42 @@ class Outbox:
         await asyncio.to_thread(self._ack_sync, upto_seq)
 
     def __len__(self) -> int:
-        """Pending records, as last seen by this process."""
-        return len(self._shared.index)
+        """Pending records, as last seen by this object."""
+        return len(self._state.index)
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes of pending record lines, as last seen by this process."""
-        return self._shared.pending_bytes
+        """Bytes of pending record lines, as last seen by this object."""
+        return self._state.pending_bytes
 
     @property
     def dead(self) -> int:
         """Records moved to the dead-letter file ``<path>.dead`` (persisted)."""
-        return self._shared.dead
+        return self._state.dead
 
     @property
     def foreign(self) -> int:
-        """Records stamped for another destination, dead-lettered by this process."""
-        return self._shared.foreign
+        """Records stamped for another destination, dead-lettered by this object."""
+        return self._state.foreign
 
     def misdirected_to(self, seq: int) -> str | None:
         """The other destination pending record ``seq`` is stamped for (None: it is ours)."""
-        return self._shared.stamped_for.get(seq)
+        return self._state.stamped_for.get(seq)
 
     @property
     def dropped(self) -> int:
         """Records refused because the outbox was full (persisted with the cursor)."""
-        return self._shared.dropped
+        return self._state.dropped
 
     @dropped.setter
     def dropped(self, value: int) -> None:
         # Callers may count their own drops (e.g. an unreplayable record); the new
         # value is persisted with the next cursor update (ack, drop or close).
-        self._shared.dropped = int(value)
-        self._shared.dropped_dirty = True
+        self._state.dropped = int(value)
+        self._state.dropped_dirty = True
 
     async def refresh(self) -> int:
-        """Re-read the files (records appended by other processes); returns pending count.
+        """Re-read the files (appended by other processes or objects); returns pending count.
 
         Never raises for a disk error: the view stays as last read (see
         :attr:`disk_error`), and the next write or delivery meets the error
@@ -300,19 +301,19 @@ class Outbox:
         try:
             pending = await asyncio.to_thread(self._refresh_sync)
         except OSError as exc:
-            self._shared.read_error = self._note_disk_error(
-                self._shared.read_error, "read its files", exc
+            self._state.read_error = self._note_disk_error(
+                self._state.read_error, "read its files", exc
             )
-            return len(self._shared.index)
-        if self._shared.read_error is not None:
+            return len(self._state.index)
+        if self._state.read_error is not None:
             log.warning("outbox %s: its files can be read again", self.path)
-            self._shared.read_error = None
+            self._state.read_error = None
         return pending
 
     @property
     def disk_error(self) -> str | None:
         """The disk error that stops reading the files or taking the claim (None: none)."""
-        return self._shared.read_error or self._shared.claim_error
+        return self._state.read_error or self._state.claim_error
 
     def _note_disk_error(self, previous: str | None, what: str, exc: OSError) -> str:
         """Log a disk error once (again only when it changes); returns its description."""
@@ -331,13 +332,13 @@ class Outbox:
 
         Not re-entrant: False when any deliverer holds the claim, including
         this very object or another :class:`Outbox` of the same path in this
-        process. Non-blocking (``flock`` with ``LOCK_NB`` on
+        process (each object locks its own descriptor). Non-blocking (``flock`` with ``LOCK_NB`` on
         ``<path>.deliver.lock``; the loop never waits for another process).
         Two deliverers replaying one file at once would send records twice
         and could apply an older write after a newer one. False too (logged,
         retried after a capped backoff) when the disk refuses the lock file.
         """
-        s = self._shared
+        s = self._state
         if s.claim_error is not None and time.monotonic() < s.claim_retry_at:
             return False  # the disk refused the last try: wait out its backoff
         try:
@@ -367,7 +368,7 @@ class Outbox:
         if not self._claimed:
             return
         self._claimed = False
-        release_claim(self._shared)
+        release_claim(self._state)
 
     async def dead_letter(
         self, seq: int | None, record: dict[str, Any], reason: str, *, misdirected: bool = False
@@ -386,7 +387,7 @@ class Outbox:
         await asyncio.to_thread(self._dead_letter_sync, seq, line, misdirected)
 
     def _dead_letter_sync(self, seq: int | None, line: str, misdirected: bool) -> None:
-        with Locked(self._shared) as s:
+        with Locked(self._state) as s:
             self._sync(s)
             fd = os.open(self._dead_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -423,8 +424,8 @@ class Outbox:
             raise RuntimeError(f"outbox {self.path.name} is closed")
 
     def _close_sync(self) -> None:
-        if self._shared.dropped_dirty:
-            with Locked(self._shared) as s:
+        if self._state.dropped_dirty:
+            with Locked(self._state) as s:
                 self._sync(s)
                 self._write_cursor(s)
         self._finalizer()
@@ -432,7 +433,7 @@ class Outbox:
     def _refresh_sync(self) -> int:
         if self._nothing_on_disk():
             return 0
-        with Locked(self._shared) as s:
+        with Locked(self._state) as s:
             if not s.loaded and self.legacy_path is not None:
                 self._adopt_legacy(s, self.legacy_path)
             self._sync(s)
@@ -446,7 +447,7 @@ class Outbox:
         the lock this is a snapshot, which is all a reader needs: a peer that
         creates the file later changes its size, so :meth:`stale` notices.
         """
-        s = self._shared
+        s = self._state
         with s.mutex:
             if s.index or s.lock_fd is not None or s.dropped_dirty:
                 return False
@@ -459,7 +460,7 @@ class Outbox:
             s.known_size = 0
             return True
 
-    def _adopt_legacy(self, s: SharedState, legacy: Path) -> None:
+    def _adopt_legacy(self, s: OutboxState, legacy: Path) -> None:
         """Move an earlier version's outbox (data and cursor) here, if this one is new."""
         if s.path.exists() or not legacy.exists():
             return
@@ -481,14 +482,14 @@ class Outbox:
         can wait: the mutex and the flock are taken non-blocking, and the first
         put (which creates folders and the lock file) always uses the thread.
         """
-        s = self._shared
+        s = self._state
         if self.destination_file is not None and not s.destination_recorded:
             return None  # the first put records the destination: worker-thread work
         if not try_lock_inline(s):
             return None
         try:
             if os.stat(s.path).st_size != s.known_size:
-                # Another process changed the file: catching up may mean a
+                # Another process or object changed the file: catching up may mean a
                 # scan of its records, which is worker-thread work.
                 return None
             return self._put_locked(s, encoded)
@@ -498,10 +499,10 @@ class Outbox:
             unlock_inline(s)
 
     def _put_sync(self, encoded: str) -> bool:
-        with Locked(self._shared) as s:
+        with Locked(self._state) as s:
             return self._put_locked(s, encoded)
 
-    def _put_locked(self, s: SharedState, encoded: str) -> bool:
+    def _put_locked(self, s: OutboxState, encoded: str) -> bool:
         """Append one record; the caller holds the mutex and the flock."""
         self._sync(s)
         seq = max(s.last_seq, s.acked) + 1
@@ -549,11 +550,13 @@ class Outbox:
         s.known_size = start + len(line)
         return True
 
-    def _record_destination(self, s: SharedState, where: Path) -> None:
+    def _record_destination(self, s: OutboxState, where: Path) -> None:
         """Write the destination file if missing (atomically: a reader sees all or nothing)."""
         if not where.exists():
             where.parent.mkdir(parents=True, exist_ok=True)
-            tmp = sibling(where, f".{os.getpid()}.tmp")
+            # Every outbox of one backend records this file, each under its own lock:
+            # a temporary name per thread, so two first puts never share one.
+            tmp = sibling(where, f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps(self._destination_info, sort_keys=True), encoding="utf-8")
             os.replace(tmp, where)
         s.destination_recorded = True
@@ -561,7 +564,7 @@ class Outbox:
     def _peek_sync(self, n: int) -> list[tuple[int, dict[str, Any]]]:
         if self._nothing_on_disk():
             return []
-        with Locked(self._shared) as s:
+        with Locked(self._state) as s:
             self._sync(s)
             wanted = [s.index[i] for i in range(min(n, len(s.index)))]
             if not wanted:
@@ -576,11 +579,11 @@ class Outbox:
         return out
 
     def _ack_sync(self, upto_seq: int) -> None:
-        with Locked(self._shared) as s:
+        with Locked(self._state) as s:
             self._sync(s)
             self._ack_locked(s, upto_seq)
 
-    def _ack_locked(self, s: SharedState, upto_seq: int) -> None:
+    def _ack_locked(self, s: OutboxState, upto_seq: int) -> None:
         if upto_seq <= s.acked and not s.dropped_dirty:
             return
         s.acked = max(s.acked, upto_seq)
@@ -588,7 +591,7 @@ class Outbox:
         self._maybe_compact(s)
         s.in_burst = s.in_burst and len(s.index) >= self.max_entries
 
-    def _maybe_compact(self, s: SharedState) -> None:
+    def _maybe_compact(self, s: OutboxState) -> None:
         """Persist the cursor; rewrite the data file when drained or mostly delivered."""
         if not s.index:
             # Cursor first: if we die before truncating, every line is <= acked anyway.
@@ -615,7 +618,7 @@ class Outbox:
             return
         self._write_cursor(s)
 
-    def _write_cursor(self, s: SharedState) -> None:
+    def _write_cursor(self, s: OutboxState) -> None:
         tmp = sibling(s.cursor_path, ".tmp")
         payload = encode_cursor(Cursor(acked=s.acked, dropped=s.dropped, gen=s.gen, dead=s.dead))
         with open(tmp, "w", encoding="utf-8") as fh:
@@ -626,7 +629,7 @@ class Outbox:
         os.replace(tmp, s.cursor_path)
         s.dropped_dirty = False
 
-    def _read_cursor(self, s: SharedState) -> Cursor:
+    def _read_cursor(self, s: OutboxState) -> Cursor:
         try:
             raw = s.cursor_path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -639,7 +642,7 @@ class Outbox:
             )
             return Cursor(acked=0, dropped=s.dropped, gen=s.gen + 1, dead=s.dead)
 
-    def _sync(self, s: SharedState) -> None:
+    def _sync(self, s: OutboxState) -> None:
         """Bring the cached view up to date with the files (we hold the lock)."""
         acked, dropped, gen, dead = self._read_cursor(s)
         s.loaded = True
@@ -653,7 +656,7 @@ class Outbox:
         except FileNotFoundError:
             size = 0
         if gen != s.gen or size < s.known_size:
-            # First use, or another process compacted: read the whole file again.
+            # First use, or another process or object compacted: read the whole file again.
             s.gen, s.acked = gen, acked
             s.index.clear()
             s.stamped_for.clear()
@@ -667,7 +670,7 @@ class Outbox:
             if size > s.known_size:
                 self._scan(s, s.known_size, size)
 
-    def _scan(self, s: SharedState, start: int, size: int) -> None:
+    def _scan(self, s: OutboxState, start: int, size: int) -> None:
         if size <= start:
             s.known_size = size
             return

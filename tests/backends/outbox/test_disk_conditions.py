@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.redis import create_redis
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.backends.redis_connect import create_redis
+from jarvismem.resilience import Backoff
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from jarvismem.settings import Settings
 from tests.backends.outbox.conftest import append_raw
 from tests.conftest import Factory
-from tests.harness.redis_server import free_port
+from tests.harness.redis_server import RedisServerProcess, free_port
 
 TMPFS_SIZE = "64k"
 
@@ -52,12 +53,26 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
     try:
         yield where
     finally:
-        if not _run("umount", str(where)):
-            _run("umount", "-l", str(where))
+        for _ in range(3):  # a read-only bind layer (bind_read_only), then the tmpfs
+            if not where.is_mount():
+                break
+            if not _run("umount", str(where)):
+                _run("umount", "-l", str(where))
 
 
 def remount_read_only(where: Path) -> None:
     assert _run("mount", "-o", "remount,ro", str(where)), "remount read-only failed"
+
+
+def bind_read_only(where: Path) -> None:
+    """Lay a read-only bind mount over ``where`` while files there are open for writing.
+
+    A remount refuses then (the outbox keeps its lock file open); new opens fail
+    with EROFS while descriptors opened before keep working, as on a disk that
+    turns read-only under a running process.
+    """
+    assert _run("mount", "--bind", str(where), str(where)), "bind mount failed"
+    assert _run("mount", "-o", "remount,bind,ro", str(where)), "read-only bind remount failed"
 
 
 @pytest.fixture
@@ -77,7 +92,7 @@ def down_runtime(make_settings: Factory, make_runtime: Factory) -> Callable[[Pat
             redis_connect_retries=0,
         )
         runtime: MemoryRuntime = make_runtime(
-            settings=settings, redis=create_redis(settings), owns_clients=True
+            settings=settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
         )
         return runtime
 
@@ -223,3 +238,46 @@ async def test_the_folder_replaced_by_a_file_drops_counts_and_keeps_replaying(
     mem_health = await mem.health()
     assert mem_health["outboxes"][f"redis[{workflow_id}]"]["disk_error"], mem_health
     assert any("local outbox disk" in reason for reason in mem_health["reasons"]), mem_health
+
+
+async def test_a_turn_the_read_only_disk_refuses_lands_behind_the_backlog_once_redis_takes_writes(
+    tmpfs: Path,
+    redis_server: RedisServerProcess,
+    make_settings: Factory,
+    make_runtime: Factory,
+) -> None:
+    import redis.asyncio as aioredis
+
+    workflow_id = "wf-" + uuid.uuid4().hex[:8]
+    settings = make_settings(redis_url=redis_server.url, storage_backend="none", outbox_path=tmpfs)
+    rt: MemoryRuntime = make_runtime(
+        settings=settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
+    )
+    mem = rt.memory(workflow_id, "s1", "a1")
+    await mem.log_turn(1, "thought", "action", "result")  # live
+    writer = rt.workflow(workflow_id).redis_writer
+    assert writer is not None
+    # A replay backoff longer than the test: nothing but the new turn may end it.
+    writer._backoff = Backoff(base=30.0, cap=60.0, jitter="none")
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        # Out of memory: Redis refuses writes (PING still answers); turns queue.
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", 1)
+        for turn in range(2, 5):
+            await mem.log_turn(turn, "thought", "action", "result")
+        assert writer.health()["pending"] == 3
+        await asyncio.sleep(0.5)  # the replay failed, retried once on the probe, backs off
+        assert writer.health()["pending"] == 3
+        # Redis takes writes again while the replay waits; the outbox disk turns read-only.
+        await admin.config_set("maxmemory", 0)
+    finally:
+        await admin.aclose()
+    bind_read_only(tmpfs)
+    await mem.log_turn(5, "thought", "action", "result")
+    # Acknowledged, so kept: behind the backlog, none dropped.
+    assert writer.health()["dropped"] == 0
+    ledger = rt.workflow(workflow_id).ledger
+    assert ledger is not None
+    assert [e["turn_id"] for e in await ledger.full_history()] == ["1", "2", "3", "4", "5"]
+    await rt.close()  # before the tmpfs is unmounted

@@ -11,7 +11,10 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,12 +112,12 @@ class _StatCounter:
 async def test_stale_looks_once_per_turn_of_the_loop(
     open_outbox: OpenOutbox, outbox_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ob, other = open_outbox(), open_outbox()  # two objects, one file: shared state
+    ob = open_outbox()  # one workflow's writer: every agent of it writes through it
     await ob.put({"i": 0})
     await asyncio.sleep(0)
     stats = _StatCounter(outbox_path, monkeypatch)
     # 64 agents' writes ready in one turn: one stat between them.
-    assert not any(box.stale() for _ in range(32) for box in (ob, other))
+    assert not any(ob.stale() for _ in range(64))
     assert stats.calls == 1
     await asyncio.sleep(0)
     assert not ob.stale()
@@ -181,7 +184,7 @@ def test_a_loop_closed_after_a_look_is_not_kept_alive(tmp_path: Path) -> None:
     loop.call_soon(last_turn, loop)
     loop.run_forever()
     assert looked == [False]
-    assert box._shared.unchanged_in is not None  # looked, and the mark was never cleared
+    assert box._state.unchanged_in is not None  # looked, and the mark was never cleared
     loop.close()
     gone = weakref.ref(loop)
     del loop
@@ -338,6 +341,72 @@ async def test_a_mostly_delivered_large_file_is_rewritten(
     assert await pending_ids(ob) == [count - 2, count - 1]
     peer = open_outbox()  # another reader follows the rewrite (its generation changed)
     assert await pending_ids(peer) == [count - 2, count - 1]
+
+
+async def test_outboxes_sharing_a_destination_file_record_it_at_once_without_failing(
+    open_outbox: OpenOutbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every workflow's outbox of one backend records the same destination file: their
+    # first puts, in two worker threads at once, both write and rename it. One
+    # temporary name for both would leave the second rename without its file.
+    where = tmp_path / "destination.json"
+    info = {"kind": "redis", "address": "redis:127.0.0.1:6379/0"}
+    boxes = [
+        open_outbox(tmp_path / f"wf{n}.jsonl", destination_file=where, destination_info=info)
+        for n in range(2)
+    ]
+    both_written = threading.Barrier(2, timeout=5)
+    real_replace = os.replace
+
+    def replace_together(src: Any, dst: Any) -> None:
+        if Path(dst) == where:
+            both_written.wait()  # each wrote its temporary file; now both rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_together)
+    assert await asyncio.gather(*(box.put({"i": n}) for n, box in enumerate(boxes))) == [
+        True,
+        True,
+    ]
+    assert json.loads(where.read_text())["address"] == info["address"]
+    assert [await pending_ids(box) for box in boxes] == [[0], [1]]
+    assert [n for n in await asyncio.to_thread(os.listdir, tmp_path) if n.endswith(".tmp")] == []
+
+
+async def test_an_append_by_another_object_waits_for_a_compaction_of_the_same_path(
+    open_outbox: OpenOutbox, outbox_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two objects of one path in one process: each locks its own descriptor, so the
+    # file lock excludes them as it does two processes. An append made between the
+    # copy of the tail and the rename over the data file would be lost.
+    compactor, appender = open_outbox(), open_outbox()
+    pad = "x" * 10_000
+    count = COMPACT_MIN_BYTES // 10_000 + 10
+    for i in range(count):
+        await compactor.put({"i": i, "pad": pad})
+    assert await appender.load() == count
+    pending = await compactor.peek(count)
+    in_rewrite = threading.Event()
+    real_replace = os.replace
+
+    def slow_replace(src: Any, dst: Any) -> None:
+        if Path(dst) == outbox_path.resolve() and not in_rewrite.is_set():
+            in_rewrite.set()  # the tail is copied; the rename is next
+            time.sleep(0.5)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", slow_replace)
+    compaction = asyncio.ensure_future(compactor.ack(pending[-3][0]))
+    assert await asyncio.to_thread(in_rewrite.wait, 5)
+    append = asyncio.ensure_future(appender.put({"i": "late"}))
+    await asyncio.sleep(0.2)
+    assert not append.done()  # waits for the compaction's file lock
+    await compaction
+    assert await append
+    assert file_size(outbox_path) < 4 * 10_100  # it was rewritten
+    expected = [count - 2, count - 1, "late"]
+    assert await pending_ids(compactor) == expected
+    assert await pending_ids(open_outbox()) == expected
 
 
 # --- damaged files --------------------------------------------------------------------------

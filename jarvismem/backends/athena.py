@@ -1,25 +1,15 @@
-"""HTTP client of the Athena MemOS service (wire format: ``ATHENA_API.md``).
+"""HTTP client of the Athena MemOS service (wire format: the Athena API notes).
 
 One :class:`httpx.AsyncClient` per :class:`AthenaClient`, reused for every call.
-Credentials are sent only to the configured base URL: requests use relative
-paths and redirects are never followed, so a redirect to another host cannot
-carry the API key or JWT away.
-
-Retry policy (why it differs per endpoint):
-
-* Reads (``GET`` routes and the read-only ``context/search`` POST) are retried
-  with exponential backoff on 5xx (except 501), 429, timeouts and network errors:
-  repeating them has no effect on the server.
-* Session creation and event/interaction posts are NOT idempotent on the server
-  (each call makes a new session or appends a new event). They are retried only
-  when the connection was refused or could not be opened, i.e. when the request
-  provably never reached the server. A timeout or a 5xx after the request was
-  sent is raised to the caller, which decides (the Athena tier keeps the record
-  in its durable outbox and tags it with an idempotency key).
+Credentials go to the configured base URL only (relative paths, no redirects
+followed). Reads are retried on outages; session creation and event posts are not
+idempotent on the server, so they are retried only when the request provably never
+reached it. Why, in full: docs/athena.md, "Requests and retries".
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -146,8 +136,24 @@ def _server_message(response: httpx.Response) -> tuple[str, int | None]:
     return text, code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
+class _LoopState:
+    """The client's asyncio primitives on one event loop (each serves the loop it was made on)."""
+
+    __slots__ = ("loop", "session_locks", "write_slots")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.write_slots: asyncio.Semaphore | None = None
+        self.session_locks: dict[str, asyncio.Lock] = {}
+
+
 class AthenaClient:
     """Async client of one Athena server.
+
+    Besides the HTTP pool it holds what every memory using it shares: the bound
+    on concurrent write requests (:meth:`write_slots`) and the session ids it
+    created, for use without Redis (:meth:`known_session`). Both belong to the
+    client because both belong to its server and its pool.
 
     Args:
         base_url: ``http(s)://host[:port]`` of the server (no trailing path needed).
@@ -198,6 +204,8 @@ class AthenaClient:
             transport=transport,
             headers={"Accept": "application/json", "User-Agent": "jarvismem-athena/0.1"},
         )
+        self._loop_state: _LoopState | None = None
+        self._sessions: dict[str, str] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> AthenaClient:
@@ -223,6 +231,43 @@ class AthenaClient:
     def is_closed(self) -> bool:
         """True after :meth:`aclose`."""
         return self._http.is_closed
+
+    # --- state shared by the memories using this client ---------------------------------
+
+    def _on_loop(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        state = self._loop_state
+        if state is None or state.loop is not loop:
+            # A client used from a new loop (asyncio.run again): fresh primitives.
+            state = self._loop_state = _LoopState(loop)
+        return state
+
+    def write_slots(self, limit: int) -> asyncio.Semaphore:
+        """The bound on this client's concurrent write requests (``limit`` sets it when made).
+
+        One for every memory using the client: the limit protects the server
+        and the pool, which they share.
+        """
+        state = self._on_loop()
+        if state.write_slots is None:
+            state.write_slots = asyncio.Semaphore(limit)
+        return state.write_slots
+
+    def session_lock(self, key: str) -> asyncio.Lock:
+        """The lock under which one session (named by ``key``) is created without Redis."""
+        locks = self._on_loop().session_locks
+        lock = locks.get(key)
+        if lock is None:
+            lock = locks[key] = asyncio.Lock()
+        return lock
+
+    def known_session(self, key: str) -> str | None:
+        """The session id remembered under ``key`` by :meth:`remember_session`, if any."""
+        return self._sessions.get(key)
+
+    def remember_session(self, key: str, session_id: str) -> None:
+        """Keep ``session_id`` under ``key`` for every memory using this client (no Redis)."""
+        self._sessions[key] = session_id
 
     def __repr__(self) -> str:
         return f"AthenaClient({mask_url(self._base_url)!r}, auth={bool(self._auth)})"

@@ -16,6 +16,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.keys import KeySpace
 from jarvismem.redaction import Redactor
 from jarvismem.resilience import Backoff
@@ -55,6 +56,8 @@ def log_task_failure(task: asyncio.Future[Any]) -> None:
 class AthenaFactory:
     """Builds an agent's AthenaMemory and its outbox from the engine's clients (no I/O).
 
+    ``redis``: the runtime's backend (session cache and delivery markers), or None.
+
     A separate object (not a method of the engine) so that the agents' table
     does not hold the engine: an engine nobody uses is freed at once.
     """
@@ -62,7 +65,7 @@ class AthenaFactory:
     def __init__(
         self,
         client: AthenaClient,
-        redis: Any,
+        redis: RedisBackend | None,
         *,
         keyspace: KeySpace,
         settings: Settings,

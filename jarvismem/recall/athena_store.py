@@ -1,23 +1,9 @@
 """Recall through the Athena service: facts go in as ``observation`` events, recall is a search.
 
-Athena keeps memory per (tenant, user, agent) and answers searches with a raw
-**L2 distance** in ``similarity_score`` (LOWER is closer). This store turns it
-into a similarity ``1 / (1 + distance)`` (in (0, 1], HIGHER is closer) and sorts
-by that, descending; the server itself does not sort its hits.
-
-Long-term graph nodes (``source_type == "ltm_node"``) are left out unless the
-store is built with ``include_graph_hits=True`` (``ATHENA_INCLUDE_GRAPH_HITS``):
-the server's graph lookup ignores tenant, user and agent, so such a hit may be
-another tenant's data, not this agent's memory. When included they carry no
-distance (the server sends 0), get score 0.0 and come after every scored hit.
-
-Limits, stated plainly: Athena has no listing or update endpoint and scopes
-memory by (tenant, user) only (the runtime puts the namespace, and with
-``ATHENA_ISOLATE_AGENTS`` the agent, into the user id). ``list_entries``
-therefore returns what this store object wrote in this process, an upsert by
-id sends a new observation (Athena keeps both), and recall may return facts
-from any session (and, without ``ATHENA_ISOLATE_AGENTS``, any agent) of the
-namespace.
+Athena answers a raw L2 distance and does not sort; this store scores hits
+``1 / (1 + distance)`` and sorts them. Graph hits are left out unless asked for (they
+ignore tenant, user and agent). What Athena cannot do (list, update, scope below the
+user) is stated in docs/recall.md, "The Athena store".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """One base for the in-repo fake HTTP servers: a loopback lifecycle and request recording.
 
-A fake subclasses :class:`FakeHttpServer` and implements :meth:`FakeHttpServer.handle`,
-which turns one :class:`Request` into a :class:`Response` (or ``None`` to answer
-nothing, as a hung server would). The base owns everything else, the same way
-for every fake:
-
-* the socket is bound on construction (``port`` 0 picks a free one), so
-  :attr:`~FakeHttpServer.url` is known before :meth:`~FakeHttpServer.start`;
-  :meth:`~FakeHttpServer.start` serves from a daemon thread;
-  :meth:`~FakeHttpServer.stop` closes the listening socket *and* every kept-alive
-  connection (a stopped server must refuse, like a dead one) and releases
-  handlers waiting on :attr:`~FakeHttpServer.stopping`; a stopped server can be
-  started again on the same port;
-* every request is recorded as a :class:`RecordedRequest` before it is handled.
+A fake subclasses :class:`FakeHttpServer` and implements :meth:`FakeHttpServer.handle`
+(one :class:`Request` to a :class:`Response`, or ``None`` to answer nothing, as a hung
+server would). The base binds on construction (``url`` is known before ``start``),
+serves from a daemon thread, records every request, and on ``stop`` closes the kept-alive
+connections too: a stopped server refuses, like a dead one, and can be started again.
 """
 
 from __future__ import annotations

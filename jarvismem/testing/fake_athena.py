@@ -1,81 +1,12 @@
 """An in-repo Athena server for tests, the CLI demo and benchmarks.
 
-:class:`FakeAthenaServer` is a real HTTP server on loopback (a random free
-port, a background thread) that behaves like Athena MemOS 0.1.x as
-``/work/shared/ATHENA_API.md`` describes it, including the parts a client
-would rather it did not do. ``tests/testing/test_fake_athena_contract.py``
-checks every fact of that document against this fake over HTTP, so a test
-that passes here passes for the behaviour of the real server.
-
-Wire format
-    Requests take snake_case or lowerCamelCase field names; unknown fields
-    are dropped; a field of the wrong JSON type, a ``metadata``/``filter``
-    that is not string→string, a ``payload`` that is not base64 or a
-    ``timestamp`` that is not RFC 3339 is a 400, as grpc-gateway's JSON
-    decoding answers it. Answers are lowerCamelCase with every field present.
-    Errors are ``{"code": <gRPC code>, "message", "details": []}`` with the
-    gateway's HTTP status for that code (:data:`HTTP_STATUS_FOR_GRPC`); auth
-    failures are gin's 401 ``{"error": "authentication_failed", "message"}``.
-    A known path with the wrong method is the gateway's 501 (code 12,
-    "Method Not Allowed"); an unknown path its 404 (code 5, "Not Found"); the
-    routes the server registers without implementing them answer 501 code 12
-    "method <Rpc> not implemented".
-
-Short-term memory (STM)
-    One window per (tenant, user, agent), shared by every session of that
-    triple: the newest :data:`STM_CAP` entries, each dropped
-    :data:`STM_TTL_SECONDS` after it arrived. Event time is the server's clock
-    at delivery (the request's ``timestamp`` is ignored); pass ``clock`` or
-    call :meth:`FakeAthenaServer.advance` to move it. An event's role defaults
-    to ``"system"``; an interaction stores the user message with role
-    ``"user"`` and the agent response with role ``"agent"``, both without
-    metadata. An ``observation`` whose metadata has an ``execution_id``
-    replaces, in place, the window's entry with the same ``execution_id`` and
-    ``step_id``. Context ``stmEvents`` never carry a blob URI (``blobUri`` is
-    always ``""``); ``blobMimeType`` is the ``mime_type`` sent with a payload.
-
-Mid-term chains (the fake's deterministic stand-in for Athena's worker)
-    Chains belong to (tenant, user) and are seen by every agent of that pair.
-    After each append (and on ``POST /api/v1/admin/analytics/trigger``, which
-    does the same for every window) the window's entries not yet consolidated
-    are grouped into chains once they hold at least :data:`MIN_USER_EVENTS`
-    entries with role ``"user"``; until then nothing forms, so agent-only
-    streams never form chains. Grouping, oldest entry first:
-
-    * an entry whose metadata has a ``workflow_id`` joins that workflow's chain
-      (one per tenant, user and workflow id), whatever its topic;
-    * a user entry's topic is its keyword signature (lower-cased words of at
-      least four letters, minus a few stop words). It joins the open chain of
-      (tenant, user, session metadata) when the signatures share a word, or
-      when either has none; otherwise it opens a new chain (the topic changed);
-    * any other entry joins the open chain; before the first user entry it
-      waits for it (and stays pending if none comes in this pass).
-
-    A chain's ``metadata`` is the metadata of the session its first entry came
-    through (search ``filter`` matches on it), its ``topic`` its first three
-    keywords, its ``summary`` its entries' contents joined by ``" | "`` and cut
-    to :data:`SUMMARY_MAX_CHARS`, its embedding :func:`embed` of the summary,
-    its ``timestamp`` the time it last grew. Set ``auto_form = False`` to form
-    chains only on the analytics trigger (a worker that lags).
-
-Reads
-    Context without ``query`` lists the (tenant, user)'s chains that have a
-    summary, newest first; with ``query`` the nearest chains (vector search).
-    Search takes the ``limit`` nearest chains of the (tenant, user) by squared
-    Euclidean distance (Milvus' L2 metric, reported as ``similarityScore``,
-    in the vector search's order), then applies ``filter`` to those hits, then
-    appends every long-term node as ``"<name> [<Label>]"`` (score 0,
-    ``timestamp: null``), unscoped and not limited. ``relevantPages`` carry
-    ``sessionId`` equal to ``id``, ``embedding: []`` and ``metadata: {}``.
-
-Faults
-    ``mode`` (``"error500"``, ``"hang"``, ``"garbage"``, ``"slow"``,
-    ``"datastore_down"``), :meth:`~FakeAthenaServer.fail_next`,
-    :meth:`~FakeAthenaServer.fail_next_grpc` and
-    :meth:`~FakeAthenaServer.fail_session_lookup` (a datastore error on a
-    session lookup, which Athena answers 404 "session not found or invalid").
-
-Run it standalone with ``python -m jarvismem.testing.fake_athena --port N``.
+:class:`FakeAthenaServer` is a real HTTP server on loopback (a random free port, a
+background thread) that behaves like Athena MemOS 0.1.x as the Athena API notes
+describe it, including the parts a client would rather it did not do;
+``tests/testing/test_fake_athena_contract.py`` checks every fact of those notes against
+it over HTTP. Where the server's worker is not deterministic (short-term window,
+chain formation, search), the fake's own rules and its faults are in docs/athena.md,
+"The in-repo fake". Run it with ``python -m jarvismem.testing.fake_athena --port N``.
 """
 
 from __future__ import annotations
@@ -289,7 +220,7 @@ class _Fault:
 
 
 class FakeAthenaServer(FakeHttpServer):
-    """A thread-safe fake of the Athena REST API on ``127.0.0.1`` (see the module doc).
+    """A thread-safe fake of the Athena REST API on ``127.0.0.1`` (rules: docs/athena.md).
 
     Args:
         api_key: when set, every route except ``GET /health`` needs
@@ -770,7 +701,7 @@ class FakeAthenaServer(FakeHttpServer):
             self._form((session.tenant, session.user, session.agent))
 
     def _form(self, key: tuple[str, str, str]) -> None:
-        """Group a window's unconsolidated entries into chains (see the module doc)."""
+        """Group a window's unconsolidated entries into chains (docs/athena.md, the fake)."""
         pending = [e for e in self._window(key) if not e.consumed]
         if sum(1 for e in pending if e.wire["role"] == "user") < MIN_USER_EVENTS:
             return

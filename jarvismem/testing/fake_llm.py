@@ -1,34 +1,12 @@
 """An OpenAI-compatible chat-completions and embeddings server for tests, over real HTTP.
 
-``FakeLLMServer`` runs a threaded HTTP server on ``127.0.0.1`` (random port) in a
-background thread. It answers:
-
-* ``POST /v1/chat/completions`` in the OpenAI response shape. The default answer is
-  deterministic, built from the last user message: ``"SUMMARY: "`` followed by its
-  first non-empty lines joined with ``" | "``, so tests can check what went in.
-* ``POST /v1/embeddings`` in the OpenAI wire format: the request is ``{model, input:
-  str | list[str], encoding_format?: "float" | "base64", dimensions?}``, the answer
-  ``{object: "list", data: [{object: "embedding", index, embedding}], model, usage}``.
-  Vectors are deterministic (:func:`hashed_embedding`, a hashed bag of words of
-  :attr:`FakeLLMServer.embedding_dimensions` or the request's ``dimensions``), so
-  texts sharing words are close and tests can predict rankings.
-* ``GET /v1/models``.
-
-Faults: :meth:`FakeLLMServer.fail_next` (the next *n* completions, or embeddings with
-``endpoint="embeddings"``, answer with a status and optional ``Retry-After``) and
-:attr:`FakeLLMServer.mode`:
-
-``ok``      normal answers;
-``error``   every completion and embedding request answers 500;
-``empty``   ``content`` is ``""``; an embeddings answer has no ``data``;
-``huge``    ``content`` is :attr:`FakeLLMServer.huge_chars` characters long;
-``hang``    the server never answers (until it is stopped);
-``garbage`` a 200 with a body that is not JSON.
-
-Every request is recorded in :attr:`FakeLLMServer.requests` (method, path, headers,
-parsed JSON); the lifecycle and the recording are the shared fake-server base's
-(:mod:`jarvismem.testing._fake_server`). ``python -m jarvismem.testing.fake_llm
---port N`` serves until killed.
+:class:`FakeLLMServer` answers ``POST /v1/chat/completions``, ``POST /v1/embeddings``
+and ``GET /v1/models`` in the OpenAI wire format, deterministically so tests can predict
+what comes back: a completion is ``"SUMMARY: "`` and the last user message's first
+non-empty lines joined by ``" | "``; an embedding is :func:`hashed_embedding` (a hashed
+bag of words: texts sharing words are close). It records every request and injects
+faults (see the class). ``python -m jarvismem.testing.fake_llm --port N`` serves until
+killed.
 """
 
 from __future__ import annotations
@@ -100,7 +78,15 @@ def _not_found() -> Response:
 
 
 class FakeLLMServer(FakeHttpServer):
-    """A real loopback HTTP server speaking the chat-completions wire format."""
+    """A real loopback HTTP server speaking the chat-completions wire format.
+
+    Faults: :meth:`fail_next` (the next *n* completions, or embeddings with
+    ``endpoint="embeddings"``, answer a status and an optional ``Retry-After``) and
+    :attr:`mode`: ``ok``; ``error`` (every request answers 500); ``empty`` (``content``
+    is ``""``, an embeddings answer has no ``data``); ``huge`` (``content`` is
+    :attr:`huge_chars` long); ``hang`` (no answer until stopped); ``garbage`` (a 200
+    whose body is not JSON).
+    """
 
     thread_name = "fake-llm"
 

@@ -461,3 +461,28 @@ def test_fake_embedding_is_deterministic_unit_vector() -> None:
     vec = embed("hello world hello")
     assert vec == embed("hello world hello")
     assert sum(v * v for v in vec) == pytest.approx(1.0)
+
+
+def test_write_slots_and_session_locks_serve_the_loop_they_run_on() -> None:
+    # A client used from a second asyncio.run() gets primitives of that loop:
+    # one made on the first loop would raise when awaited on the second.
+    client = AthenaClient("http://127.0.0.1:9")
+
+    async def use() -> tuple[asyncio.Semaphore, asyncio.Lock]:
+        slots, lock = client.write_slots(2), client.session_lock("k")
+        assert client.write_slots(5) is slots and client.session_lock("k") is lock
+        assert client.session_lock("other") is not lock
+        async with slots, lock:
+            blocked = asyncio.create_task(lock.acquire())
+            await asyncio.sleep(0)
+            assert not blocked.done()
+        await blocked
+        lock.release()
+        return slots, lock
+
+    first = asyncio.run(use())
+    second = asyncio.run(use())
+    assert second[0] is not first[0] and second[1] is not first[1]
+    client.remember_session("k", "s1")
+    assert client.known_session("k") == "s1" and client.known_session("x") is None
+    asyncio.run(client.aclose())

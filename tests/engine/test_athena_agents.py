@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from jarvismem.backends.athena import AthenaClient
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.engine.athena_agents import SWEEP_BACKOFF, AthenaAgents, AthenaFactory
 from jarvismem.keys import MAX_ID_LENGTH, KeySpace
 from jarvismem.redaction import no_redaction
@@ -135,3 +137,39 @@ async def test_an_agents_memory_takes_the_tier_config_from_the_settings(
         assert memory.outbox.path.is_relative_to(tuned.outbox_path)
     finally:
         await memory.close()
+
+
+async def test_an_agents_memory_caches_its_session_through_the_runtimes_redis_backend(
+    settings: Settings,
+    client: AthenaClient,
+    athena_server: FakeAthenaServer,
+    redis_client: Any,
+    keyspace: KeySpace,
+) -> None:
+    # The runtime hands the factory its RedisBackend (one seam for every tier).
+    factory = AthenaFactory(
+        client,
+        RedisBackend.adopt(redis_client),
+        keyspace=keyspace,
+        settings=settings,
+        redactor=no_redaction,
+    )
+    first = factory("a1")
+    try:
+        await first.record_thought("hello")
+        await first.flush()
+    finally:
+        await first.close()
+    destination = KeySpace.athena_destination(
+        factory.config.tenant_id, factory.user_id("a1"), "a1", client.base_url
+    )
+    cached = await redis_client.get(keyspace.athena_session(destination))
+    assert cached is not None and cached.decode() == first.session_id
+    again = factory("a1")
+    try:
+        await again.record_thought("again")
+        await again.flush()
+        assert again.session_id == first.session_id
+    finally:
+        await again.close()
+    assert len(athena_server.requests_to("POST", "/api/v1/sessions")) == 1

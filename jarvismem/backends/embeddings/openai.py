@@ -13,6 +13,7 @@ compatible server normalises them.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import struct
@@ -22,12 +23,19 @@ from typing import Any
 import httpx
 
 from jarvismem import defaults
-from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.llm.client import ChatCompletionsClient, HttpPolicy
 from jarvismem.errors import ConfigError, InvalidPayloadError, LLMError
 from jarvismem.redaction import Redactor, configured_redactor, default_redactor, mask_url
 from jarvismem.settings import Settings
 
-__all__ = ["OpenAIEmbedder", "normalise"]
+__all__ = ["EMBEDDINGS_HTTP", "OpenAIEmbedder", "normalise"]
+
+EMBEDDINGS_HTTP = HttpPolicy(
+    timeout=defaults.EMBEDDINGS_TIMEOUT,
+    max_retries=defaults.EMBEDDINGS_MAX_RETRIES,
+    max_response_bytes=defaults.EMBEDDINGS_MAX_RESPONSE_BYTES,
+)
+"""The embedder's default HTTP policy: the chat client's backoff, its own deadline and bound."""
 
 
 def normalise(vector: Sequence[float]) -> list[float]:
@@ -55,12 +63,8 @@ class OpenAIEmbedder:
         model: str = defaults.EMBEDDINGS_MODEL,
         dimensions: int | None = None,
         batch_size: int = defaults.EMBEDDINGS_BATCH,
-        timeout: float = defaults.EMBEDDINGS_TIMEOUT,
-        max_retries: int = defaults.EMBEDDINGS_MAX_RETRIES,
+        policy: HttpPolicy = EMBEDDINGS_HTTP,
         transport: httpx.AsyncBaseTransport | None = None,
-        backoff_base: float = defaults.LLM_BACKOFF_BASE,
-        backoff_cap: float = defaults.LLM_BACKOFF_CAP,
-        max_response_bytes: int = defaults.EMBEDDINGS_MAX_RESPONSE_BYTES,
         redactor: Redactor = default_redactor,
     ) -> None:
         """Create the embedder (no connection is made yet).
@@ -69,10 +73,10 @@ class OpenAIEmbedder:
         ``api_key``: sent as ``Authorization: Bearer``. ``model``: embedding model name.
         ``dimensions``: ask the server for vectors of this size (models that support
         shortening; None: the model's own size). ``batch_size``: most texts per request.
-        ``timeout``: deadline of one HTTP attempt, s. ``max_retries``: extra attempts
-        after a 429, a 5xx, a timeout or a connection error. ``redactor``: applied to
-        every text before it is sent (queries are a user's words and may hold a
-        secret; stored facts are redacted already, and redaction is idempotent).
+        ``policy``: timeouts, retries, backoff and the response bound (default
+        :data:`EMBEDDINGS_HTTP`). ``redactor``: applied to every text before it is
+        sent (queries are a user's words and may hold a secret; stored facts are
+        redacted already, and redaction is idempotent).
         """
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError("EMBEDDINGS_BASE_URL must start with http:// or https://")
@@ -82,10 +86,6 @@ class OpenAIEmbedder:
             raise ConfigError("EMBEDDINGS_DIMENSIONS must be >= 1 (or unset)")
         if batch_size < 1:
             raise ConfigError("EMBEDDINGS_BATCH must be >= 1")
-        if timeout <= 0:
-            raise ConfigError("EMBEDDINGS_TIMEOUT must be > 0")
-        if max_retries < 0:
-            raise ConfigError("EMBEDDINGS_MAX_RETRIES must be >= 0")
         self._redact = redactor
         self.model = model
         self.requested_dimensions = dimensions
@@ -94,15 +94,7 @@ class OpenAIEmbedder:
         self.name = f"openai:{model}" + (f"@{dimensions}" if dimensions else "")
         self._shown_url = mask_url(base_url.rstrip("/"))
         self._client = ChatCompletionsClient(
-            base_url,
-            api_key=api_key,
-            model=model,
-            timeout=timeout,
-            max_retries=max_retries,
-            transport=transport,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            max_response_bytes=max_response_bytes,
+            base_url, api_key=api_key, model=model, policy=policy, transport=transport
         )
 
     @classmethod
@@ -117,8 +109,11 @@ class OpenAIEmbedder:
             model=settings.embeddings_model,
             dimensions=settings.embeddings_dimensions,
             batch_size=settings.embeddings_batch,
-            timeout=settings.embeddings_timeout,
-            max_retries=settings.embeddings_max_retries,
+            policy=dataclasses.replace(
+                EMBEDDINGS_HTTP,
+                timeout=settings.embeddings_timeout,
+                max_retries=settings.embeddings_max_retries,
+            ),
             redactor=configured_redactor(settings.redaction_enabled, settings.redaction_key_names),
         )
 

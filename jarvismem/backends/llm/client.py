@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,12 +27,58 @@ from jarvismem.redaction import default_redactor, mask_url
 from jarvismem.resilience import Backoff, retrying
 from jarvismem.settings import Settings
 
-__all__ = ["DEFAULT_MAX_RESPONSE_BYTES", "RETRY_STATUSES", "ChatCompletionsClient"]
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "LLM_HTTP",
+    "RETRY_STATUSES",
+    "ChatCompletionsClient",
+    "HttpPolicy",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESPONSE_BYTES = defaults.LLM_MAX_RESPONSE_BYTES
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPolicy:
+    """How an OpenAI-compatible HTTP client waits, retries and bounds answers.
+
+    Shared by the chat client and the embedder, so both endpoints behave the
+    same under faults.
+
+    Attributes:
+        timeout: deadline of one HTTP attempt, s.
+        max_retries: extra attempts after a 429, a 5xx, a timeout or a
+            connection error.
+        backoff_base, backoff_cap: exponential backoff with equal jitter
+            (uniform in ``[ceiling/2, ceiling]``), s.
+        retry_after_cap: longest ``Retry-After`` honoured, s.
+        max_response_bytes: larger response bodies are refused with ``LLMError``.
+    """
+
+    timeout: float = defaults.LLM_TIMEOUT
+    max_retries: int = defaults.LLM_MAX_RETRIES
+    backoff_base: float = defaults.LLM_BACKOFF_BASE
+    backoff_cap: float = defaults.LLM_BACKOFF_CAP
+    retry_after_cap: float = defaults.RETRY_AFTER_CAP
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+    def __post_init__(self) -> None:
+        # A bad value would only show on the first request, far from where it was set.
+        if not self.timeout > 0:
+            raise ConfigError(f"HttpPolicy.timeout must be > 0 seconds, got {self.timeout!r}")
+        if self.max_retries < 0:
+            raise ConfigError(f"HttpPolicy.max_retries must be >= 0, got {self.max_retries!r}")
+        if self.backoff_base < 0 or self.backoff_cap < 0 or self.retry_after_cap < 0:
+            raise ConfigError("HttpPolicy backoff_base, backoff_cap, retry_after_cap must be >= 0")
+        if self.max_response_bytes < 1:
+            raise ConfigError("HttpPolicy.max_response_bytes must be >= 1")
+
+
+LLM_HTTP = HttpPolicy()
+"""The chat client's default policy (the ``LLM_*`` defaults)."""
 
 
 class _TransientFailure(Exception):
@@ -76,44 +123,32 @@ class ChatCompletionsClient:
         *,
         api_key: str | None,
         model: str,
-        timeout: float = defaults.LLM_TIMEOUT,
-        max_retries: int = defaults.LLM_MAX_RETRIES,
+        policy: HttpPolicy = LLM_HTTP,
         transport: httpx.AsyncBaseTransport | None = None,
-        backoff_base: float = defaults.LLM_BACKOFF_BASE,
-        backoff_cap: float = defaults.LLM_BACKOFF_CAP,
-        retry_after_cap: float = defaults.RETRY_AFTER_CAP,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         """Create the client (no connection is made yet).
 
         ``base_url``: the API root including its version, e.g. ``https://api.openai.com/v1``
         or ``http://127.0.0.1:11434/v1``. ``api_key``: sent as ``Authorization: Bearer``
         (only to ``base_url``'s host; redirects are never followed). ``model``: chat
-        model name. ``timeout``: deadline of one HTTP attempt, in seconds.
-        ``max_retries``: extra attempts after a 429, a 5xx, a timeout or a connection
-        error. ``backoff_base``/``backoff_cap``: exponential backoff with equal jitter
-        (uniform in ``[ceiling/2, ceiling]``), in seconds. ``retry_after_cap``: longest
-        ``Retry-After`` honoured. ``max_response_bytes``: larger response bodies are
-        refused with ``LLMError``.
+        model name. ``policy``: timeouts, retries, backoff and the response bound.
+        ``transport``: an httpx transport instead of the network (tests).
         """
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ConfigError("LLM_BASE_URL must start with http:// or https://")
         if not model or not isinstance(model, str):
             raise ConfigError("LLM_MODEL must be a non-empty string")
-        if timeout <= 0:
-            raise ConfigError("LLM_TIMEOUT must be > 0")
-        if max_retries < 0:
-            raise ConfigError("LLM_MAX_RETRIES must be >= 0")
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
+        self.policy = policy
+        self.timeout = float(policy.timeout)
+        self.max_retries = int(policy.max_retries)
         self._api_key = api_key or None
         # Equal jitter: workers hit by one outage retry apart, never sooner than
         # half the ceiling.
-        self._backoff = Backoff(base=backoff_base, cap=backoff_cap, jitter="equal")
-        self._retry_after_cap = retry_after_cap
-        self._max_response_bytes = max_response_bytes
+        self._backoff = Backoff(base=policy.backoff_base, cap=policy.backoff_cap, jitter="equal")
+        self._retry_after_cap = policy.retry_after_cap
+        self._max_response_bytes = policy.max_response_bytes
         self._host = urlsplit(self.base_url).netloc
         self._shown_url = mask_url(self.base_url)
         # Injectable so tests can observe backoff delays without waiting for them.
@@ -134,8 +169,7 @@ class ChatCompletionsClient:
             settings.llm_base_url,
             api_key=key,
             model=settings.llm_model,
-            timeout=settings.llm_timeout,
-            max_retries=settings.llm_max_retries,
+            policy=HttpPolicy(timeout=settings.llm_timeout, max_retries=settings.llm_max_retries),
         )
 
     async def __aenter__(self) -> ChatCompletionsClient:

@@ -6,7 +6,8 @@ loop's time even in slices; in a worker thread it would fight the loop for the G
 So it runs in one child process per agent process, started on first use as a
 fresh interpreter running :mod:`~jarvismem.backends.llm.worker_child` (never by
 ``fork``: a fork of a process with threads may inherit a held lock; and not by
-``multiprocessing``, whose spawn would re-run the user's ``__main__``).
+``multiprocessing``, whose spawn would re-run the top level of a user's unguarded
+``__main__``; docs/performance.md has the A/B against ``ProcessPoolExecutor``).
 
 The wire is the child's stdin and stdout: each frame a 4-byte big-endian length and a
 JSON body. A request is ``{"op": "summarize", "text": ..., "previous": ...,
@@ -411,6 +412,8 @@ class SummaryWorker:
 
 
 _default: SummaryWorker | None = None
+# Kept: default_worker() may be called from several threads at once, and
+# without the lock two could each make a worker (and start two children).
 _default_lock = threading.Lock()
 
 

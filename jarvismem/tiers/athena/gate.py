@@ -1,14 +1,14 @@
 """The way every Athena write request of one memory goes out.
 
-Session creations and deliveries pass a per-client concurrency limit, are
-counted while in flight (so closing lets them finish instead of cancelling
-them mid-request), and are refused once the memory is closed.
+Session creations and deliveries pass the client's concurrency limit (shared
+by every memory using that client), are counted while in flight (so closing
+lets them finish instead of cancelling them mid-request), and are refused once
+the memory is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,21 +20,6 @@ if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is config
 __all__ = ["RequestGate"]
 
 _T = TypeVar("_T")
-
-# Process-wide on purpose: the limit belongs to the client (its HTTP pool),
-# which every agent's memory in the process shares. Keyed weakly by event loop
-# (a semaphore serves one loop) and by client, so neither outlives its owner.
-_write_slots: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[AthenaClient, asyncio.Semaphore]
-] = weakref.WeakKeyDictionary()
-
-
-def _write_slot(client: AthenaClient, limit: int) -> asyncio.Semaphore:
-    slots = _write_slots.setdefault(asyncio.get_running_loop(), weakref.WeakKeyDictionary())
-    slot = slots.get(client)
-    if slot is None:
-        slot = slots[client] = asyncio.Semaphore(limit)
-    return slot
 
 
 class RequestGate:
@@ -54,7 +39,7 @@ class RequestGate:
 
     async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
         """Run one write request; cancelled (nothing sent) if closed while waiting for a slot."""
-        async with _write_slot(self._client, self._limit):
+        async with self._client.write_slots(self._limit):
             if self.closed:
                 raise asyncio.CancelledError  # closed while waiting: nothing was sent
             self.in_flight += 1

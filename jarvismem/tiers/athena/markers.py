@@ -19,7 +19,8 @@ import socket
 import uuid
 from collections.abc import Awaitable, Callable
 
-from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
@@ -63,20 +64,22 @@ def _claimant_is_dead(claim: str) -> bool:
 class DeliveryMarkers:
     """Claims and sent-marks of idempotency keys in Redis (see the module doc).
 
-    Best effort throughout: when Redis fails, delivery goes on without a
-    claim (at-least-once) and a warning is logged once.
+    Best effort throughout: when Redis fails, or takes longer than
+    :data:`MARKER_TIMEOUT` for one claim, mark or release, delivery goes on
+    without a claim (at-least-once) and a warning is logged once. ``redis``: the
+    runtime's backend, or a redis-py client (adopted); None means no claims.
     """
 
     def __init__(
         self,
-        redis: RedisClient | None,
+        redis: RedisBackend | RedisClient | None,
         keys: KeySpace,
         destination: str,
         *,
         dedupe_ttl: int,
         gate: RequestGate,
     ) -> None:
-        self._redis = redis
+        self._redis = None if redis is None else RedisBackend.adopt(redis)
         self._keys = keys
         self._dest = destination
         self._dedupe_ttl = max(1, int(dedupe_ttl))
@@ -96,11 +99,14 @@ class DeliveryMarkers:
         token = f"pending:{_CLAIMANT}:{uuid.uuid4().hex}"
         waits = 0
         while True:
+            what = "Athena delivery claim"
             try:
-                async with redis_errors("Athena delivery claim", MARKER_TIMEOUT):
-                    if await redis.set(marker, token, nx=True, px=int(CLAIM_LEASE_SECONDS * 1000)):
+                # One deadline over the attempt (SET NX, then GET of the holder).
+                async with redis.guard(what, MARKER_TIMEOUT):
+                    lease = int(CLAIM_LEASE_SECONDS * 1000)
+                    if await redis.call("set", marker, token, nx=True, px=lease, what=what):
                         return token
-                    current = text(await redis.get(marker))
+                    current = text(await redis.call("get", marker, what=what))
             except (BackendUnavailableError, BackendRejectedError) as exc:
                 self._failed(exc)
                 return ""
@@ -128,23 +134,26 @@ class DeliveryMarkers:
         if key is not None and claim:
             await self._best_effort("release", self._delete_if, key, claim)
 
-    async def _set_sent(self, key: str, claim: str) -> None:
-        assert self._redis is not None
-        await self._redis.set(self._keys.athena_sent(self._dest, key), _SENT, ex=self._dedupe_ttl)
-
-    async def _delete_if(self, key: str, claim: str) -> None:
+    async def _set_sent(self, key: str, claim: str, what: str) -> None:
         assert self._redis is not None
         marker = self._keys.athena_sent(self._dest, key)
-        await self._redis.eval(RELEASE_IF_OWNER, 1, marker, claim)
+        await self._redis.call("set", marker, _SENT, ex=self._dedupe_ttl, what=what)
+
+    async def _delete_if(self, key: str, claim: str, what: str) -> None:
+        assert self._redis is not None
+        marker = self._keys.athena_sent(self._dest, key)
+        await self._redis.call("eval", RELEASE_IF_OWNER, 1, marker, claim, what=what)
 
     async def _best_effort(
-        self, what: str, op: Callable[[str, str], Awaitable[None]], key: str, claim: str
+        self, what: str, op: Callable[[str, str, str], Awaitable[None]], key: str, claim: str
     ) -> None:
         # A lost mark only means the lease expires and a later copy of the
         # turn may be sent again (at-least-once), never a lost event.
+        assert self._redis is not None
+        named = f"Athena delivery {what}"
         try:
-            async with redis_errors(f"Athena delivery {what}", MARKER_TIMEOUT):
-                await op(key, claim)
+            async with self._redis.guard(named, MARKER_TIMEOUT):
+                await op(key, claim, named)
         except (BackendUnavailableError, BackendRejectedError) as exc:
             self._failed(exc)
 

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from jarvismem import telemetry
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import RedisClient
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.defaults import SEARCH_LIMIT
 from jarvismem.errors import (
     AthenaAuthError,
@@ -96,7 +97,7 @@ class AthenaMemory:
         self,
         agent_id: str,
         client: AthenaClient,
-        redis_store: RedisClient | None = None,
+        redis_store: RedisBackend | RedisClient | None = None,
         *,
         keyspace: KeySpace | None = None,
         config: AthenaTierConfig | None = None,
@@ -112,7 +113,8 @@ class AthenaMemory:
             agent_id: the agent; with tenant and user it names the Athena session.
             client: the Athena client (shared; not closed by :meth:`close`).
             redis_store: caches the session id across processes and deduplicates
-                deliveries; None caches the id in this process only.
+                deliveries: the runtime's :class:`RedisBackend`, or a redis-py
+                client (adopted); None caches the id in this process only.
             keyspace: key namespace (default ``KeySpace()``).
             config: the tier's tunables (default ``AthenaTierConfig()``).
             outbox: where pending writes wait; default a file under
@@ -147,9 +149,11 @@ class AthenaMemory:
         self._outbox = outbox
         self._status = TierStatus()
         self._gate = RequestGate(client)
+        # One backend for the session cache and the delivery markers.
+        redis = None if redis_store is None else RedisBackend.adopt(redis_store)
         self._sessions = AthenaSessions(
             client,
-            redis_store,
+            redis,
             self._keys,
             config=cfg,
             agent_id=self._agent,
@@ -163,7 +167,7 @@ class AthenaMemory:
             client=client,
             sessions=self._sessions,
             markers=DeliveryMarkers(
-                redis_store, self._keys, self._dest, dedupe_ttl=cfg.dedupe_ttl, gate=self._gate
+                redis, self._keys, self._dest, dedupe_ttl=cfg.dedupe_ttl, gate=self._gate
             ),
             circuit=DeliveryCircuit(
                 failure_threshold=cfg.failure_threshold,

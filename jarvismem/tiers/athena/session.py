@@ -2,8 +2,10 @@
 
 The session id is cached in Redis, and a Redis lock makes sure concurrent
 first uses (tasks or processes) create exactly one session. Without Redis (or
-while it is down) the id is cached in this process, under one creation lock
-per key.
+while it is down) the id is kept by the Athena client, under one creation lock
+per key, so every memory using that client shares it. A session belongs to one
+server: the key names the server (a hash of its URL), so an id is never sent to
+another one.
 
 Only writes create a session (:meth:`AthenaSessions.current`); reads look the
 cached one up (:meth:`AthenaSessions.lookup`) and find nothing for an agent that
@@ -20,7 +22,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.errors import (
     AthenaError,
     AthenaNotFoundError,
@@ -33,7 +36,6 @@ from jarvismem.keys import KeySpace
 from jarvismem.resilience import Backoff
 from jarvismem.tiers.athena.config import AthenaTierConfig
 from jarvismem.tiers.athena.gate import RequestGate
-from jarvismem.tiers.athena.locks import LoopLocks
 
 if TYPE_CHECKING:  # the client (and httpx) is loaded only when Athena is configured
     from jarvismem.backends.athena import AthenaClient
@@ -46,19 +48,13 @@ _CREATOR_POLL = Backoff(base=0.02, cap=0.2, factor=1.5, jitter="none")
 """How often a process waiting for another one's new session looks for its id."""
 
 _WHAT = "Athena session cache"
-"""Names the Redis operations here in translated errors (redis-py's stay in backends/)."""
+"""Names the Redis operations here in the backend's errors."""
 
 RELEASE_IF_OWNER = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 """Delete a lock or claim only if we still own it (it may have expired and moved on)."""
-
-# Process-wide on purpose: without Redis, this process is the only place two
-# memories of one agent can meet, so the id (and the lock that lets one of them
-# create it) must outlive any one memory. Ids are a few bytes per agent.
-_local_sessions: dict[str, str] = {}
-_local_locks: LoopLocks[str] = LoopLocks()
 
 _T = TypeVar("_T")
 
@@ -80,7 +76,7 @@ class AthenaSessions:
     def __init__(
         self,
         client: AthenaClient,
-        redis: RedisClient | None,
+        redis: RedisBackend | RedisClient | None,
         keys: KeySpace,
         *,
         config: AthenaTierConfig,
@@ -92,17 +88,19 @@ class AthenaSessions:
 
         ``config`` also gives the creation lock's lifetime (``session_lock_ttl``)
         and the wait before a created session is confirmed (``confirm_delay``).
-        ``metadata``: given to a session this creates.
+        ``metadata``: given to a session this creates. ``redis``: the runtime's
+        backend, or a redis-py client (adopted); None keeps the id in the client.
         """
         tenant_id, user_id = config.tenant_id, config.user_id
         self._client = client
         self._confirm_delay = max(0.0, config.confirm_delay)
         # Chains inherit session metadata and search filters match on it.
         self._metadata = dict(metadata or {})
-        self._redis = redis
+        self._redis = None if redis is None else RedisBackend.adopt(redis)
         self._tenant, self._user, self._agent = tenant_id, user_id, agent_id
-        self._key = keys.athena_session(tenant_id, user_id, agent_id)
-        self._lock_key = keys.athena_session_lock(tenant_id, user_id, agent_id)
+        destination = KeySpace.athena_destination(tenant_id, user_id, agent_id, client.base_url)
+        self._key = keys.athena_session(destination)
+        self._lock_key = keys.athena_session_lock(destination)
         self._lock_ttl_ms = max(1000, int(config.session_lock_ttl * 1000))
         self._gate = gate
         self.session_id = ""
@@ -132,7 +130,7 @@ class AthenaSessions:
                 cached = await self._cached(self._redis, None)
             except (BackendUnavailableError, BackendRejectedError):
                 cached = None
-        cached = cached or _local_sessions.get(self._key)
+        cached = cached or self._client.known_session(self._key)
         if cached:
             self.session_id = cached
         return self.session_id
@@ -188,39 +186,37 @@ class AthenaSessions:
         try:
             return await self._ensure_shared(self._redis, stale)
         except (BackendUnavailableError, BackendRejectedError) as exc:
-            # Redis down: fall back to this process's cache rather than stall Athena.
+            # Redis down: fall back to the client's cache rather than stall Athena.
             cause = type(exc.__cause__ or exc).__name__
             log.warning("Redis unavailable for the Athena session cache (%s)", cause)
             return await self._ensure_local(stale)
 
-    async def _cached(self, redis: RedisClient, stale: str | None) -> str | None:
-        async with redis_errors(_WHAT):
-            cached = text(await redis.get(self._key))
+    async def _cached(self, redis: RedisBackend, stale: str | None) -> str | None:
+        cached = text(await redis.call("get", self._key, what=_WHAT))
         return cached if cached and cached != stale else None
 
-    async def _ensure_shared(self, redis: RedisClient, stale: str | None) -> str:
+    async def _ensure_shared(self, redis: RedisBackend, stale: str | None) -> str:
         cached = await self._cached(redis, stale)
         if cached:
             return cached
         token = uuid.uuid4().hex
         waits = 0
         while True:
-            async with redis_errors(_WHAT):
-                locked = await redis.set(self._lock_key, token, nx=True, px=self._lock_ttl_ms)
+            locked = await redis.call(
+                "set", self._lock_key, token, nx=True, px=self._lock_ttl_ms, what=_WHAT
+            )
             if locked:
                 try:
                     cached = await self._cached(redis, stale)
                     if cached:
                         return cached
                     session_id = await self._create()
-                    async with redis_errors(_WHAT):
-                        # No TTL: the session is reused for as long as the server knows it.
-                        await redis.set(self._key, session_id)
+                    # No TTL: the session is reused for as long as the server knows it.
+                    await redis.call("set", self._key, session_id, what=_WHAT)
                     log.info("Athena session created for agent %s", self._agent)
                     return session_id
                 finally:
-                    async with redis_errors(_WHAT):
-                        await redis.eval(RELEASE_IF_OWNER, 1, self._lock_key, token)
+                    await redis.call("eval", RELEASE_IF_OWNER, 1, self._lock_key, token, what=_WHAT)
             # Someone else is creating it: wait for their id instead of making another.
             await asyncio.sleep(_CREATOR_POLL.delay(waits))
             waits += 1
@@ -229,12 +225,12 @@ class AthenaSessions:
                 return cached
 
     async def _ensure_local(self, stale: str | None) -> str:
-        async with _local_locks.get(self._key):
-            cached = _local_sessions.get(self._key)
+        async with self._client.session_lock(self._key):
+            cached = self._client.known_session(self._key)
             if cached and cached != stale:
                 return cached
             session_id = await self._create()
-            _local_sessions[self._key] = session_id
+            self._client.remember_session(self._key, session_id)
             return session_id
 
     async def _create(self) -> str:

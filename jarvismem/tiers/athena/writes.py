@@ -1,24 +1,11 @@
 """The outbox records of Athena writes: validated, redacted, each event with its key.
 
-Pure functions: the memory queues what they build. Records are plain dicts
-(the outbox stores JSON lines); ``kind`` says how delivery sends them:
-``event`` (one event) or ``events`` (several, each claimed on its own). Older
-outboxes may still hold ``interaction`` records, which delivery still sends.
-
-What goes on the wire is shaped by how the Athena server learns
-(``ATHENA_API.md``, "Server behaviour that decides what a client must send"):
-
-* mid-term memory forms only from ``role: "user"`` messages, so a user's
-  message is an event of type ``message`` with role ``user``; everything the
-  agent thinks, does, observes or answers has role ``agent``;
-* the server stamps an event with its delivery time, so each event carries the
-  time it was written as ``metadata.occurred_at`` (RFC 3339, UTC);
-* the server drops an interaction's metadata, so a conversation is sent as
-  events, each with its idempotency key in its metadata;
-* some metadata keys mean something to the server (an ``execution_id``
-  replaces earlier short-term entries), so event metadata holds only the
-  documented keys (:data:`WIRE_METADATA_KEYS`) and every key a caller gave
-  goes under :data:`CALLER_METADATA_PREFIX` (``tool`` is sent as ``meta.tool``).
+Pure functions: the memory queues what they build, as plain dicts (the outbox stores
+JSON lines) whose ``kind`` says how delivery sends them: ``event`` or ``events`` (each
+claimed on its own; older outboxes may still hold ``interaction`` records). The shape
+follows how the server learns (docs/athena.md): a user's message is a ``user`` event,
+everything else ``agent``; each event carries ``occurred_at`` and its idempotency key;
+a caller's metadata key goes under :data:`CALLER_METADATA_PREFIX`.
 """
 
 from __future__ import annotations

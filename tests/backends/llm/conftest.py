@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
-from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.llm.client import ChatCompletionsClient, HttpPolicy
 from jarvismem.testing.fake_llm import FakeLLMServer
 
 API_KEY = "sk-test-abcdefghijklmnopqrstuvwxyz"
@@ -21,16 +22,17 @@ async def make_client(fake_llm: FakeLLMServer) -> AsyncIterator[MakeClient]:
     made: list[ChatCompletionsClient] = []
 
     def make(**kwargs: object) -> ChatCompletionsClient:
-        options: dict[str, object] = {
-            "api_key": API_KEY,
-            "model": "m1",
+        """Keyword arguments name client options or :class:`HttpPolicy` fields."""
+        policy: dict[str, Any] = {
             "timeout": 5.0,
             "max_retries": 2,
             "backoff_base": 0.01,
             "backoff_cap": 0.02,
         }
-        options.update(kwargs)
-        made.append(ChatCompletionsClient(fake_llm.url, **options))  # type: ignore[arg-type]
+        options: dict[str, Any] = {"api_key": API_KEY, "model": "m1"}
+        for name, value in kwargs.items():
+            (policy if name in HttpPolicy.__dataclass_fields__ else options)[name] = value
+        made.append(ChatCompletionsClient(fake_llm.url, policy=HttpPolicy(**policy), **options))
         return made[-1]
 
     yield make

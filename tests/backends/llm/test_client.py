@@ -7,12 +7,13 @@ import email.utils
 import inspect
 import logging
 import time
+from typing import Any
 
 import httpx
 import pytest
 
 from jarvismem import defaults
-from jarvismem.backends.llm.client import ChatCompletionsClient, _parse_retry_after
+from jarvismem.backends.llm.client import ChatCompletionsClient, HttpPolicy, _parse_retry_after
 from jarvismem.errors import ConfigError, InvalidPayloadError, LLMError
 from jarvismem.settings import load_settings
 from jarvismem.testing.fake_llm import FakeLLMServer
@@ -84,11 +85,11 @@ def test_non_http_base_url_is_a_config_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"model": ""}, {"model": "m", "timeout": 0}, {"model": "m", "max_retries": -1}]
+    ("model", "policy"), [("", {}), ("m", {"timeout": 0}), ("m", {"max_retries": -1})]
 )
-def test_bad_options_are_config_errors(kwargs: dict[str, object]) -> None:
+def test_bad_options_are_config_errors(model: str, policy: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
-        ChatCompletionsClient("http://x/v1", api_key=None, **kwargs)  # type: ignore[arg-type]
+        ChatCompletionsClient("http://x/v1", api_key=None, model=model, policy=HttpPolicy(**policy))
 
 
 async def test_redirect_is_not_followed_and_key_not_forwarded() -> None:
@@ -102,7 +103,7 @@ async def test_redirect_is_not_followed_and_key_not_forwarded() -> None:
         "http://llm.test/v1",
         api_key=API_KEY,
         model="m",
-        max_retries=0,
+        policy=HttpPolicy(max_retries=0),
         transport=httpx.MockTransport(handler),
     )
     with pytest.raises(LLMError) as info:
@@ -116,13 +117,13 @@ async def test_redirect_is_not_followed_and_key_not_forwarded() -> None:
 
 
 def test_parameter_defaults_come_from_jarvismem_defaults() -> None:
-    params = inspect.signature(ChatCompletionsClient).parameters
-    assert params["timeout"].default == defaults.LLM_TIMEOUT
-    assert params["max_retries"].default == defaults.LLM_MAX_RETRIES
-    assert params["backoff_base"].default == defaults.LLM_BACKOFF_BASE
-    assert params["backoff_cap"].default == defaults.LLM_BACKOFF_CAP
-    assert params["retry_after_cap"].default == defaults.RETRY_AFTER_CAP
-    assert params["max_response_bytes"].default == defaults.LLM_MAX_RESPONSE_BYTES
+    policy = inspect.signature(ChatCompletionsClient).parameters["policy"].default
+    assert policy.timeout == defaults.LLM_TIMEOUT
+    assert policy.max_retries == defaults.LLM_MAX_RETRIES
+    assert policy.backoff_base == defaults.LLM_BACKOFF_BASE
+    assert policy.backoff_cap == defaults.LLM_BACKOFF_CAP
+    assert policy.retry_after_cap == defaults.RETRY_AFTER_CAP
+    assert policy.max_response_bytes == defaults.LLM_MAX_RESPONSE_BYTES
 
 
 async def test_from_settings_passes_the_llm_settings() -> None:
@@ -253,7 +254,7 @@ async def test_connection_refused_is_llm_error() -> None:
     url = server.url
     server.stop()  # the port is now closed
     async with ChatCompletionsClient(
-        url, api_key=None, model="m", max_retries=1, backoff_base=0.01
+        url, api_key=None, model="m", policy=HttpPolicy(max_retries=1, backoff_base=0.01)
     ) as c:
         with pytest.raises(LLMError, match="connection failed"):
             await c.complete(MESSAGES)

@@ -7,9 +7,12 @@ import os
 import socket
 from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.keys import KeySpace
+from jarvismem.tiers.athena import markers as markers_module
 from jarvismem.tiers.athena.gate import RequestGate
 from jarvismem.tiers.athena.markers import DeliveryMarkers, _claimant_is_dead
 from tests.tiers.athena.conftest import AGENT, TENANT, USER
@@ -97,3 +100,42 @@ async def test_unreachable_redis_means_sending_without_a_claim(
         await markers.mark_sent("k1", "pending:h:1:x")
     finally:
         await down.aclose()
+
+
+async def test_markers_work_through_a_redis_backend(
+    redis_client: Any, keyspace: KeySpace, client: Any
+) -> None:
+    # What the runtime hands the tier: its RedisBackend, not a redis-py client.
+    backend = RedisBackend.adopt(redis_client)
+    markers = DeliveryMarkers(backend, keyspace, _DEST, dedupe_ttl=60, gate=RequestGate(client))
+    first = await markers.claim("k1")
+    assert first and first.startswith("pending:")
+    await markers.release("k1", first)
+    second = await asyncio.wait_for(markers.claim("k1"), timeout=2.0)
+    assert second and second != first
+    await markers.mark_sent("k1", second)
+    assert await markers.claim("k1") is None
+    ttl = await redis_client.ttl(keyspace.athena_sent(_DEST, "k1"))
+    assert 0 < ttl <= 60  # kept for the dedupe TTL, not the claim lease
+
+
+async def test_a_redis_that_never_answers_costs_each_marker_at_most_marker_timeout(
+    keyspace: KeySpace, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server that accepts connections and never replies: only MARKER_TIMEOUT
+    # ends a claim, a mark or a release (redis-py has no socket timeout here).
+    monkeypatch.setattr(markers_module, "MARKER_TIMEOUT", 0.2)
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    mute = aioredis.Redis(host="127.0.0.1", port=port)
+    try:
+        markers = DeliveryMarkers(
+            RedisBackend.adopt(mute), keyspace, _DEST, dedupe_ttl=60, gate=RequestGate(client)
+        )
+        async with asyncio.timeout(5.0):  # far above 3 x 0.2 s; a hang fails here
+            assert await markers.claim("k1") == ""  # delivery goes on, at-least-once
+            await markers.mark_sent("k1", "pending:h:1:x")
+            await markers.release("k1", "pending:h:1:x")
+    finally:
+        await mute.aclose()
+        silent.close()

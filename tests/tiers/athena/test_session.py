@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.outbox import Outbox
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from jarvismem.tiers.athena.config import AthenaTierConfig
@@ -44,6 +45,10 @@ def _sessions(client: AthenaClient, redis: Any, keyspace: KeySpace) -> AthenaSes
     )
 
 
+def _session_key(keyspace: KeySpace, server: FakeAthenaServer) -> str:
+    return keyspace.athena_session(KeySpace.athena_destination(TENANT, USER, AGENT, server.url))
+
+
 async def test_session_created_once_under_concurrent_creates(
     server: FakeAthenaServer, make_memory: MakeMemory, redis_client: Any, tmp_path: Path
 ) -> None:
@@ -57,13 +62,9 @@ async def test_session_created_once_under_concurrent_creates(
 async def test_session_created_once_without_redis_in_one_process(
     server: FakeAthenaServer, make_memory: MakeMemory, tmp_path: Path
 ) -> None:
-    # A namespace of its own: the process-wide cache must not answer from an earlier test.
-    keyspace = KeySpace("t" + os.urandom(6).hex())
+    # The memories share the client, which keeps the id and its creation lock.
     await asyncio.gather(
-        *(
-            make_memory(None, keyspace=keyspace, outbox=Outbox(tmp_path / f"{i}.jsonl"))
-            for i in range(5)
-        )
+        *(make_memory(None, outbox=Outbox(tmp_path / f"{i}.jsonl")) for i in range(5))
     )
     assert server.sessions_created == 1
 
@@ -76,7 +77,7 @@ async def test_cached_session_reused_by_new_memory(
     second = await make_memory(redis_client)
     assert second.session_id == first.session_id
     assert server.sessions_created == 1
-    stored = await redis_client.get(keyspace.athena_session(TENANT, USER, AGENT))
+    stored = await redis_client.get(_session_key(keyspace, server))
     assert stored.decode() == first.session_id
 
 
@@ -132,11 +133,11 @@ async def test_forgotten_session_is_recreated_and_cache_replaced(
     await wait_for(lambda: len(server.events) == 1)
     assert mem.session_id != old
     assert server.events[0][0] == mem.session_id
-    stored = await redis_client.get(keyspace.athena_session(TENANT, USER, AGENT))
+    stored = await redis_client.get(_session_key(keyspace, server))
     assert stored.decode() == mem.session_id
 
 
-async def test_unreachable_redis_falls_back_to_the_process_cache(
+async def test_unreachable_redis_falls_back_to_the_client_cache(
     server: FakeAthenaServer,
     client: AthenaClient,
     keyspace: KeySpace,
@@ -155,14 +156,28 @@ async def test_unreachable_redis_falls_back_to_the_process_cache(
     assert "Redis unavailable for the Athena session cache (ConnectionError)" in caplog.text
 
 
-async def test_refusing_redis_falls_back_to_the_process_cache(
+async def test_refusing_redis_falls_back_to_the_client_cache(
     server: FakeAthenaServer, client: AthenaClient, real_redis: Any, keyspace: KeySpace
 ) -> None:
     # A session key of the wrong type: every GET is refused (WRONGTYPE), which
     # must not stop the tier from getting a session.
-    await real_redis.rpush(keyspace.athena_session(TENANT, USER, AGENT), "not-an-id")
+    await real_redis.rpush(_session_key(keyspace, server), "not-an-id")
     sessions = _sessions(client, real_redis, keyspace)
     assert await sessions.current() == sessions.session_id != ""
+    assert server.sessions_created == 1
+
+
+async def test_sessions_through_a_redis_backend_share_the_id_cached_in_its_redis(
+    server: FakeAthenaServer, client: AthenaClient, redis_client: Any, keyspace: KeySpace
+) -> None:
+    # What the runtime hands the tier: its RedisBackend, not a redis-py client.
+    backend = RedisBackend.adopt(redis_client)
+    first = await _sessions(client, backend, keyspace).current()
+    assert (await redis_client.get(_session_key(keyspace, server))).decode() == first
+    # A reader of the same backend finds it without creating one; a raw-client
+    # holder of the same Redis (another process) finds the same id.
+    assert await _sessions(client, backend, keyspace).lookup() == first
+    assert await _sessions(client, redis_client, keyspace).current() == first
     assert server.sessions_created == 1
 
 
@@ -280,8 +295,39 @@ async def test_the_sessions_take_tenant_user_and_timings_from_the_tier_config(
             client, None, keyspace, config=config, agent_id="ag", gate=RequestGate(client)
         )
         assert sessions.agent_id == "ag"
-        assert sessions._key == keyspace.athena_session("tn", "us", "ag")
+        destination = KeySpace.athena_destination("tn", "us", "ag", "http://127.0.0.1:9")
+        assert sessions._key == keyspace.athena_session(destination)
         assert sessions._lock_ttl_ms == 12_000
         assert sessions._confirm_delay == config.confirm_delay
     finally:
         await client.aclose()
+
+
+async def _sessions_on_two_servers(
+    server: FakeAthenaServer, client: AthenaClient, redis: Any, keyspace: KeySpace
+) -> None:
+    # Same tenant, user, agent and namespace: only the server differs.
+    with FakeAthenaServer() as other_server:
+        other = AthenaClient(other_server.url, timeout=2.0, max_retries=1, backoff=0.01)
+        try:
+            on_a = await _sessions(client, redis, keyspace).current()
+            on_b = await _sessions(other, redis, keyspace).current()
+            assert other_server.sessions_created == 1
+            assert on_b != on_a and on_b in other_server.session_ids
+            # Each server keeps its own: A's id is still the one used against A.
+            assert await _sessions(client, redis, keyspace).current() == on_a
+            assert server.sessions_created == 1
+        finally:
+            await other.aclose()
+
+
+async def test_a_session_cached_in_redis_is_never_used_on_another_server(
+    server: FakeAthenaServer, client: AthenaClient, redis_client: Any, keyspace: KeySpace
+) -> None:
+    await _sessions_on_two_servers(server, client, redis_client, keyspace)
+
+
+async def test_a_session_cached_without_redis_is_never_used_on_another_server(
+    server: FakeAthenaServer, client: AthenaClient, keyspace: KeySpace
+) -> None:
+    await _sessions_on_two_servers(server, client, None, keyspace)

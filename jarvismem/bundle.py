@@ -9,14 +9,12 @@ so it does not depend on the memory view that calls it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypedDict, TypeVar
 
 from jarvismem import telemetry
-from jarvismem.backends.redis import redis_errors
 from jarvismem.engine.workflow import WorkflowState
-from jarvismem.errors import BackendRejectedError, BackendUnavailableError
-from jarvismem.records import decode_entry
 from jarvismem.settings import Settings
 from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.athena import AthenaMemory
@@ -147,46 +145,17 @@ async def read_bundle(
     # Only the tiers that are on are read (each a task of the gather below).
     # Their Redis reads (summary, ledger tail, checkpoint, spaces: all keys of
     # the workflow's hash tag, so one slot and one node) go out as ONE pipelined
-    # round trip; each tier still awaits its own reply under its own timeout, so
-    # a failing or slow read marks only its tier degraded.
-    redis = wf.redis
-    batch = _RedisBatch(redis) if redis is not None else None
+    # round trip (the backend's batched reads); each tier still awaits its own
+    # reply under its own timeout, so a failing or slow read marks only its tier
+    # degraded.
     jobs: dict[str, Awaitable[Any]] = {}
     if wf.ltm is not None:
-        ltm = wf.ltm
-        if batch is not None:
-            # A failed Redis read falls back to the blob copy, as load_summary does.
-            summary = batch.read(
-                "ltm",
-                ltm.queue_summary_read,
-                ltm.summary_from_reply,
-                what=f"long-term summary of {wf.workflow_id}: read",
-                fallback=True,
-            )
-        else:
-            summary = ltm.load_summary()
-        jobs["ltm"] = _guarded("ltm", summary, s.tier_timeout_ltm, degraded)
+        jobs["ltm"] = _guarded("ltm", wf.ltm.load_summary(), s.tier_timeout_ltm, degraded)
     if wf.ledger is not None and ledger_tail > 0:
-        ledger = wf.ledger
-        if batch is not None and ledger.redis is redis:
-            key = ledger.key
-            tail = batch.read(
-                "episodic",
-                lambda pipe: pipe.xrevrange(key, count=ledger_tail),
-                _decode_tail,
-                what=f"ledger of {wf.workflow_id}: tail",
-            )
-        else:
-            tail = ledger.tail(ledger_tail)
+        tail = wf.ledger.tail(ledger_tail)
         jobs["episodic"] = _guarded("episodic", tail, s.tier_timeout_episodic, degraded)
     if wf.redis_writer is not None:
-        store = wf.checkpoints(step_id)
-        if batch is not None and store.redis is redis:
-            checkpoint = batch.read(
-                "checkpoint", store.queue_load, _sync(store.decode_load), what="checkpoint load"
-            )
-        else:
-            checkpoint = store.load()
+        checkpoint = wf.checkpoints(step_id).load()
         jobs["checkpoint"] = _guarded("checkpoint", checkpoint, s.tier_timeout_checkpoint, degraded)
     if working is not None:
         jobs["working"] = _guarded("working", working.render(), s.tier_timeout_working, degraded)
@@ -195,18 +164,20 @@ async def read_bundle(
             "athena", _athena_context(athena, athena_query), s.tier_timeout_athena, degraded
         )
     if spaces is not None:
-        if batch is not None and spaces.redis is redis:
-            snapshot = batch.read(
-                "spaces", spaces.queue_load, _sync(_spaces_of(spaces)), what="spaces load"
-            )
-        else:
-            snapshot = _spaces_snapshot(spaces)
-        jobs["spaces"] = _guarded("spaces", snapshot, s.tier_timeout_episodic, degraded)
-    if batch is not None:
-        # The longest tier timeout bounds the round trip; each tier gives up
-        # on it at its own timeout.
-        batch.send(max(s.tier_timeout_ltm, s.tier_timeout_episodic, s.tier_timeout_checkpoint))
-    read = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
+        jobs["spaces"] = _guarded(
+            "spaces", _spaces_snapshot(spaces), s.tier_timeout_episodic, degraded
+        )
+    batch = (
+        contextlib.nullcontext()
+        if wf.redis is None
+        else wf.redis.batched_reads(
+            # The longest tier timeout bounds the round trip; each tier gives up
+            # on it at its own timeout.
+            max(s.tier_timeout_ltm, s.tier_timeout_episodic, s.tier_timeout_checkpoint)
+        )
+    )
+    async with batch:  # the tasks gather starts take the batch with them
+        read = dict(zip(jobs, await asyncio.gather(*jobs.values()), strict=True))
 
     bundle = empty_bundle()
     if read.get("ltm") is not None:
@@ -229,97 +200,6 @@ async def read_bundle(
     return bundle
 
 
-class _RedisBatch:
-    """The Redis reads of one bundle, sent as one pipelined round trip.
-
-    :meth:`read` queues a tier's commands and returns the coroutine that waits
-    for the reply and decodes that tier's part; :meth:`send` (after every tier
-    queued its read) starts the round trip. A command that fails (a wrong type,
-    say) fails only its tier; a connection failure fails every tier that read
-    through the batch, as it would have failed each of their own reads.
-    """
-
-    def __init__(self, redis: Any) -> None:
-        self._redis = redis
-        self._queue: list[Callable[[Any], object]] = []
-        self._reply: asyncio.Future[list[Any]] | None = None
-
-    def read(
-        self,
-        tier: str,
-        queue: Callable[[Any], object],
-        decode: Callable[[Any], Awaitable[T]],
-        *,
-        what: str | None = None,
-        fallback: bool = False,
-    ) -> Awaitable[T]:
-        """Queue ``queue(pipe)``; the awaitable gives ``decode(reply)``.
-
-        ``fallback``: a failed read is decoded as ``decode(None)`` (the tier
-        has another copy to read) instead of raising.
-        """
-        index = len(self._queue)
-        self._queue.append(queue)
-        return self._tier(index, decode, what or f"rehydrate {tier}", fallback)
-
-    def send(self, timeout: float) -> None:
-        """Start the round trip (once every tier has queued its read)."""
-        self._reply = asyncio.ensure_future(self._roundtrip(timeout))
-        # Retrieved here too: every tier may have given up waiting for it.
-        self._reply.add_done_callback(_retrieve)
-
-    async def _roundtrip(self, timeout: float) -> list[Any]:
-        async with redis_errors("rehydrate bundle: Redis reads", timeout):
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for queue in self._queue:
-                    queue(pipe)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
-
-    async def _tier(
-        self, index: int, decode: Callable[[Any], Awaitable[T]], what: str, fallback: bool
-    ) -> T:
-        assert self._reply is not None, "send() the batch before awaiting its reads"
-        try:
-            # Shielded: one tier giving up at its timeout must not cancel the
-            # round trip the other tiers still wait for.
-            reply = (await asyncio.shield(self._reply))[index]
-            if isinstance(reply, BaseException):
-                async with redis_errors(what):
-                    raise reply
-        except (BackendUnavailableError, BackendRejectedError) as exc:
-            if not fallback:
-                raise
-            log.warning("%s: %s; reading its other copy", what, exc)
-            reply = None
-        return await decode(reply)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-def _sync(decode: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
-    async def run(reply: Any) -> T:
-        return decode(reply)
-
-    return run
-
-
-async def _decode_tail(rows: Any) -> list[dict[str, Any]]:
-    """An ``XREVRANGE`` reply as :meth:`EpisodicLedger.tail` returns it: oldest first."""
-    return [decode_entry(sid, fields) for sid, fields in reversed(rows)]
-
-
-def _spaces_of(store: SpacesStore) -> Callable[[Any], dict[str, Any] | None]:
-    def decode(raw: Any) -> dict[str, Any] | None:
-        container = store.decode_container(raw, "spaces load")
-        return None if container.rev == 0 else dict(container.to_dict())
-
-    return decode
-
-
 async def _athena_context(
     athena: Callable[[], Awaitable[AthenaMemory | None]], query: str | None
 ) -> dict[str, Any] | None:
@@ -333,5 +213,5 @@ async def _athena_context(
 
 async def _spaces_snapshot(store: SpacesStore) -> dict[str, Any] | None:
     """The agent's spaces, or None when it never wrote any (container rev 0)."""
-    container = await store.load()
+    container = await store.load_unbounded()  # bounded by the spaces tier's timeout
     return None if container.rev == 0 else dict(container.to_dict())

@@ -16,18 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from jarvismem.backends.blob import BlobStorage, LocalBlobStorage
 from jarvismem.backends.llm import Summarizer
-from jarvismem.backends.redis import (
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import (
     IN_PROCESS_NOTE,
     is_embedded_server,
-    is_in_process,
     ping_redis,
     probe_redis_call,
     redis_destination,
-)
-from jarvismem.backends.redis_durability import (
-    connected_replicas,
-    durability_health,
-    replica_state,
 )
 from jarvismem.backends.redis_embedded import NO_SERVER_HINT, embedded_server
 from jarvismem.backends.redis_sentinel import is_sentinel_url
@@ -49,15 +44,15 @@ class Monitored(Protocol):
 
     settings: Settings
     keyspace: KeySpace
-    redis: Any
+    backend: RedisBackend | None
     blob: BlobStorage | None
     athena: AthenaClient | None
     summarizer: Summarizer
     athena_agents: AthenaAgents | None
 
     @property
-    def embedded(self) -> bool:
-        """True when Redis is the in-process stand-in."""
+    def in_process(self) -> bool:
+        """True when Redis is the ephemeral in-process stand-in (``REDIS_URL=memory://``)."""
         ...
 
     def open_writers(self) -> list[DurableWriter]:
@@ -203,13 +198,14 @@ def _blob_steps(blob: Any, path: str) -> list[Step]:
 
 
 async def _redis_health(engine: Monitored, write_check: bool) -> dict[str, Any]:
-    if engine.redis is None:
+    if engine.backend is None:
         return {"configured": False}
     s = engine.settings
-    redis = engine.redis
+    rb = engine.backend
+    redis = rb.client
     url = s.redis_url
     server = None
-    if is_in_process(redis):
+    if rb.in_process:
         backend, where = "in-process", IN_PROCESS_NOTE
     elif is_embedded_server(s) and _is_client_of(redis, embedded_server(s).socket_address()):
         server = embedded_server(s)
@@ -233,10 +229,10 @@ async def _redis_health(engine: Monitored, write_check: bool) -> dict[str, Any]:
         out["server"] = await server.status()
         if not ok and out["server"]["binary"] is None:
             out["reason"] = f"no Redis server binary for this platform: {NO_SERVER_HINT}"
-    if not is_in_process(redis):
-        out["durability"] = durability_health(redis)
+    if not rb.in_process:
+        out["durability"] = rb.durability_health()
         if ok and out["durability"]["level"] == "replicated":
-            seen, _, _, connected = await _probe(lambda: connected_replicas(redis))
+            seen, _, _, connected = await _probe(rb.connected_replicas)
             # The replica count and queue are filled in by engine_health (it has the outboxes).
             out["_replicas"] = connected if seen else None
     if write_check and ok:
@@ -390,11 +386,11 @@ def _replicated_state(engine: Monitored, redis: dict[str, Any]) -> str | None:
     """Fill in the replica state of a ``replicated`` client; its reason when not ok."""
     connected = redis.pop("_replicas", None)
     durability = redis.get("durability")
-    if engine.redis is None or not durability:
+    if engine.backend is None or not durability:
         return None
     if durability.get("level") == "replicated":
         queued = sum(len(writer.outbox) for writer in engine.redis_writers())
-        durability.update(replica_state(engine.redis, connected, queued))
+        durability.update(engine.backend.replica_state(connected, queued))
     redis["status"] = durability_line(durability)
     return _replicas_reason(durability)
 

@@ -284,21 +284,17 @@ class KeySpace:
         """A short-lived key ``status --write-check`` sets and deletes (proves writes)."""
         return f"{KEY_PREFIX}:{self.namespace}:health-probe:{validate_id(token, 'probe token')}"
 
-    def athena_session(self, tenant_id: str, user_id: str, agent_id: str) -> str:
-        """Cached Athena session id for (tenant, user, agent)."""
-        return (
-            f"{KEY_PREFIX}:{self.namespace}:athena:session:"
-            f"{validate_id(tenant_id, 'tenant_id')}:{validate_id(user_id, 'user_id')}:"
-            f"{validate_id(agent_id, 'agent_id')}"
-        )
+    def athena_session(self, destination: str) -> str:
+        """Cached Athena session id of one destination (tenant, user, agent, server).
 
-    def athena_session_lock(self, tenant_id: str, user_id: str, agent_id: str) -> str:
-        """Short-lived lock held while one process creates the (tenant, user, agent) session."""
-        return (
-            f"{KEY_PREFIX}:{self.namespace}:athena:session-lock:"
-            f"{validate_id(tenant_id, 'tenant_id')}:{validate_id(user_id, 'user_id')}:"
-            f"{validate_id(agent_id, 'agent_id')}"
-        )
+        ``destination`` is :meth:`athena_destination`'s value: a session exists
+        on one server only, so its id is never found under another server's key.
+        """
+        return f"{KEY_PREFIX}:{self.namespace}:athena:session:{_destination_key(destination)}"
+
+    def athena_session_lock(self, destination: str) -> str:
+        """Short-lived lock held while one process creates the session of ``destination``."""
+        return f"{KEY_PREFIX}:{self.namespace}:athena:session-lock:{_destination_key(destination)}"
 
     def athena_sent(self, destination: str, idempotency_key: str) -> str:
         """Marker of one event delivered (or being delivered) to an Athena destination.
@@ -306,11 +302,8 @@ class KeySpace:
         ``destination`` is :meth:`athena_destination`'s value; the marker makes
         delivery effectively-once although the server itself never deduplicates.
         """
-        dest = ":".join(
-            validate_id(p, "athena destination") for p in _destination_parts(destination)
-        )
         return (
-            f"{KEY_PREFIX}:{self.namespace}:athena:sent:{dest}:"
+            f"{KEY_PREFIX}:{self.namespace}:athena:sent:{_destination_key(destination)}:"
             f"{validate_id(idempotency_key, 'idempotency_key')}"
         )
 
@@ -323,7 +316,8 @@ class KeySpace:
         return self._recall(scope_key, "entries")
 
     def recall_postings(self, scope_key: str) -> str:
-        """Hash token -> JSON {entry_id: term frequency}: the BM25 inverted index."""
+        """Hash of the scope's BM25 inverted index: packed, chunked postings per token
+        and the ``__v__`` index signature (docs/architecture.md, "Recall index format")."""
         return self._recall(scope_key, "postings")
 
     # --- recall vectors (hybrid retrieval) ------------------------------------
@@ -658,6 +652,11 @@ def _destination_parts(destination: str) -> tuple[str, str, str, str]:
     if len(parts) != 4:
         raise InvalidIdError("an Athena destination must be made by KeySpace.athena_destination")
     return parts[0], parts[1], parts[2], parts[3]
+
+
+def _destination_key(destination: str) -> str:
+    """``tenant:user:agent:server``: a destination as a Redis key's tail, each part validated."""
+    return ":".join(validate_id(p, "athena destination") for p in _destination_parts(destination))
 
 
 def destination_digest(*parts: str) -> str:

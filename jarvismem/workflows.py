@@ -1,27 +1,12 @@
 """Workflows as a whole: list them (``jarvismem workflows``), delete one (``jarvismem delete``).
 
-Listing reads the namespace's workflow index (a sorted set the ledger appends
-keep, see :mod:`jarvismem.tiers.episodic`), the ledger of each indexed workflow
-for its counts and exact last activity, and, with blob storage, the workflow
-folders there (so a workflow shows even without Redis, with the embedded
-stand-in of a fresh process, or after its Redis keys expired).
-
-Deleting removes a workflow from every tier this machine can reach: every Redis
-key of the workflow (ledger, turn index, summary and its state, checkpoints,
-spaces, their idempotency sets, an import marker, a crashed import's staging
-keys), its entry in the index, every blob under its folder (scratchpads, goal
-findings, summary copy) and a crashed import's staging blobs, and its local
-outbox files (queued writes that were never delivered). It does not touch
-recall entries (they are scoped by namespace, agent and session, never by
-workflow) nor Athena (a remote service that keeps its own sessions).
-
-Concurrent writers: a delete is not a fence. The workflow's Redis keys go in
-one ``DEL`` (they share one hash slot), so the ledger and its exactly-once
-index vanish together and a later turn is never mistaken for a duplicate of a
-deleted one. A write that lands after that ``DEL`` (a kernel still running, or
-another process replaying its outbox) starts the workflow afresh with just
-that write; the delete then sees the ledger again, keeps the index entry and
-reports ``raced``. Stop the workflow's kernels before deleting it.
+Listing reads the namespace's workflow index, each indexed ledger and, with blob
+storage, the workflow folders (so a workflow shows even without its Redis keys).
+Deleting removes a workflow from every tier this machine reaches (Redis keys, index
+entry, blobs, staging, local outbox files; not recall entries nor Athena). Its Redis
+keys go in one ``DEL`` (one hash slot), so the ledger and its exactly-once index vanish
+together; a delete is not a fence: a write landing after it starts the workflow afresh
+and the delete reports ``raced``. Docs: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -34,7 +19,7 @@ from typing import Any
 
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.outbox.format import sibling
-from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import BackendUnavailableError, InvalidIdError
 from jarvismem.keys import validate_id
 from jarvismem.memory import MemoryRuntime
@@ -93,7 +78,7 @@ async def list_workflows(
     """
     ks = runtime.keyspace
     indexed: dict[str, int] = {}
-    index = None if runtime.redis is None else WorkflowIndex(runtime.redis, ks)
+    index = None if runtime.redis is None else WorkflowIndex(runtime.backend, ks)
     if index is not None:
         if rebuild:
             await index.rebuild()
@@ -115,7 +100,7 @@ async def list_workflows(
         turns = entries = last_ms = None
         if runtime.redis is not None:
             async with gate:
-                stats = await ledger_stats(runtime.redis, ks, workflow)
+                stats = await ledger_stats(runtime.backend, ks, workflow)
             turns, entries, last_ms = stats.turns, stats.entries, stats.last_ms
             score = indexed.get(workflow)
             if runtime.in_process and score is None and not entries:
@@ -161,13 +146,14 @@ async def workflow_exists(runtime: MemoryRuntime, workflow_id: str) -> bool | No
     if await asyncio.to_thread(_outbox_files, runtime, workflow, sidecars=False):
         return True
     redis_down = blob_down = False
-    if runtime.redis is not None:
+    backend = runtime.backend
+    if backend is not None:
+        what = f"look up workflow {workflow}"
         try:
-            async with redis_errors(f"look up workflow {workflow}"):
-                if await runtime.redis.zscore(ks.workflow_index(), workflow) is not None:
-                    return True
-                if await runtime.redis.exists(ks.ledger(workflow)):
-                    return True
+            if await backend.call("zscore", ks.workflow_index(), workflow, what=what) is not None:
+                return True
+            if await backend.call("exists", ks.ledger(workflow), what=what):
+                return True
         except BackendUnavailableError:
             redis_down = True
     if runtime.blob is not None:
@@ -176,11 +162,10 @@ async def workflow_exists(runtime: MemoryRuntime, workflow_id: str) -> bool | No
                 return True
         except BackendUnavailableError:
             blob_down = True
-    if runtime.redis is not None and not redis_down:
-        async with redis_errors(f"look up workflow {workflow}: scan"):
-            keys = runtime.redis.scan_iter(match=ks.workflow_pattern(workflow), count=1000)
-            async for _key in keys:
-                return True
+    if backend is not None and not redis_down:
+        what = f"look up workflow {workflow}: scan"
+        async for _key in backend.scan(ks.workflow_pattern(workflow), what=what):
+            return True
     return None if redis_down or blob_down else False
 
 
@@ -226,9 +211,9 @@ async def delete_workflow(
     workflow = validate_id(workflow_id, "workflow_id")
     ks = runtime.keyspace
     report = DeletionReport(workflow_id=workflow, dry_run=dry_run)
-    index = None if runtime.redis is None else WorkflowIndex(runtime.redis, ks)
-    if runtime.redis is not None and index is not None:
-        report.redis_keys = await _redis_keys(runtime.redis, runtime, workflow)
+    index = None if runtime.backend is None else WorkflowIndex(runtime.backend, ks)
+    if runtime.backend is not None and index is not None:
+        report.redis_keys = await _redis_keys(runtime.backend, runtime, workflow)
         report.indexed = workflow in await index.entries()
     if runtime.blob is not None:
         paths = await runtime.blob.list(ks.workflow_blob_prefix(workflow))
@@ -242,24 +227,23 @@ async def delete_workflow(
     report.outbox_files = [str(p) for p in outboxes]
     if dry_run:
         return report
-    if runtime.redis is not None and report.redis_keys:
+    if runtime.backend is not None and report.redis_keys:
         # One DEL: every key of the workflow shares its hash slot, so the ledger
         # and its exactly-once index disappear together, atomically.
-        async with redis_errors(f"delete workflow {workflow}"):
-            await runtime.redis.delete(*report.redis_keys)
+        await runtime.backend.call("delete", *report.redis_keys, what=f"delete workflow {workflow}")
     if runtime.blob is not None:
         for path in report.blobs:
             await runtime.blob.delete(path)
     await asyncio.to_thread(_remove_files, outboxes)
-    if runtime.redis is not None and index is not None:
-        async with redis_errors(f"delete workflow {workflow}: check"):
-            report.raced = bool(await runtime.redis.exists(ks.ledger(workflow)))
+    if runtime.backend is not None and index is not None:
+        what = f"delete workflow {workflow}: check"
+        report.raced = bool(await runtime.backend.call("exists", ks.ledger(workflow), what=what))
         if not report.raced:
             await index.remove(workflow)
     return report
 
 
-async def _redis_keys(redis: Any, runtime: MemoryRuntime, workflow: str) -> list[str]:
+async def _redis_keys(redis: RedisBackend, runtime: MemoryRuntime, workflow: str) -> list[str]:
     """Every Redis key of the workflow, the ones every workflow has named explicitly.
 
     The ledger and the turn index are always listed (not only when a SCAN saw
@@ -267,11 +251,11 @@ async def _redis_keys(redis: Any, runtime: MemoryRuntime, workflow: str) -> list
     """
     ks = runtime.keyspace
     found = {ks.ledger(workflow), ks.turn_index(workflow)}
-    async with redis_errors(f"delete workflow {workflow}: scan"):
-        for pattern in (ks.workflow_pattern(workflow), ks.staging_pattern(workflow)):
-            async for raw in redis.scan_iter(match=pattern, count=1000):
-                found.add(as_text(raw))
-        exists = await asyncio.gather(*(redis.exists(key) for key in sorted(found)))
+    what = f"delete workflow {workflow}: scan"
+    for pattern in (ks.workflow_pattern(workflow), ks.staging_pattern(workflow)):
+        async for raw in redis.scan(pattern, what=what):
+            found.add(as_text(raw))
+    exists = await asyncio.gather(*(redis.call("exists", key, what=what) for key in sorted(found)))
     return [key for key, n in zip(sorted(found), exists, strict=True) if n]
 
 

@@ -74,7 +74,7 @@ def redis_keys(ids: Ids) -> dict[str, str]:
         f"workflow_pattern{(ks.namespace, wf)}": ks.workflow_pattern(wf),
         f"workflow_index{(ks.namespace,)}": ks.workflow_index(),
         f"athena_session{(ks.namespace, ids.tenant, ids.user, ids.agent)}": ks.athena_session(
-            ids.tenant, ids.user, ids.agent
+            KeySpace.athena_destination(ids.tenant, ids.user, ids.agent, "http://athena.test")
         ),
         f"recall_entries{(ks.namespace, scope)}": ks.recall_entries(scope),
         f"recall_postings{(ks.namespace, scope)}": ks.recall_postings(scope),
@@ -326,8 +326,10 @@ def test_hostile_namespace_is_refused(value: object, _message: str) -> None:
         (lambda ks: ks.spaces_ops("wf", "a}"), "agent_id"),
         (lambda ks: ks.scratchpad("wf", "s", "../../etc/passwd"), "agent_id"),
         (lambda ks: ks.goals("wf", "a/b", "x"), "step_id"),
-        (lambda ks: ks.athena_session("t*", "u", "a"), "tenant_id"),
-        (lambda ks: ks.athena_session("t", "u?", "a"), "user_id"),
+        (lambda ks: KeySpace.athena_destination("t*", "u", "a", "http://h"), "tenant_id"),
+        (lambda ks: KeySpace.athena_destination("t", "u?", "a", "http://h"), "user_id"),
+        (lambda ks: ks.athena_session("t/u/a*/0123abcd"), "athena destination"),
+        (lambda ks: ks.athena_session_lock("t/u/{a}/0123abcd"), "athena destination"),
         (lambda ks: ks.outbox_file("..", "wf"), "outbox kind"),
         (lambda ks: KeySpace.turn_field("s", "a", "t:1"), "turn_id"),
         (lambda ks: KeySpace.recall_scope("n", "a", "s/1"), "session_id"),

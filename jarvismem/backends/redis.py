@@ -1,311 +1,93 @@
-"""Redis connections: one pool per process, from a URL, the embedded server, or a stand-in.
+"""The one Redis seam: a :class:`RedisBackend` owns a client and all that goes with it.
 
-``REDIS_URL`` unset means the *embedded server*: a real Redis-protocol server
-that jarvismem starts and shares between processes, persistent in
-``EMBEDDED_REDIS_PATH`` (:mod:`jarvismem.backends.redis_embedded`).
-``REDIS_URL=memory://`` selects an in-process fakeredis stand-in instead: it is
-ephemeral (gone when the process exits), for tests and explicit opt-in, and
-every log line and status output says so. A ``redis+sentinel://`` URL gives a client that follows
-a Sentinel-managed primary (:mod:`jarvismem.backends.redis_sentinel`), and
-``REDIS_DURABILITY`` is attached to the client built here
-(:mod:`jarvismem.backends.redis_durability`).
+Tiers, the engine and the integrations are handed a backend and call its
+methods; none of them talks to redis-py or translates its errors. The backend
+holds the redis-py client (``backend.client``), its auto-pipeline (one per
+event loop), its durability level with the ``WAIT`` handling and counts of
+``REDIS_DURABILITY=replicated``, and its recovery probe. Connection helpers live
+in :mod:`jarvismem.backends.redis_connect`, error classification in
+:mod:`jarvismem.backends.redis_failures`.
+
+**Durability.** Redis replicates asynchronously: a primary that acknowledged a
+write and died before its replica copied it loses that write on failover. With
+``replicated`` every tier write is followed by ``WAIT <replicas> <timeout>`` *on
+the connection that carried it*, in the same round trip (``WAIT`` counts the
+replicas that reached the calling connection's offset). Too few is a
+*shortfall*: the write raises :class:`~jarvismem.errors.BackendUnavailableError`
+like an outage, the durable writer queues it, and the scripts' op ids make the
+replay harmless if it had landed. A Redis Cluster client sends the pair as one
+cluster pipeline pinned to the key's node; a redirect refreshes the slot map and
+sends the pair once more to the new owner.
+
+**Auto-pipelining** (:class:`AutoPipeline`): a lone script call goes out at
+once; calls issued while a round trip is in flight are coalesced into one
+pipeline sent on the next loop iteration, in arrival order, each caller getting
+its own reply or error. With ``replicated`` one ``WAIT`` ends each round trip.
+Cluster clients are not coalesced (one command each).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-import errno
-import logging
-import os
-import re
-import ssl
+import contextlib
 import time
-import weakref
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeAlias
-from urllib.parse import urlsplit
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
-import redis
-import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import (
-    AskError,
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
-    ClusterError,
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-    SlotNotCoveredError,
-    TryAgainError,
+from redis.exceptions import AskError, MovedError, NoScriptError, RedisError
+
+from jarvismem.backends.redis_connect import (
+    RedisClient,
+    connect_redis,
+    create_redis,
+    is_in_process,
+    mark_known_down,
+    redis_destination,
 )
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from jarvismem.backends.redis_durability import Durability, durability_of, set_durability
-from jarvismem.backends.redis_embedded import embedded_server, ensure_started
-from jarvismem.backends.redis_sentinel import (
-    create_sentinel_client,
-    is_sentinel_url,
-    parse_sentinel_url,
-    sentinel_pool_destination,
+from jarvismem.backends.redis_failures import (
+    is_redis_failure,
+    redis_errors,
+    translate_redis_error,
 )
-from jarvismem.errors import BackendRejectedError, BackendUnavailableError, ConfigError
-from jarvismem.redaction import mask_url
-from jarvismem.resilience import Backoff
-from jarvismem.settings import MEMORY_URL, Settings
-
-log = logging.getLogger(__name__)
-
-RedisClient: TypeAlias = "aioredis.Redis | RedisCluster"
-"""What every tier accepts: a plain or a cluster ``redis.asyncio`` client."""
-
-IN_PROCESS_NOTE = (
-    "in-process Redis stand-in (REDIS_URL=memory://; ephemeral: lost when the process exits)"
-)
-
-POOL_WAIT_SECONDS = 20.0
-"""How long a command waits for a pooled connection when all are busy."""
-
-KNOWN_DOWN_SECONDS = 5.0
-"""After a command failed every retry, how long later commands skip their retries."""
-
-CONNECT_BACKOFF = Backoff(base=0.1, cap=2.0, jitter="none")
-"""Waits between start-up PINGs: one process waiting for its server, nothing to spread."""
+from jarvismem.errors import BackendUnavailableError, ConfigError
+from jarvismem.settings import Settings
 
 
-class _CommandRetry(Retry):
-    """redis-py's command retry, minus credential refusals, and once only while down.
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """The ``replicated`` level of one backend: ``WAIT replicas timeout_ms`` after each write."""
 
-    redis-py files ``AuthenticationError`` (NOAUTH, WRONGPASS) under
-    ``ConnectionError``, so a stock ``Retry`` resends a refused command three
-    times with backoff: a wrong password then looks like a slow, flaky server
-    ("timed out after 3s") instead of the configuration error it is.
-
-    A command that failed after every retry means the server is down, not
-    blipping: for :data:`KNOWN_DOWN_SECONDS` after that, commands try once and
-    fail at once (the tiers then queue writes in the outbox and mark reads
-    degraded). Without this, each of the dozen commands of a turn or a bundle
-    waited out the whole backoff again, and an agent started with Redis down
-    spent seconds per turn learning the same fact. Any success ends it.
-    """
-
-    def __init__(self, backoff: Any, retries: int, *, shared: list[float] | None = None) -> None:
-        super().__init__(backoff, retries)
-        # [monotonic time until which the server counts as down]; one list for
-        # all the client's connections, see __deepcopy__.
-        self._down = shared if shared is not None else [0.0]
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _CommandRetry:
-        # redis-py deep-copies the retry into every connection; what one
-        # connection learnt about the server must hold for all of them.
-        return _CommandRetry(copy.deepcopy(self._backoff, memo), self._retries, shared=self._down)
-
-    def known_down(self) -> bool:
-        """Whether a recent command found the server down (retries are skipped)."""
-        return time.monotonic() < self._down[0]
-
-    def mark_down(self) -> None:
-        """The server was just found down: skip retries for a while."""
-        self._down[0] = time.monotonic() + KNOWN_DOWN_SECONDS
-
-    async def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
-        given = kwargs.pop("is_retryable", None) if "is_retryable" in kwargs else None
-        if args:  # positional is_retryable (redis-py passes it by keyword today)
-            given, args = args[0], args[1:]
-        with_failure_count = bool(kwargs.pop("with_failure_count", False))
-        retries = 0 if self.known_down() else self._retries
-        failures = 0
-        try:
-            while True:
-                try:
-                    result = await do()
-                except self._supported_errors as error:
-                    if is_auth_error(error) or (given is not None and not given(error)):
-                        raise
-                    failures += 1
-                    # redis-py's handler closes the connection (and may raise itself).
-                    if with_failure_count:
-                        await fail(error, failures)
-                    else:
-                        await fail(error)
-                    if failures > retries:
-                        raise error
-                    await asyncio.sleep(self._backoff.compute(failures))
-                else:
-                    self._down[0] = 0.0
-                    return result
-        except self._supported_errors as error:
-            if failures and not is_auth_error(error):
-                self.mark_down()
-            raise
+    replicas: int
+    timeout_ms: int
 
 
-_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """A write acknowledged by fewer replicas than required (or a failed WAIT)."""
+
+    at: float
+    wanted: int
+    got: int
+    timeout_ms: int
+    what: str
 
 
-def is_in_process(client: Any) -> bool:
-    """True for the in-process fakeredis stand-in (``REDIS_URL=memory://``)."""
-    return type(client).__module__.startswith("fakeredis")
+class _Waits:
+    """The ``replicated`` level and what its WAITs found (for health)."""
 
+    __slots__ = ("durability", "few_since", "last_shortfall", "short_since", "shortfalls", "waits")
 
-def redis_destination(client: Any) -> str:
-    """A secret-free description of the server(s) ``client`` talks to.
-
-    Names the client's outboxes, so records queued for one server are never
-    replayed into another. No password: host, port, database, or socket path.
-    """
-    if is_in_process(client):
-        return "in-process"
-    pool = getattr(client, "connection_pool", None)
-    sentinel = sentinel_pool_destination(pool)
-    if sentinel is not None:
-        return sentinel  # the service, whichever server is its primary now
-    if pool is not None:
-        kw = pool.connection_kwargs
-        where = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
-        return f"redis:{where}/{kw.get('db', 0)}"
-    nodes = getattr(client, "startup_nodes", None) or []
-    names = sorted(f"{n.host}:{n.port}" for n in nodes if hasattr(n, "host"))
-    return "cluster:" + ",".join(names) if names else type(client).__name__
-
-
-def redis_url_of(settings: Settings) -> str:
-    """The URL the client of ``settings`` talks to: ``REDIS_URL``, else the embedded
-    server's ``unix://`` URL (``memory://`` for the in-process stand-in)."""
-    return settings.redis_url or embedded_server(settings).url
-
-
-def is_embedded_server(settings: Settings) -> bool:
-    """True when ``settings`` use the embedded server (``REDIS_URL`` unset)."""
-    return not settings.redis_url
-
-
-def _client_kwargs(settings: Settings) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        # Commands retry on connection blips with exponential backoff; the
-        # tiers above add their own timeouts so a dead server cannot hang a turn.
-        "retry": _CommandRetry(ExponentialBackoff(cap=1.0, base=0.05), 3),
-        "retry_on_error": [RedisConnectionError, RedisTimeoutError],
-        "socket_connect_timeout": 2.0,
-        "health_check_interval": 30,
-        "max_connections": settings.redis_max_connections,
-    }
-    url = settings.redis_url or ""
-    if url.startswith("rediss://"):
-        kwargs["ssl_cert_reqs"] = _CERT_REQS[settings.redis_ssl_cert_reqs]
-        if settings.redis_ssl_ca_certs:
-            kwargs["ssl_ca_certs"] = str(settings.redis_ssl_ca_certs)
-        if settings.redis_ssl_certfile:
-            kwargs["ssl_certfile"] = str(settings.redis_ssl_certfile)
-        if settings.redis_ssl_keyfile:
-            kwargs["ssl_keyfile"] = str(settings.redis_ssl_keyfile)
-    return kwargs
-
-
-def create_redis(settings: Settings) -> RedisClient:
-    """Build (without connecting) the process's Redis client from settings.
-
-    ``REDIS_URL`` unset: a client of the embedded server's socket (started by
-    :func:`connect_redis`, not here); ``memory://``: the in-process stand-in.
-    Raises :class:`ConfigError` for ``REDIS_DURABILITY=replicated`` without a
-    server with replicas (neither default has any) and for a malformed
-    ``redis+sentinel://`` URL.
-    """
-    if not settings.redis_url or settings.redis_url == MEMORY_URL:
-        if settings.redis_durability == "replicated":
-            raise ConfigError(
-                "REDIS_DURABILITY=replicated needs a Redis server with replicas (set "
-                "REDIS_URL): the embedded server and the in-process stand-in have none"
-            )
-    if settings.redis_url == MEMORY_URL:
-        return in_process_redis()
-    client = _create_client(settings, redis_url_of(settings))
-    adopt_redis(client, settings)
-    return client
-
-
-def adopt_redis(client: Any, settings: Settings) -> None:
-    """Give a Redis client the durability level of ``settings``, or refuse the pair.
-
-    The one point where a client enters a runtime (built here, or passed in to
-    ``UnifiedMemory(redis_store=...)``, ``MemoryRuntime(redis=...)``): whichever
-    way it came, its writes then follow ``REDIS_DURABILITY``. A client that
-    already carries another level (set by :func:`set_durability` for other
-    users of it) is refused with :class:`ConfigError` rather than silently
-    changed, and so is ``replicated`` on the embedded stand-in (no replicas).
-    """
-    wanted = (
-        Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
-        if settings.redis_durability == "replicated"
-        else None
-    )
-    if wanted is not None and is_in_process(client):
-        raise ConfigError(
-            "REDIS_DURABILITY=replicated needs a Redis server with replicas: the "
-            "in-process stand-in has none"
-        )
-    held = durability_of(client)
-    if held == wanted:
-        return
-    if held is None and wanted is not None:
-        set_durability(client, "replicated", replicas=wanted.replicas, timeout_ms=wanted.timeout_ms)
-        return
-    told = (
-        "REDIS_DURABILITY=primary"
-        if wanted is None
-        else f"REDIS_DURABILITY=replicated, REDIS_WAIT_REPLICAS={wanted.replicas}, "
-        f"REDIS_WAIT_TIMEOUT_MS={wanted.timeout_ms}"
-    )
-    has = (
-        "primary"
-        if held is None
-        else f"replicated ({held.replicas} replica(s), {held.timeout_ms} ms)"
-    )
-    raise ConfigError(
-        f"the Redis client passed in is already {has} but the settings say {told}: "
-        "make them agree (one client, one durability level)"
-    )
-
-
-def _create_client(settings: Settings, url: str) -> RedisClient:
-    kwargs = _client_kwargs(settings)
-    if is_sentinel_url(url):
-        if settings.redis_cluster:
-            raise ConfigError("REDIS_CLUSTER=true cannot be combined with a redis+sentinel:// URL")
-        return create_sentinel_client(
-            parse_sentinel_url(url), kwargs, pool_timeout=POOL_WAIT_SECONDS
-        )
-    if settings.redis_cluster:
-        if url.startswith("unix://"):
-            raise ConfigError("REDIS_CLUSTER=true needs a redis:// or rediss:// REDIS_URL")
-        kwargs.pop("health_check_interval", None)
-        return RedisCluster.from_url(url, **kwargs)
-    # A blocking pool: past REDIS_MAX_CONNECTIONS concurrent commands, callers
-    # wait for a free connection (up to POOL_WAIT_SECONDS) instead of failing
-    # at once with "Too many connections" as the default pool does.
-    pool = aioredis.BlockingConnectionPool.from_url(url, timeout=POOL_WAIT_SECONDS, **kwargs)
-    client = aioredis.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True  # aclose() also closes the pool
-    return client
-
-
-def mark_known_down(client: RedisClient) -> None:
-    """Tell ``client`` its server was just found down (its commands skip retries a while).
-
-    For a client made right after a failed connect: its first commands would
-    otherwise each wait out the whole retry backoff to learn the same thing.
-    """
-    pool = getattr(client, "connection_pool", None)
-    retry = pool.connection_kwargs.get("retry") if pool is not None else None
-    if isinstance(retry, _CommandRetry):
-        retry.mark_down()
+    def __init__(self, durability: Durability) -> None:
+        self.durability = durability
+        self.waits = 0
+        self.shortfalls = 0
+        self.last_shortfall: Shortfall | None = None
+        # When the current run of shortfalls began (None: the last WAIT was confirmed).
+        self.short_since: float | None = None
+        # When a health check first saw too few replicas connected (None: enough now).
+        self.few_since: float | None = None
 
 
 PROBE_SECONDS = 0.1
@@ -317,16 +99,15 @@ PROBE_TIMEOUT_SECONDS = 1.0
 
 
 class RecoveryProbe:
-    """Does the server answer now? One PING per :data:`PROBE_SECONDS` per client, shared.
+    """Does the server answer now? One PING per :data:`PROBE_SECONDS` per backend, shared.
 
-    Every durable writer of a client waits on the same probe while its replay is
-    backed off (:class:`jarvismem.tiers.durable.DurableWriter`), so a thousand
-    queued workflows cost one PING per interval, not a thousand. Never raises.
-    A success also ends the client's "known down" window (any command does).
+    Every durable writer of a backend waits on the same probe while its replay is
+    backed off, so a thousand queued workflows cost one PING per interval, not a
+    thousand. Never raises. A success also ends the client's "known down" window.
     """
 
     def __init__(self, client: Any, *, interval: float = PROBE_SECONDS) -> None:
-        self._client = weakref.ref(client)
+        self._client = client
         self.interval = interval
         self._task: asyncio.Task[bool] | None = None
         self._at = float("-inf")
@@ -344,364 +125,694 @@ class RecoveryProbe:
         return await asyncio.shield(task)
 
     async def _ping(self) -> bool:
-        client = self._client()
-        ok = False
-        if client is not None:
-            self.pings += 1
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-                    await client.ping()
-                ok = True
-            except Exception:
-                ok = False
+        self.pings += 1
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                await self._client.ping()
+            ok = True
+        except Exception:
+            ok = False
         self._ok, self._at = ok, asyncio.get_running_loop().time()
         return ok
 
 
-_probes: weakref.WeakKeyDictionary[Any, RecoveryProbe] = weakref.WeakKeyDictionary()
+class RedisBackend:
+    """One Redis server as jarvismem uses it: client, pipeline, durability, probe, errors.
 
-
-def recovery_probe(client: Any) -> RecoveryProbe:
-    """The shared :class:`RecoveryProbe` of ``client`` (made on first use)."""
-    probe = _probes.get(client)
-    if probe is None:
-        probe = _probes[client] = RecoveryProbe(client)
-    return probe
-
-
-_in_process_server: Any = None
-
-
-def in_process_redis() -> aioredis.Redis:
-    """A client of the process-wide in-process stand-in (fakeredis, with Lua)."""
-    # Imported here, not at module top: the stand-in is ~65 modules that a
-    # process with REDIS_URL set never needs (start-up time, memory, and more
-    # long-lived objects for every garbage collection to walk).
-    try:
-        import fakeredis
-    except ImportError:
-        raise ConfigError(
-            f"REDIS_URL={MEMORY_URL} (the in-process stand-in) needs fakeredis: "
-            "pip install 'jarvismem[memory]' (or unset REDIS_URL for the embedded server)"
-        ) from None
-
-    global _in_process_server
-    if _in_process_server is None:
-        _in_process_server = fakeredis.FakeServer()
-        log.warning("REDIS_URL=%s: using the %s", MEMORY_URL, IN_PROCESS_NOTE)
-    client: aioredis.Redis = fakeredis.FakeAsyncRedis(server=_in_process_server)
-    return client
-
-
-def is_auth_error(exc: BaseException) -> bool:
-    """True when Redis refused the credentials (NOAUTH, WRONGPASS, AUTH misuse)."""
-    if isinstance(exc, AuthenticationError | AuthenticationWrongNumberOfArgsError):
-        return True
-    if isinstance(exc, ResponseError):
-        return str(exc).lstrip("-").split(" ", 1)[0].upper() in ("NOAUTH", "WRONGPASS")
-    return False
-
-
-def _where(url: str) -> str:
-    """``host:port`` (or the socket path) of a Redis URL, for "is it running?" hints."""
-    if is_sentinel_url(url):
-        try:
-            target = parse_sentinel_url(url)
-        except ConfigError:
-            return "<unparseable url>"
-        hosts = ",".join(f"{h}:{p}" for h, p in target.sentinels)
-        return f"{hosts} (sentinels of {target.service})"
-    try:
-        parts = urlsplit(url)
-        if parts.scheme == "unix":
-            return parts.path or url
-        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
-    except ValueError:
-        return "<unparseable url>"
-
-
-def auth_refused_message(url: str, exc: BaseException) -> str:
-    """The one line for refused credentials: which URL, what to fix (no secret)."""
-    parts = urlsplit(url)
-    has_password = parts.password is not None or "password=" in parts.query
-    fix = (
-        "the password (or user) in REDIS_URL is wrong"
-        if has_password
-        else "the server requires a password and REDIS_URL has none "
-        "(put [USER]:PASSWORD@ before the host)"
-    )
-    first = str(exc).split("\n", 1)[0][:120]
-    return f"Redis refused the credentials (NOAUTH/WRONGPASS) at {mask_url(url)}: {fix} ({first})"
-
-
-def unreachable_hint(url: str, exc: BaseException) -> str:
-    """Why a connection failed, in words, with a hint when nothing listens there."""
-    text = str(exc)
-    where = _where(url)
-    refused = f"Error {errno.ECONNREFUSED} " in text or "refused" in text.lower()
-    if refused or isinstance(exc, ConnectionRefusedError):
-        return f"connection refused (is redis-server running on {where}?)"
-    if "No such file" in text or isinstance(exc, FileNotFoundError):
-        return f"no socket at {where} (is redis-server running?)"
-    if isinstance(exc, TimeoutError | RedisTimeoutError) or "Timeout" in type(exc).__name__:
-        return f"no answer from {where} in time (a firewall, or a host that is down?)"
-    first = text.split("\n", 1)[0][:160]
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
-async def connect_redis(settings: Settings, *, retries: int | None = None) -> RedisClient:
-    """Create the client and wait until it answers PING, retrying with backoff.
-
-    ``retries`` (default ``REDIS_CONNECT_RETRIES``) are the attempts after the
-    first. Logs a countdown; raises :class:`BackendUnavailableError` (with the
-    URL's password masked and a hint such as "is redis-server running on
-    HOST:PORT?") when every attempt failed, and :class:`ConfigError` at once,
-    without retrying, when the server refuses the credentials: waiting will
-    not fix a wrong or missing password.
-
-    ``REDIS_URL`` unset: the embedded server is started first if it is not
-    running (:class:`~jarvismem.backends.redis_embedded.EmbeddedServerUnavailable`,
-    a ``BackendUnavailableError``, when it cannot run here).
+    Build one with :meth:`connect` / :meth:`create` from settings, or
+    :meth:`adopt` a caller's client. Every method raises jarvismem's errors only
+    (:class:`~jarvismem.errors.BackendUnavailableError` for an outage or a
+    replication shortfall, :class:`~jarvismem.errors.BackendRejectedError` for a
+    refusal), naming the operation ``what``.
     """
-    if is_embedded_server(settings):
-        await ensure_started(settings)
-    client = create_redis(settings)
-    if is_in_process(client):
-        return client
-    url = redis_url_of(settings)
-    retries = settings.redis_connect_retries if retries is None else max(0, retries)
-    attempts = retries + 1
-    for attempt in range(1, attempts + 1):
-        try:
-            await asyncio.wait_for(client.ping(), timeout=5.0)
-            return client
-        except Exception as exc:
-            if is_auth_error(exc):
-                await client.aclose()
-                raise ConfigError(auth_refused_message(url, exc)) from None
-            unreachable = isinstance(exc, TimeoutError | RedisConnectionError | OSError)
-            if not (unreachable or cluster_unreachable(exc)):
-                if isinstance(exc, RedisError):
-                    # Any other reply (a server error): waiting will not help.
-                    await client.aclose()
-                    raise translate_redis_error(exc, "Redis connect") from None
-                raise
-            if attempt == attempts:
-                await client.aclose()
-                tried = "1 attempt" if attempts == 1 else f"{attempts} attempts"
-                raise BackendUnavailableError(
-                    f"Redis at {mask_url(url)} did not answer after {tried} "
-                    f"(REDIS_CONNECT_RETRIES={retries}): {unreachable_hint(url, exc)}"
-                ) from None
-            delay = CONNECT_BACKOFF.delay(attempt - 1)
-            log.warning(
-                "Redis at %s not reachable (%s); retrying in %.1fs (retry %d of %d)",
-                mask_url(url),
-                unreachable_hint(url, exc),
-                delay,
-                attempt,
-                retries,
+
+    def __init__(self, client: RedisClient, *, durability: Durability | None = None) -> None:
+        self.client: Any = client
+        self.cluster = hasattr(client, "nodes_manager")
+        self._waits = None if durability is None else _Waits(durability)
+        self.probe = RecoveryProbe(client)
+        self._pipeline: AutoPipeline | _Direct | None = None
+
+    # --- making one -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, settings: Settings) -> RedisBackend:
+        """The backend of ``settings``, not connected (see :func:`create_redis`)."""
+        return cls(create_redis(settings), durability=_wanted(settings))
+
+    @classmethod
+    async def connect(cls, settings: Settings, *, retries: int | None = None) -> RedisBackend:
+        """The backend of ``settings`` once its server answers (see :func:`connect_redis`)."""
+        return cls(await connect_redis(settings, retries=retries), durability=_wanted(settings))
+
+    @classmethod
+    def adopt(cls, given: Any, settings: Settings | None = None) -> RedisBackend:
+        """The backend for a caller's redis-py client, or a backend used as is.
+
+        A client gets a backend of its own with the durability level of
+        ``settings`` (``primary`` without settings). A backend passed in keeps
+        its level; one that disagrees with ``settings`` is refused with
+        :class:`ConfigError` rather than silently changed, and so is
+        ``replicated`` on the in-process stand-in (no replicas).
+        """
+        wanted = None if settings is None else _wanted(settings)
+        if isinstance(given, RedisBackend):
+            if settings is not None and given.durability != wanted:
+                raise ConfigError(_disagreement(given.durability, wanted))
+            return given
+        if wanted is not None and is_in_process(given):
+            raise ConfigError(
+                "REDIS_DURABILITY=replicated needs a Redis server with replicas: the "
+                "in-process stand-in has none"
             )
-            await asyncio.sleep(delay)
-    raise AssertionError("unreachable")
+        return cls(given, durability=wanted)
+
+    # --- what it is -------------------------------------------------------------------------
+
+    @property
+    def in_process(self) -> bool:
+        """True for the in-process fakeredis stand-in (``REDIS_URL=memory://``)."""
+        return is_in_process(self.client)
+
+    @property
+    def destination(self) -> str:
+        """A secret-free description of the server(s): names the backend's outboxes."""
+        return redis_destination(self.client)
+
+    def mark_known_down(self) -> None:
+        """The server was just found down: its commands skip retries for a while."""
+        mark_known_down(self.client)
+
+    async def aclose(self) -> None:
+        """Close the client (and its pool)."""
+        await self.client.aclose()
+
+    # --- commands -----------------------------------------------------------------------------
+
+    def script(self, source: str) -> Any:
+        """A registered Lua script, for :meth:`run_script` and :meth:`evalsha`."""
+        return self.client.register_script(source)
+
+    async def call(
+        self, command: str, *args: Any, what: str, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """``client.<command>(*args, **kwargs)`` under ``timeout``, errors translated.
+
+        Inside :meth:`batched_reads` the command joins the batch's next round trip.
+        """
+        batch = _READS.get()
+        try:
+            if batch is not None and batch.open and batch.backend is self:
+                future = batch.add(command, args, kwargs, what)
+                async with asyncio.timeout(timeout):
+                    return await future
+            if timeout is None:
+                return await getattr(self.client, command)(*args, **kwargs)
+            async with asyncio.timeout(timeout):
+                return await getattr(self.client, command)(*args, **kwargs)
+        except Exception as exc:
+            if is_redis_failure(exc):
+                raise translate_redis_error(exc, what) from exc
+            raise
+
+    @contextlib.asynccontextmanager
+    async def batched_reads(self, timeout: float | None = None) -> AsyncIterator[None]:
+        """Tasks started inside send their :meth:`call` commands together.
+
+        The commands those tasks issue in one loop iteration go out as one
+        pipelined round trip (bounded by ``timeout``) on the next; each caller
+        still gets its own reply or its own error, under its own timeout, and
+        one that gives up does not cancel the round trip the others wait for.
+        Await the reads inside the block (``async with backend.batched_reads():
+        await asyncio.gather(...)``); the rehydrate bundle reads its tiers this
+        way: their normal read methods, one round trip. When the block ends the
+        batch closes: a task started inside copied the context, batch and all,
+        and from then on its commands go out on their own, under their own
+        timeouts, not under this batch's for the rest of its life.
+        """
+        batch = _ReadBatch(self, timeout)
+        token = _READS.set(batch)
+        try:
+            yield
+        finally:
+            _READS.reset(token)
+            batch.open = False
+
+    def guard(self, what: str, timeout: float | None = None) -> redis_errors:
+        """A deadline over an operation of several calls (``async with``).
+
+        Its expiry, and any redis-py failure inside, becomes jarvismem's error
+        naming ``what``; the backend's own methods already raise those.
+        """
+        return redis_errors(what, timeout)
+
+    async def pipeline(
+        self,
+        build: Callable[[Any], object],
+        *,
+        what: str,
+        transaction: bool = False,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """One round trip: ``build(pipe)`` queues commands, their replies come back in order."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.client.pipeline(transaction=transaction) as pipe:
+                    build(pipe)
+                    return list(await pipe.execute())
+        except Exception as exc:
+            if is_redis_failure(exc):
+                raise translate_redis_error(exc, what) from exc
+            raise
+
+    async def scan(self, match: str, *, what: str, count: int = 1000) -> AsyncIterator[Any]:
+        """The keys matching ``match`` (SCAN, every node of a cluster), errors translated."""
+        try:
+            async for key in self.client.scan_iter(match=match, count=count):
+                yield key
+        except Exception as exc:
+            if is_redis_failure(exc):
+                raise translate_redis_error(exc, what) from exc
+            raise
+
+    async def run_script(
+        self,
+        script: Any,
+        keys: list[Any],
+        args: list[Any],
+        *,
+        what: str,
+        timeout: float | None = None,
+        wait: bool = True,
+    ) -> Any:
+        """Run a registered script as a tier write (with its WAIT when ``replicated``).
+
+        ``primary`` (or ``wait=False``, for a copy that can be rebuilt): the
+        script, as redis-py runs it (it reloads a lost script). ``replicated``:
+        the script and ``WAIT`` on one connection in one round trip; a shortfall
+        raises :class:`BackendUnavailableError` (the write may have landed: the
+        scripts are idempotent).
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                if not wait:
+                    return await script(keys=keys, args=args)
+                return await self._run_script(script, keys, args, what)
+        except Exception as exc:
+            if is_redis_failure(exc):
+                raise translate_redis_error(exc, what) from exc
+            raise
+
+    async def evalsha(self, script: Any, keys: list[Any], args: list[Any], *, what: str) -> Any:
+        """Run ``script`` through the auto-pipeline of the running loop (coalesced)."""
+        return await self.auto_pipeline().evalsha(script, keys, args, what)
+
+    def auto_pipeline(self) -> AutoPipeline | _Direct:
+        """The auto-pipeline of the running loop (a new loop gets a new one).
+
+        A cluster client gets a pass-through that sends each call on its own.
+        """
+        found = self._pipeline
+        if found is None or found.loop is not asyncio.get_running_loop():
+            found = self._pipeline = _Direct(self) if self.cluster else AutoPipeline(self)
+        return found
+
+    async def _run_script(self, script: Any, keys: list[Any], args: list[Any], what: str) -> Any:
+        waits = self._waits
+        if waits is None:
+            return await script(keys=keys, args=args)
+        if self.cluster:
+            return await self._cluster_pair(waits.durability, script, keys, args, what)
+        flat = (*keys, *args)
+        for attempt in range(2):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *flat)
+                pipe.execute_command(*wait_args(waits.durability))
+                reply, acked = await pipe.execute(raise_on_error=False)
+            if _is_noscript(reply) and attempt == 0:
+                # A restarted or promoted server lost the script: load it, send again.
+                await self.client.script_load(script.script)
+                continue
+            return self._settle(reply, acked, what)
+        raise AssertionError("unreachable")
+
+    def _settle(self, reply: Any, acked: Any, what: str) -> Any:
+        """The script's reply, or its error, or the shortfall error of a landed write."""
+        if isinstance(reply, BaseException):
+            raise reply
+        short = self.wait_shortfall(acked, what)
+        if short is not None:
+            raise short
+        return reply
+
+    async def _cluster_pair(
+        self, durability: Durability, script: Any, keys: list[Any], args: list[Any], what: str
+    ) -> Any:
+        """EVALSHA + WAIT pinned to the node of ``keys[0]``'s slot (one connection of it)."""
+        client = self.client
+        await client.initialize()  # a no-op once the slot map is known
+        node = client.get_node_from_key(keys[0])
+        flat = (*keys, *args)
+        asking = False
+        for attempt in range(3):
+            if node is None:
+                raise BackendUnavailableError(f"{what}: no cluster node serves the key's slot")
+            async with client.pipeline() as pipe:
+                if asking:
+                    pipe.execute_command("ASKING", target_nodes=node)
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *flat, target_nodes=node)
+                pipe.execute_command(*wait_args(durability), target_nodes=node)
+                replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+            reply, acked = replies[-2], replies[-1]
+            last = attempt == 2
+            if _is_noscript(reply) and not last:
+                # SCRIPT LOAD goes to every primary of a cluster (redis-py routes it so).
+                await client.script_load(script.script)
+                asking = False
+                continue
+            if isinstance(reply, MovedError) and not last:
+                # Let redis-py learn the new owner (one keyed read follows MOVED and
+                # patches the slot map), then send the pair there.
+                await client.exists(keys[0])
+                node, asking = client.get_node_from_key(keys[0]), False
+                continue
+            if isinstance(reply, AskError) and not last:
+                # The slot is migrating and the key already moved: ASKING lets the
+                # importing node take this one command (same connection, just before it).
+                node, asking = client.get_node(host=reply.host, port=reply.port), True
+                continue
+            return self._settle(reply, acked, what)
+        raise AssertionError("unreachable")
+
+    # --- durability -----------------------------------------------------------------------------
+
+    @property
+    def durability(self) -> Durability | None:
+        """The ``replicated`` level, or None for ``primary`` (no WAIT)."""
+        return None if self._waits is None else self._waits.durability
+
+    def set_durability(self, level: str, *, replicas: int = 1, timeout_ms: int = 1000) -> None:
+        """Make the backend's writes ``primary`` or ``replicated`` (WAIT replicas timeout_ms)."""
+        if level == "primary":
+            self._waits = None
+            return
+        if level != "replicated":
+            raise ValueError(f"durability level must be 'primary' or 'replicated', not {level!r}")
+        if replicas < 1 or timeout_ms <= 0:
+            raise ValueError("replicated durability needs replicas >= 1 and timeout_ms > 0")
+        self._waits = _Waits(Durability(replicas=replicas, timeout_ms=timeout_ms))
+
+    def durability_health(self) -> dict[str, Any]:
+        """The level and, with ``replicated``, WAIT counts and the last shortfall."""
+        waits = self._waits
+        if waits is None:
+            return {"level": "primary"}
+        last = waits.last_shortfall
+        return {
+            "level": "replicated",
+            "replicas": waits.durability.replicas,
+            "wait_timeout_ms": waits.durability.timeout_ms,
+            "waits": waits.waits,
+            "shortfalls": waits.shortfalls,
+            "last_shortfall": None
+            if last is None
+            else {
+                "at": round(last.at, 3),
+                "wanted": last.wanted,
+                "got": last.got,
+                "what": last.what,
+            },
+        }
+
+    def wait_shortfall(self, reply: Any, what: str) -> BackendUnavailableError | None:
+        """The error for a ``WAIT`` reply that confirmed too few replicas, else None.
+
+        Counts the WAIT and records a shortfall for :meth:`durability_health`. An
+        error reply (the server is not a primary any more...) is a shortfall with
+        0 replicas: nothing confirmed the write.
+        """
+        waits = self._waits
+        if waits is None:
+            return None
+        waits.waits += 1
+        wanted = waits.durability.replicas
+        got = reply if isinstance(reply, int) and not isinstance(reply, bool) else 0
+        if got >= wanted:
+            waits.short_since = None
+            return None
+        waits.shortfalls += 1
+        if waits.short_since is None:
+            waits.short_since = time.time()
+        timeout_ms = waits.durability.timeout_ms
+        waits.last_shortfall = Shortfall(time.time(), wanted, got, timeout_ms, what)
+        why = (
+            f"WAIT failed ({type(reply).__name__}: {str(reply)[:120]})"
+            if isinstance(reply, BaseException)
+            else f"WAIT confirmed {got} of {wanted} replicas in {timeout_ms} ms"
+        )
+        return BackendUnavailableError(
+            f"{what}: not replicated ({why}); queued as for an outage (REDIS_DURABILITY=replicated)"
+        )
+
+    async def connected_replicas(self) -> int | None:
+        """How many replicas the primary has connected now, or None on a cluster.
+
+        ``INFO replication``'s ``connected_slaves``; a cluster has one primary per
+        shard, so there the WAIT shortfalls alone tell the state. Raises redis-py's
+        errors (a health probe translates them itself).
+        """
+        if self.cluster:
+            return None
+        info = await self.client.info("replication")
+        return int(info.get("connected_slaves", 0))
+
+    def replica_state(self, connected: int | None, queued: int) -> dict[str, Any]:
+        """Whether ``replicated`` writes can be confirmed now, for health (empty for ``primary``).
+
+        ``state``: ``ok``; ``no replica: writes queued`` (or ``1 of 2 replicas: ...``)
+        when fewer replicas than required are connected; ``replicas not
+        confirming: writes queued`` when they are connected but the last WAIT fell
+        short. ``queued``: the Redis writes waiting in this process's outboxes;
+        ``since``: when this began (epoch seconds), else None.
+        """
+        waits = self._waits
+        if waits is None:
+            return {}
+        wanted = waits.durability.replicas
+        few = connected is not None and connected < wanted
+        if not few:
+            waits.few_since = None
+        elif waits.few_since is None:
+            waits.few_since = time.time()
+        if few:
+            label: str | None = (
+                "no replica" if connected == 0 else f"{connected} of {wanted} replicas"
+            )
+        elif waits.short_since is not None:
+            label = "replicas not confirming"
+        else:
+            label = None
+        began = [t for t in (waits.short_since, waits.few_since) if t is not None]
+        return {
+            "state": "ok" if label is None else f"{label}: writes queued",
+            "connected_replicas": connected,
+            "queued": queued,
+            "since": round(min(began), 3) if label is not None and began else None,
+        }
 
 
-async def ping_redis(client: RedisClient, url: str | None) -> None:
-    """PING with failures translated for a health report (auth named as such)."""
-    try:
-        await client.ping()
-    except Exception as exc:
-        if is_auth_error(exc):
-            raise ConfigError(auth_refused_message(url or "", exc)) from None
-        unreachable = isinstance(exc, TimeoutError | RedisConnectionError | OSError)
-        if (unreachable or cluster_unreachable(exc)) and url:
-            raise BackendUnavailableError(unreachable_hint(url, exc)) from None
-        if is_redis_failure(exc):
-            raise translate_redis_error(exc, "PING") from None
-        raise
+# command, args, kwargs, what, future
+_Read = tuple[str, tuple[Any, ...], dict[str, Any], str, "asyncio.Future[Any]"]
 
 
-async def probe_redis_call(call: Callable[[], Awaitable[Any]], url: str | None) -> Any:
-    """Await one command of a health probe; a refusal becomes jarvismem's error.
+class _ReadBatch:
+    """The commands of :meth:`RedisBackend.batched_reads`, sent a loop iteration at a time."""
 
-    An authentication refusal is a :class:`ConfigError` naming the URL (masked),
-    any other Redis failure its translated error; so a probe's reason reads the
-    same whichever step of it failed.
-    """
-    try:
-        return await call()
-    except Exception as exc:
-        if is_auth_error(exc):
-            raise ConfigError(auth_refused_message(url or "", exc)) from None
-        if is_redis_failure(exc):
-            raise translate_redis_error(exc, "write probe") from None
-        raise
+    def __init__(self, backend: RedisBackend, timeout: float | None) -> None:
+        self.backend = backend
+        self.open = True
+        self._timeout = timeout
+        self._queue: list[_Read] = []
+        self._sending: set[asyncio.Task[None]] = set()
+        self.round_trips = 0
 
+    def add(
+        self, command: str, args: tuple[Any, ...], kwargs: dict[str, Any], what: str
+    ) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            # Sent on the next iteration: every read issued in this one joins it.
+            loop.call_soon(self._start)
+        self._queue.append((command, args, kwargs, what, future))
+        return future
 
-# --- errors translated at the edge ------------------------------------------------------
+    def _start(self) -> None:
+        batch, self._queue = self._queue, []
+        task = asyncio.get_running_loop().create_task(self._send(batch), name="jarvismem-reads")
+        self._sending.add(task)  # held until done (the loop keeps weak references only)
+        task.add_done_callback(self._sending.discard)
 
-# Error replies that mean "not now" rather than "never": the server is loading,
-# busy with a script, short of memory or replicas, read-only during a failover,
-# or the cluster is resharding. A write that meets one is queued and retried.
-TRANSIENT_REPLIES = frozenset(
-    {
-        "LOADING",
-        "BUSY",
-        "OOM",
-        "NOREPLICAS",
-        "READONLY",
-        "MASTERDOWN",
-        "CLUSTERDOWN",
-        "TRYAGAIN",
-        "MOVED",
-        "ASK",
-        "NOSCRIPT",
-    }
-)
-
-# redis-py prefixes a command refused inside MULTI/EXEC (or a raising pipeline)
-# with "Command # N (...) of pipeline caused error: ".
-_PIPELINE_NOTE = re.compile(r"Command # \d+ \(.*?\) of pipeline caused error: ", re.S)
-# Redis 6 wraps the error of a redis.call inside a script: "ERR Error running
-# script (call to f_...): @user_script:12: @user_script: 12: -OOM command not ...".
-_SCRIPT_INNER = re.compile(r": -([A-Z]+) ")
-
-
-def reply_code(text: str) -> str:
-    """The error code (``OOM``, ``WRONGTYPE``, ...) of a Redis error reply's text.
-
-    Found wherever the reply comes back: a plain reply, a script's error reply
-    (also the older servers' ``ERR Error running script ... -OOM ...`` form), a
-    per-command reply of a pipeline, a command refused inside MULTI/EXEC.
-    """
-    text = text.lstrip("-")
-    note = _PIPELINE_NOTE.match(text)
-    if note is not None:
-        text = text[note.end() :].lstrip("-")
-    code = text.split(" ", 1)[0].upper()
-    if code == "ERR" and "script" in text:
-        inner = _SCRIPT_INNER.search(text)
-        if inner is not None:
-            return inner.group(1)
-    return code
+    async def _send(self, batch: list[_Read]) -> None:
+        live = [item for item in batch if not item[4].done()]
+        if not live:
+            return
+        self.round_trips += 1
+        try:
+            async with asyncio.timeout(self._timeout):
+                async with self.backend.client.pipeline(transaction=False) as pipe:
+                    for command, args, kwargs, _, _ in live:
+                        getattr(pipe, command)(*args, **kwargs)
+                    replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            _fail_all(live, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        _settle(live, replies)
 
 
-def is_transient_reply(text: str) -> bool:
-    """True when an error reply means "not now" (see :data:`TRANSIENT_REPLIES`)."""
-    return reply_code(text) in TRANSIENT_REPLIES
+_READS: ContextVar[_ReadBatch | None] = ContextVar("jarvismem_redis_reads", default=None)
+"""The read batch the running task joins (set by :meth:`RedisBackend.batched_reads`)."""
 
 
-_REDIS_PACKAGE = os.path.dirname(os.path.abspath(redis.__file__)) + os.sep
+def _wanted(settings: Settings) -> Durability | None:
+    if settings.redis_durability != "replicated":
+        return None
+    return Durability(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
 
 
-def closed_under_command(exc: BaseException) -> bool:
-    """True for redis-py's own ``AttributeError`` on a connection closed mid-command.
-
-    When a command fails during a failover, redis-py closes connections other tasks
-    are using (the cluster client closes every connection on ``CLUSTERDOWN``); a
-    command between its "connected?" check and its write then meets the closed
-    connection's ``None`` writer and raises ``AttributeError: 'NoneType' object has
-    no attribute 'writelines'`` from redis-py's connection code. That is an outage
-    (the command never reached the server), not a refusal: taken for one, a queued
-    turn was dead-lettered, an acknowledged turn lost.
-    """
-    if not isinstance(exc, AttributeError) or "'NoneType'" not in str(exc):
-        return False
-    tb, innermost = exc.__traceback__, None
-    while tb is not None:
-        innermost, tb = tb.tb_frame.f_code.co_filename, tb.tb_next
-    return innermost is not None and os.path.abspath(innermost).startswith(_REDIS_PACKAGE)
-
-
-def cluster_unreachable(exc: BaseException) -> bool:
-    """True for the cluster client's "Redis Cluster cannot be connected" error.
-
-    redis-py raises it (a ``RedisClusterException``, outside its ``RedisError``
-    hierarchy) when no node it knows answers while it loads the cluster layout:
-    at start with every seed down, or mid-failover. An outage, not a refusal; left
-    untranslated it escaped the tiers as a raw library error.
-    """
-    if not isinstance(exc, RedisClusterException) or isinstance(exc, SlotNotCoveredError):
-        return False
-    cause = exc.__cause__ or exc.__context__
-    return "cannot be connected" in str(exc) or isinstance(
-        cause, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError
+def _disagreement(held: Durability | None, wanted: Durability | None) -> str:
+    told = (
+        "REDIS_DURABILITY=primary"
+        if wanted is None
+        else f"REDIS_DURABILITY=replicated, REDIS_WAIT_REPLICAS={wanted.replicas}, "
+        f"REDIS_WAIT_TIMEOUT_MS={wanted.timeout_ms}"
     )
-
-
-def is_transient_redis_error(exc: BaseException) -> bool:
-    """True when ``exc`` (from redis-py) is an outage worth retrying later."""
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | TimeoutError | OSError):
-        return True
-    if cluster_unreachable(exc):
-        return True
-    if isinstance(exc, SlotNotCoveredError) or closed_under_command(exc):
-        # No node serves the slot yet (mid-failover); a connection closed under us.
-        return True
-    if isinstance(
-        exc,
-        OutOfMemoryError | ReadOnlyError | TryAgainError | AskError | ClusterError | NoScriptError,
-    ):
-        return True
-    if isinstance(exc, ResponseError):
-        return is_transient_reply(str(exc))
-    return isinstance(exc, RedisError) and not isinstance(exc, ResponseError)
-
-
-def translate_redis_error(exc: BaseException, what: str) -> Exception:
-    """jarvismem's own error for a redis-py failure of operation ``what``.
-
-    Transient failures become :class:`BackendUnavailableError`; a refusal that
-    would repeat (WRONGTYPE, a script error) becomes :class:`BackendRejectedError`.
-    The message names the operation and the error class, never a URL or value.
-    """
-    first = str(exc).split("\n", 1)[0][:200]
-    if is_transient_redis_error(exc):
-        return BackendUnavailableError(f"{what}: Redis unavailable ({type(exc).__name__}: {first})")
-    return BackendRejectedError(f"{what}: Redis refused it ({type(exc).__name__}: {first})")
-
-
-_FAILURES = (RedisError, TimeoutError, OSError)
-
-
-def is_redis_failure(exc: BaseException) -> bool:
-    """A failure of a Redis call, to translate: redis-py's errors, timeouts, socket
-    errors, and the outages redis-py raises outside its hierarchy (see
-    :func:`closed_under_command`, :func:`cluster_unreachable`, ``SlotNotCoveredError``)."""
+    has = (
+        "primary"
+        if held is None
+        else f"replicated ({held.replicas} replica(s), {held.timeout_ms} ms)"
+    )
     return (
-        isinstance(exc, (*_FAILURES, SlotNotCoveredError))
-        or closed_under_command(exc)
-        or cluster_unreachable(exc)
+        f"the Redis backend passed in is already {has} but the settings say {told}: "
+        "make them agree (one backend, one durability level)"
     )
 
 
-class redis_errors:
-    """Run a block of Redis calls under ``timeout`` with errors translated.
+def wait_args(durability: Durability) -> tuple[str, int, int]:
+    """The ``WAIT`` command of ``durability``, for a pipeline."""
+    return ("WAIT", durability.replicas, durability.timeout_ms)
 
-    Inside, redis-py and timeout errors become :class:`BackendUnavailableError`
-    or :class:`BackendRejectedError`; jarvismem's own errors pass unchanged.
-    A plain class rather than a generator-based context manager: it wraps
-    every ledger append, and costs a few hundred nanoseconds instead of microseconds.
+
+def _is_noscript(reply: object) -> bool:
+    return isinstance(reply, NoScriptError) or (
+        isinstance(reply, RedisError) and str(reply).startswith("NOSCRIPT")
+    )
+
+
+# --- auto-pipelining ------------------------------------------------------------------------
+
+MAX_BATCH = 512
+"""Most commands in one pipelined round trip (bounds one reply's parse on the loop)."""
+
+# script, keys + args (flat), number of keys, what (for error messages), future.
+_Pending = tuple[Any, tuple[Any, ...], int, str, "asyncio.Future[Any]"]
+
+
+class AutoPipeline:
+    """Coalesces one backend's script calls in one event loop; see the module doc.
+
+    ``round_trips`` and ``commands`` count what was sent (tests assert on them,
+    never on time).
     """
 
-    __slots__ = ("_timeout", "what")
+    def __init__(self, backend: RedisBackend, *, max_batch: int = MAX_BATCH) -> None:
+        self._backend = backend
+        self._redis = backend.client
+        self._loop = asyncio.get_running_loop()
+        self._max_batch = max(1, max_batch)
+        self._queue: list[_Pending] = []
+        self._busy = False
+        self.round_trips = 0
+        self.commands = 0
 
-    def __init__(self, what: str, timeout: float | None = None) -> None:
-        self.what = what
-        self._timeout = None if timeout is None else asyncio.timeout(timeout)
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this pipeline belongs to."""
+        return self._loop
 
-    async def __aenter__(self) -> None:
-        if self._timeout is not None:
-            await self._timeout.__aenter__()
+    async def evalsha(self, script: Any, keys: list[Any], args: list[Any], what: str) -> Any:
+        """Run the registered ``script`` (a redis-py ``Script``) with ``keys``/``args``.
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if self._timeout is not None:
+        Returns the script's reply. Raises jarvismem's errors only:
+        :class:`~jarvismem.errors.BackendUnavailableError` for an outage
+        (the command may or may not have run) and
+        :class:`~jarvismem.errors.BackendRejectedError` for a refusal, both
+        naming ``what``.
+        """
+        flat = (*keys, *args)
+        if self._busy:
+            future: asyncio.Future[Any] = self._loop.create_future()
+            self._queue.append((script, flat, len(keys), what, future))
+            return await future
+        self._busy = True
+        try:
+            return await self._lone(script, flat, len(keys), what)
+        finally:
+            self._release()
+
+    async def _lone(self, script: Any, flat: tuple[Any, ...], nkeys: int, what: str) -> Any:
+        """One plain EVALSHA (nothing else in flight), loading the script if it was lost."""
+        if self._backend.durability is not None:
+            # The append and its WAIT on one connection: a two-command pipeline.
+            item = (script, flat, nkeys, what, self._loop.create_future())
             try:
-                # Turns the cancellation of an expired deadline into TimeoutError.
-                await self._timeout.__aexit__(exc_type, exc, tb)
-            except TimeoutError as expired:
-                raise translate_redis_error(expired, self.what) from expired
-        if exc is not None and is_redis_failure(exc):
-            raise translate_redis_error(exc, self.what) from exc
+                reply = (await self._send([item]))[0]
+            except Exception as exc:
+                if not is_redis_failure(exc):
+                    raise
+                raise _translate(exc, what) from exc
+            if isinstance(reply, BaseException):
+                raise _translate(reply, what) from reply
+            return reply
+        self.round_trips += 1
+        self.commands += 1
+        try:
+            try:
+                return await self._redis.execute_command("EVALSHA", script.sha, nkeys, *flat)
+            except NoScriptError:
+                await self._redis.script_load(script.script)
+                self.round_trips += 1
+                return await self._redis.execute_command("EVALSHA", script.sha, nkeys, *flat)
+        except Exception as exc:
+            if not is_redis_failure(exc):
+                raise
+            raise _translate(exc, what) from exc
+
+    def _release(self) -> None:
+        if self._queue:
+            # Still busy: the queue goes out as one pipeline on the next
+            # iteration, with whatever the resumed callers add meanwhile.
+            self._loop.create_task(self._drain(), name="jarvismem-auto-pipeline")
+        else:
+            self._busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: len(batch)]
+                live = [item for item in batch if not item[4].done()]
+                if not live:
+                    continue
+                try:
+                    replies = await self._send(live)
+                except BaseException as exc:
+                    # The connection failed (or the loop is shutting down).
+                    _fail_all(live, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                _settle(live, replies)
+        finally:
+            self._busy = False
+            if self._queue:  # arrived during a cancellation: do not strand them
+                self._busy = True
+                self._loop.create_task(self._drain(), name="jarvismem-auto-pipeline")
+
+    async def _send(self, items: list[_Pending]) -> list[Any]:
+        """One pipeline of EVALSHAs; reloads a lost script once and resends what met it."""
+        replies = await self._pipeline(items)
+        again = [i for i, reply in enumerate(replies) if _is_noscript(reply)]
+        if again:
+            for source in {items[i][0].script for i in again}:
+                await self._redis.script_load(source)
+            resent = await self._pipeline([items[i] for i in again])
+            for i, reply in zip(again, resent, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipeline(self, items: list[_Pending]) -> list[Any]:
+        """One round trip; with ``replicated``, a shortfall replaces each landed reply."""
+        durability = self._backend.durability
+        self.round_trips += 1
+        self.commands += len(items)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for script, flat, nkeys, _, _ in items:
+                pipe.execute_command("EVALSHA", script.sha, nkeys, *flat)
+            if durability is not None:
+                # One WAIT after the batch: same connection, it covers every append before it.
+                pipe.execute_command(*wait_args(durability))
+            replies = list(await pipe.execute(raise_on_error=False))
+        if durability is None:
+            return replies
+        acked = replies.pop()
+        landed = [i for i, reply in enumerate(replies) if not isinstance(reply, BaseException)]
+        if landed:
+            short = self._backend.wait_shortfall(acked, items[landed[0]][3])
+            if short is not None:
+                for i in landed:
+                    replies[i] = BackendUnavailableError(
+                        f"{items[i][3]}: {str(short).partition(': ')[2]}"
+                    )
+        return replies
+
+
+class _Direct:
+    """The pass-through for Redis Cluster clients: one plain command per call."""
+
+    def __init__(self, backend: RedisBackend) -> None:
+        self._backend = backend
+        self._loop = asyncio.get_running_loop()
+        self.round_trips = 0
+        self.commands = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    async def evalsha(self, script: Any, keys: list[Any], args: list[Any], what: str) -> Any:
+        self.round_trips += 1
+        self.commands += 1
+        try:
+            # The Script object routes by its first key and reloads a lost script;
+            # with replicated durability, the WAIT goes to that key's node.
+            return await self._backend._run_script(script, keys, args, what)
+        except Exception as exc:
+            if not is_redis_failure(exc):
+                raise
+            raise _translate(exc, what) from exc
+
+
+def _fail_all(items: Sequence[tuple[Any, ...]], exc: BaseException) -> None:
+    """Every caller of a round trip that failed as a whole gets its own error."""
+    for item in items:
+        what, future = item[3], item[4]
+        if not future.done():
+            future.set_exception(_translate(exc, what))
+
+
+def _settle(items: Sequence[tuple[Any, ...]], replies: Sequence[Any]) -> None:
+    """Each caller of a round trip gets its own reply, or its own reply's error.
+
+    A caller that gave up meanwhile (its own timeout) is skipped; its command
+    may have run.
+    """
+    for item, reply in zip(items, replies, strict=True):
+        what, future = item[3], item[4]
+        if future.done():
+            continue
+        if isinstance(reply, BaseException):
+            future.set_exception(_translate(reply, what))
+        else:
+            future.set_result(reply)
+
+
+def _translate(exc: BaseException, what: str) -> Exception:
+    """jarvismem's error for ``exc`` (each caller gets a new object: tracebacks are per raise)."""
+    if isinstance(exc, BackendUnavailableError):
+        return BackendUnavailableError(str(exc))
+    if isinstance(exc, asyncio.CancelledError):
+        return BackendUnavailableError(f"{what}: cancelled before Redis answered")
+    return translate_redis_error(exc, what)

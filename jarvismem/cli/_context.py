@@ -98,7 +98,7 @@ async def require_workflow(rt: MemoryRuntime, workflow_id: str) -> str:
         return workflow
     known: list[str] = []
     if rt.redis is not None:
-        known = list(await WorkflowIndex(rt.redis, rt.keyspace).entries())
+        known = list(await WorkflowIndex(rt.backend, rt.keyspace).entries())
     close = difflib.get_close_matches(workflow, known, n=3, cutoff=0.6)
     raise WorkflowNotFoundError(workflow, rt.keyspace.namespace, tuple(close))
 

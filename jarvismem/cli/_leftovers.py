@@ -179,9 +179,18 @@ async def replay_leftover(
     """
     path, parsed = _resolve(rt, ident)
     result: dict[str, Any] = {"path": str(path), **parsed._asdict()}
+    nothing = {**result, "replayed": 0, "pending": 0, "status": "nothing to replay"}
     if not await asyncio.to_thread(path.is_file):
-        return {**result, "replayed": 0, "pending": 0, "status": "nothing to replay"}
-    result.update(await _check_destination(rt, path, parsed, force))
+        return nothing
+    try:
+        result.update(await _check_destination(rt, path, parsed, force))
+    except ConfigError:
+        # A peer replay that drained the file removes it, then its destination
+        # file: a destination gone with its outbox is a finished replay, not an
+        # outbox that never recorded one.
+        if not await asyncio.to_thread(path.is_file):
+            return nothing
+        raise
     s = rt.settings
     box = Outbox(
         path,

@@ -1,16 +1,10 @@
-"""``jarvismem bench``: run the benchmark suite in ``benchmarks/`` (from a checkout).
+"""``jarvismem bench``: run the benchmark suite in ``benchmarks/`` (from a checkout only).
 
-The suite is not part of the installed package: outside a checkout the command
-is not listed and refuses with how to get the suite (exit 2).
-
-The suite's own options (``python -m benchmarks --help``) are mirrored here, so
-``jarvismem bench --quick --json --only S1`` parses like any other command and
-a typo is reported by name. The suite reads its Redis server from
-``REDIS_URL`` in its environment, so that is how the settings reach it:
-``--redis-url``, or else ``REDIS_URL`` from the environment / ``--env-file`` /
-``.env``; with none, the embedded server (started if need be), since that is
-the configuration a user with nothing configured runs. ``memory://`` is refused:
-the in-process stand-in lives in this process, not the suite's.
+The suite's options are mirrored here so a typo is reported by name. The suite reads its
+Redis from ``REDIS_URL``, so that is how the settings reach it: ``--redis-url``, else
+``REDIS_URL`` from the environment or ``.env``, else the embedded server (what a user
+with nothing configured runs); ``memory://`` is refused, since the in-process stand-in
+would live in this process, not the suite's.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
-from jarvismem.backends.redis import redis_errors
 from jarvismem.cli._args import count, seconds
 from jarvismem.cli._context import CliContext, require_workflow
 from jarvismem.cli._leftovers import find_leftovers
@@ -299,13 +298,12 @@ async def spaces(ctx: CliContext) -> int:
         assert rt.redis is not None
         await require_workflow(rt, workflow)
         store = SpacesStore(
-            rt.redis, rt.keyspace, workflow, agent, ttl_seconds=rt.settings.ttl_seconds
+            rt.backend, rt.keyspace, workflow, agent, ttl_seconds=rt.settings.ttl_seconds
         )
         # A container never written (of a workflow that exists) reads as a fresh one
         # with a new random id on every call: say there is none instead (exit 0,
         # like `tail` on an empty ledger).
-        async with redis_errors("spaces exists"):
-            exists = bool(await rt.redis.exists(store.key))
+        exists = await store.exists()
         snapshot = await store.snapshot() if exists else {}
     data = {"workflow_id": workflow, "agent_id": agent, "exists": exists, **snapshot}
 

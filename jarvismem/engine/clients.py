@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jarvismem.backends.blob import BlobStorage, LocalBlobStorage, create_blob_storage
 from jarvismem.backends.blob.local import folder_write_error, os_reason
-from jarvismem.backends.redis import connect_redis, create_redis, mark_known_down
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import BackendUnavailableError
 from jarvismem.settings import Settings
 
@@ -38,10 +38,10 @@ async def open_clients(
     require_redis: bool = False,
     warn_degraded: bool = True,
     connect_retries: int | None = None,
-) -> tuple[Any, BlobStorage | None, AthenaClient | None]:
-    """The Redis client, blob storage and Athena client ``settings`` configure.
+) -> tuple[RedisBackend, BlobStorage | None, AthenaClient | None]:
+    """The Redis backend, blob storage and Athena client ``settings`` configure.
 
-    A Redis that does not answer gives a client marked down (one log line at
+    A Redis that does not answer gives a backend marked down (one log line at
     WARNING, or INFO with ``warn_degraded=False``) unless ``require_redis``,
     which waits ``connect_retries`` attempts and raises
     :class:`~jarvismem.errors.BackendUnavailableError`. The caller owns and
@@ -50,7 +50,9 @@ async def open_clients(
     blob = create_blob_storage(settings)
     try:
         # Starts the embedded server when REDIS_URL is unset; logs once for memory://.
-        redis = await connect_redis(settings, retries=connect_retries if require_redis else 0)
+        redis = await RedisBackend.connect(
+            settings, retries=connect_retries if require_redis else 0
+        )
     except BackendUnavailableError as exc:
         if require_redis:
             if blob is not None:
@@ -61,8 +63,8 @@ async def open_clients(
             "%s; starting degraded: writes queue in the local outbox and replay when Redis answers",
             exc,
         )
-        redis = create_redis(settings)
-        mark_known_down(redis)
+        redis = RedisBackend.create(settings)
+        redis.mark_known_down()
     except BaseException:
         if blob is not None:
             await blob.close()

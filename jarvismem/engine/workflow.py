@@ -13,7 +13,7 @@ from typing import Any
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.llm import Summarizer
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import recovery_probe
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
 from jarvismem.payload import PayloadPolicy
@@ -23,6 +23,7 @@ from jarvismem.tiers.compaction import CompactionPolicy, Compactor
 from jarvismem.tiers.durable import NOT_NOW, DurableWriter, WriterPolicy
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
+from jarvismem.tiers.working import GoalIndex
 
 
 class _RedisApplier:
@@ -35,7 +36,7 @@ class _RedisApplier:
 
     def __init__(
         self,
-        redis: Any,
+        redis: RedisBackend,
         keyspace: KeySpace,
         settings: Settings,
         workflow_id: str,
@@ -125,7 +126,7 @@ class WorkflowState:
         workflow_id: str,
         *,
         settings: Settings,
-        redis: Any = None,
+        redis: RedisBackend | Any = None,
         blob: BlobStorage | None = None,
         policy: PayloadPolicy,
         summarizer: Summarizer,
@@ -133,12 +134,17 @@ class WorkflowState:
         blob_outbox: Outbox | None = None,
     ) -> None:
         self.workflow_id = workflow_id
+        # The runtime's backend (a bare redis-py client gets one of its own).
+        redis = None if redis is None else RedisBackend.adopt(redis)
         self.redis = redis
         self.ledger: EpisodicLedger | None = None
         self.redis_writer: DurableWriter | None = None
         self.blob_writer: DurableWriter | None = None
         self.ltm: LongTermMemory | None = None
         self.compactor: Compactor | None = None
+        # The listing of the workflow's goal-findings blobs every view's scratchpad
+        # shares (a finding written through one view shows in the others' bundles).
+        self.goals: GoalIndex | None = None
         self._redis_applier: _RedisApplier | None = None
         s = settings
         keyspace = KeySpace(s.jarvismem_namespace)
@@ -156,6 +162,7 @@ class WorkflowState:
             if blob_outbox is None:
                 raise ValueError("a workflow with blob storage needs its blob outbox")
             self.blob_writer = self._new_blob_writer(blob, blob_outbox, s)
+            self.goals = GoalIndex(blob, keyspace.goals_prefix(workflow_id))
         if redis is not None and blob is not None:
             self.ltm = LongTermMemory(
                 redis,
@@ -183,9 +190,9 @@ class WorkflowState:
             outbox,
             self._redis_applier,
             policy=WriterPolicy(timeout=s.tier_timeout_episodic),
-            # One PING prober per client: replay resumes as soon as Redis answers
+            # The backend's one PING prober: replay resumes as soon as Redis answers
             # again, not when a backoff grown during the outage runs out.
-            probe=recovery_probe(self.redis),
+            probe=self.redis.probe,
             # A backlog of turns drains in runs, one script call each, instead of one
             # round trip per turn while live writes queue behind it.
             apply_many=self._redis_applier.turns,

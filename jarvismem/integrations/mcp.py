@@ -1,47 +1,11 @@
 """An MCP server over memory (the ``mcp`` extra): what ``jarvismem mcp`` serves.
 
-:func:`build_server` exposes one agent's memory in one workflow as MCP tools:
-
-* ``remember`` / ``recall``: facts in the recall tier, in the server's workflow only
-  (see Scope);
-* ``bundle``: the rehydrate bundle of a step of the workflow (``rehydrate_bundle``);
-* ``tail``: the workflow's last ledger entries (every agent's turns);
-* ``spaces_get`` / ``spaces_put``: the agent's cognitive spaces;
-* ``context`` / ``search``: the agent's Athena memory, listed only when Athena is
-  configured.
-
-**Scope.** Namespace (the runtime's settings), workflow and agent are fixed when
-the server is built (:class:`McpScope`); no tool takes any of them as an argument,
-so a caller cannot reach another workflow's or agent's memory (an argument of
-that name is not in any input schema and is ignored). That holds for remembered
-facts too: the memory policy's default scope (``agent``) shares an agent's facts
-across every workflow, so by default (``recall_scope="workflow"``) the server's
-``remember`` and ``recall`` use the policy's namespace under session scope with
-the workflow id as the session: a fact another workflow remembered is not
-recalled here, and one planted here does not reach another workflow's prompt.
-``recall_scope="agent"`` shares the agent-wide facts on purpose. Athena's memory
-(``context``, ``search``, the bundle's Athena context) is kept per namespace (and
-agent, with ``ATHENA_ISOLATE_AGENTS``) by the server, not per workflow.
-``read_only=True`` leaves the write tools (``remember``, ``spaces_put``) out of
-the list, and they refuse if reached anyway.
-
-**Output.** Every result is one JSON object, sent both as JSON text and as
-structured content, passed through the runtime's redactor first (strings, and
-any value under a secret-named key), so nothing a tier holds from before a
-redaction pattern existed leaves the server unredacted.
-
-**Errors.** Bad input and tier failures come back as tool errors (``is_error``)
-carrying jarvismem's own message (an invalid id, a payload too large, Redis
-unavailable); arguments that do not fit a tool's input schema are refused by
-the SDK before the tool runs. Anything else is a bug: the caller sees only
-"Error executing tool NAME" and the server logs the traceback.
-
-Built on the SDK's high-level ``MCPServer`` rather than the low-level ``Server``:
-the typed signatures below become the tools' input schemas (with descriptions
-and bounds), arguments are validated before a tool runs, and a ``ToolError``
-becomes an ``is_error`` result while other exceptions keep their text on the
-server. The low-level server would need each schema written and checked by
-hand, for nothing this server needs.
+:func:`build_server` exposes one agent's memory in one workflow as MCP tools
+(``remember``/``recall``, ``bundle``, ``tail``, ``spaces_get``/``spaces_put``, and
+``context``/``search`` with Athena). Namespace, workflow and agent are fixed when the
+server is built (:class:`McpScope`) and no tool takes them, so a client cannot reach
+another workflow's or agent's memory; recalled facts are scoped to the workflow by
+default. Every result passes through the redactor. Docs: docs/integrations.md, "MCP".
 """
 
 from __future__ import annotations
@@ -63,7 +27,6 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from jarvismem import __version__
-from jarvismem.backends.redis import redis_errors
 from jarvismem.defaults import LEDGER_TAIL, RECALL_CONTENT_MAX_CHARS, SEARCH_LIMIT
 from jarvismem.errors import AthenaUnavailableError, ConfigError, JarvisMemError
 from jarvismem.keys import validate_id
@@ -265,8 +228,7 @@ class _Memory:
             return {**head, "space": space, "kind": found.kind, **found.to_dict()}
         # A container never written reads as a fresh one with a new random id on
         # every call: say there is none instead (as `jarvismem spaces` does).
-        async with redis_errors("spaces exists"):
-            exists = bool(await store.redis.exists(store.key))
+        exists = await store.exists()
         snapshot = await store.snapshot() if exists else {}
         return {**head, "exists": exists, **snapshot}
 

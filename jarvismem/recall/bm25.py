@@ -1,34 +1,12 @@
 """Tokenising and BM25 scoring shared by the lexical recall stores.
 
-**Tokens.** Text is cut into runs of letters and digits (Unicode-aware, never
-containing ``_``, which lets the Redis index keep bookkeeping fields beside
-token fields) and lowercased. Then:
-
-* **dates** written in the usual English ways give the same tokens: "May 8,
-  2023", "8 May 2023", "8th of May, 2023" and "2023-05-08" all give ``2023``,
-  ``may`` and ``may8`` (year, month, month-and-day); "May 2023" gives ``2023``
-  and ``may``. Month abbreviations ("Aug", "Sept.") count inside a date only. A
-  bare month name is an ordinary word ("June" finds ``june``), except "May",
-  which is dropped like the modal verb it usually is; "May" next to a day or a
-  year is a date. Day-first and month-first numeric dates ("05/08/2023") are
-  ambiguous and stay plain numbers. Relative expressions ("last year") stay
-  plain words;
-* **numbers**: thousands separators are dropped ("10,000" is ``10000``),
-  ordinals lose their suffix ("3rd" is ``3``), leading zeros go ("05" is ``5``);
-* **stopwords** (:data:`STOPWORDS`: articles, pronouns, auxiliaries, question
-  words such as "when" and "what", contraction pieces) are dropped;
-* every remaining word is **stemmed** with the Snowball English stemmer
-  (PyStemmer, a C extension: tokenising runs on every write and every query),
-  so "painted", "painting" and "paints" all give ``paint``.
-
-**Documents.** An entry's tokens are those of its content, of the metadata
-values a store is told to index (none by default), and of the day it happened
-(:func:`date_tokens` of ``occurred_at``), so "What did Anna do in May 2023?" can
-match an entry that happened then without naming the month.
-
-**Scores** are Okapi BM25 (:data:`K1`, :data:`B`); higher is more relevant.
-:data:`INDEX_VERSION` names this tokeniser: a store keeps it beside an index and
-rebuilds an index made by another version instead of mixing the two.
+Text becomes lowercased runs of letters and digits (never ``_``, so the Redis index can
+keep bookkeeping fields beside token fields), with dates and numbers normalised,
+:data:`STOPWORDS` dropped and words stemmed (Snowball via PyStemmer, a C extension:
+this runs on every write and every query). An entry's document adds its indexed
+metadata values and the day it happened. Scores are Okapi BM25 (:data:`K1`, :data:`B`);
+:data:`INDEX_VERSION` names this tokeniser so a store never mixes indexes of two
+versions. The rules in full: docs/recall.md, "Ranking rule".
 """
 
 from __future__ import annotations

@@ -69,7 +69,13 @@ from jarvismem.recall.stores import DeletableRecallStore, RecallStore, passes
 from jarvismem.recall.vectors import InMemoryVectorStore, VectorHit, VectorStore
 from jarvismem.resilience import Backoff
 
-__all__ = ["DEFAULT_WEIGHTS", "FusionWeights", "HybridRecallStore"]
+__all__ = [
+    "DEFAULT_HYBRID",
+    "DEFAULT_WEIGHTS",
+    "FusionWeights",
+    "HybridPolicy",
+    "HybridRecallStore",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +96,45 @@ class FusionWeights:
 DEFAULT_WEIGHTS = FusionWeights()
 
 
+@dataclass(frozen=True, slots=True)
+class HybridPolicy:
+    """How a :class:`HybridRecallStore` ranks, embeds and waits.
+
+    Attributes:
+        weights: the fusion weights of the three signals.
+        candidates: how many lexical and vector candidates each are fused.
+        batch_size: most entries embedded per embedder call.
+        retry_base, retry_cap: backoff of background embedding after a failure, s.
+        query_timeout: longest wait for a query's embedding before recall answers
+            lexically, s.
+    """
+
+    weights: FusionWeights = DEFAULT_WEIGHTS
+    candidates: int = defaults.RECALL_HYBRID_CANDIDATES
+    batch_size: int = defaults.EMBEDDINGS_BATCH
+    retry_base: float = defaults.RECALL_EMBED_RETRY_BASE
+    retry_cap: float = defaults.RECALL_EMBED_RETRY_CAP
+    query_timeout: float = defaults.RECALL_QUERY_EMBED_TIMEOUT
+
+    def __post_init__(self) -> None:
+        # A bad bound would only show on the first write or recall.
+        if self.candidates < 1 or self.batch_size < 1:
+            raise InvalidPayloadError("candidates and batch_size must be >= 1")
+        if self.query_timeout <= 0:
+            raise InvalidPayloadError("query_timeout must be > 0")
+        if self.retry_base < 0 or self.retry_cap < 0:
+            raise InvalidPayloadError("retry_base and retry_cap must be >= 0")
+
+
+DEFAULT_HYBRID = HybridPolicy()
+
+
 class HybridRecallStore:
     """A recall store fusing ``inner``'s BM25 with vector similarity (module docstring).
 
     ``vectors``: where vectors and pending entries live (default: in memory; give a
     :class:`~jarvismem.recall.vectors.RedisVectorStore` for durability).
-    ``candidates``: how many lexical and vector candidates each are fused.
+    ``policy``: weights, candidate count, batch size, retry backoff and query timeout.
     ``owns_embedder``: :meth:`aclose` closes the embedder too (its ``aclose()``, if any).
     Close with :meth:`aclose` (stops the background embedding; pending entries stay
     recorded for the next start).
@@ -107,27 +146,19 @@ class HybridRecallStore:
         embedder: Embedder,
         *,
         vectors: VectorStore | None = None,
-        weights: FusionWeights = DEFAULT_WEIGHTS,
-        candidates: int = defaults.RECALL_HYBRID_CANDIDATES,
-        batch_size: int = defaults.EMBEDDINGS_BATCH,
-        retry_base: float = defaults.RECALL_EMBED_RETRY_BASE,
-        retry_cap: float = defaults.RECALL_EMBED_RETRY_CAP,
-        query_timeout: float = defaults.RECALL_QUERY_EMBED_TIMEOUT,
+        policy: HybridPolicy = DEFAULT_HYBRID,
         owns_embedder: bool = False,
     ) -> None:
-        if candidates < 1 or batch_size < 1:
-            raise InvalidPayloadError("candidates and batch_size must be >= 1")
-        if query_timeout <= 0:
-            raise InvalidPayloadError("query_timeout must be > 0")
-        self.query_timeout = query_timeout
+        self.policy = policy
+        self.query_timeout = policy.query_timeout
         self.owns_embedder = owns_embedder
         self.inner = inner
         self.embedder = embedder
         self.vectors: VectorStore = vectors if vectors is not None else InMemoryVectorStore()
-        self.weights = weights
-        self.candidates = candidates
-        self.batch_size = batch_size
-        self._backoff = Backoff(base=retry_base, cap=retry_cap, jitter="equal")
+        self.weights = policy.weights
+        self.candidates = policy.candidates
+        self.batch_size = policy.batch_size
+        self._backoff = Backoff(base=policy.retry_base, cap=policy.retry_cap, jitter="equal")
         self._drains: dict[str, asyncio.Task[None]] = {}
         self._wakeups: set[str] = set()
         self._started = False

@@ -1,22 +1,11 @@
 """Putting memory into a prompt, and taking a turn back out of it.
 
-:func:`preflight` builds the exact chat messages a turn would send (without
-calling any LLM) and reports which recalled entries made it in;
-:func:`build_messages` returns just the messages. Memory text is kept within
-``budget_chars``. Priority, highest first: recalled entries, spaces (world
-beliefs and open tasks), the long-term summary, scratchpad notes. When over
-budget the lowest-priority section is cut first (with a marker); recalled
-entries are dropped whole, lowest-ranked first.
-
-:func:`recall_for_turn` and :func:`capture_conversation` apply a
-:class:`MemoryPolicy` around a store.
-
-Everything taken from memory is redacted again as the prompt is built
-(recalled entries, spaces, summary, scratchpad): an entry stored before a
-secret pattern existed, or by a process with redaction off, does not reach
-the LLM. Redaction is idempotent, so text redacted when stored comes through
-unchanged. The instructions and the user message are the caller's own and are
-sent as given.
+:func:`preflight` builds the exact chat messages a turn would send (without calling an
+LLM) within a character budget, by priority (recalled entries, spaces, summary,
+scratchpad), and redacts again everything taken from memory: an entry stored before a
+secret pattern existed must not reach the LLM. :func:`recall_for_turn` and
+:func:`capture_conversation` apply a :class:`MemoryPolicy` around a store. The rules:
+docs/recall.md, "Into the prompt".
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
 """Recall entries in Redis with a BM25 inverted index: the embedded default store.
 
-Per scope (namespace, agent, session-or-agent-wide) two hashes share one hash
-tag, so they sit in one Redis Cluster slot and one Lua script updates both:
-
-* ``keyspace.recall_entries(scope)``: entry id -> entry JSON;
-* ``keyspace.recall_postings(scope)``: token -> its postings in one string,
-  ``"<tf max> <id> +<code> <id> +<code> ..."``: an upper bound of the token's
-  term frequencies, then per entry holding it its id (ids never hold spaces)
-  and :func:`~jarvismem.recall.bm25.pack` of its term frequency and length,
-  written with a ``+`` so that a number can never be taken for an id; plus
-  bookkeeping fields whose names cannot be tokens (tokens never hold ``_``):
-  ``__v__`` (the index signature: tokeniser version, layout, indexed metadata
-  keys), ``__n__`` (entry count), ``__sum__`` (total length), ``__dl__:<id>`` (an entry's length),
-  ``__tk__:<id>`` (its tokens, space-separated, so an upsert or delete can take
-  it out of every posting it is in) and ``__recent__`` (the ids of the newest
-  :data:`RECENT_KEPT` entries, most recently written first).
-
-A recall reads the heads of the query's tokens (one HMGET, which also brings
-the collection statistics and the signature), then their chunks (one HMGET),
-scores them (rare tokens first; see :func:`jarvismem.recall.bm25.score_documents`),
-then reads the top entries and any tied with the last of them: three round
-trips. Chunked, packed postings keep a write cheap however large the scope: the
-script appends to the last chunk of each token, or cuts one posting out of the
-chunk ``__tk__`` names, copying at most :data:`CHUNK_BYTES` per token.
-
-Only a recall that needs the recency fill (fewer matches than ``limit``) reads
-``__recent__`` and the entries it names; when more are wanted than it keeps,
-the whole scope is read (one HGETALL). A ``filter`` is checked on the entries
-themselves, read in score order until ``limit`` pass.
-
-**Index upgrades.** A scope whose ``__v__`` differs from this store's signature
-(written by an older tokeniser, or with other indexed metadata keys) is never
-read as is: the first recall or write that meets it rebuilds its index from the
-entries (:meth:`RedisRecallStore.reindex`, one pass over the scope), and every
-write of this version refuses to touch a stale index, so the two never mix.
+Per scope, an entries hash and a postings hash share one hash tag (one Cluster slot),
+so one Lua script updates both; postings are packed and chunked so a write stays cheap
+however large the scope, and a recall takes three round trips. A scope whose index
+signature (``__v__``) differs from this store's is rebuilt from its entries before it is
+read or written, never mixed. The format: docs/architecture.md, "Recall index format".
 """
 
 from __future__ import annotations
@@ -43,8 +14,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jarvismem.backends.redis import RedisClient, redis_errors
-from jarvismem.backends.redis_durability import run_script
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.defaults import RECALL_INDEXED_METADATA, RECALL_NAMESPACE
 from jarvismem.errors import InvalidPayloadError, RecallError
 from jarvismem.keys import KeySpace, validate_id
@@ -289,7 +260,7 @@ class RedisRecallStore:
 
     def __init__(
         self,
-        redis: RedisClient,
+        redis: RedisClient | RedisBackend,
         keyspace: KeySpace,
         ttl_seconds: int | None = None,
         *,
@@ -301,13 +272,14 @@ class RedisRecallStore:
         if timeout is not None and not timeout > 0:
             raise InvalidPayloadError("timeout must be positive or None")
         self._timeout = timeout
-        self._redis = redis
+        self._backend = RedisBackend.adopt(redis)
+        self._redis = self._backend.client
         self._keyspace = keyspace
         self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
         self._indexed_metadata = check_indexed_metadata(indexed_metadata)
         self._signature = index_signature(self._indexed_metadata)
-        self._script = redis.register_script(_INDEX_SCRIPT)
-        self._rebuild_script = redis.register_script(_REBUILD_SCRIPT)
+        self._script = self._redis.register_script(_INDEX_SCRIPT)
+        self._rebuild_script = self._redis.register_script(_REBUILD_SCRIPT)
 
     def keys(self, namespace: str, agent_id: str, session_id: str | None) -> tuple[str, str]:
         """``(entries key, postings key)`` of one scope."""
@@ -318,7 +290,7 @@ class RedisRecallStore:
 
     async def write(self, request: WriteRequest) -> MemoryEntry:
         """Store or upsert an entry and re-index it atomically; returns it."""
-        async with redis_errors("recall write"):
+        async with self._backend.guard("recall write"):
             return await self._write(request)
 
     async def _write(self, request: WriteRequest) -> MemoryEntry:
@@ -334,8 +306,7 @@ class RedisRecallStore:
             entry = entry_from_write(request, previous)
             tfs, length = term_frequencies(entry_tokens(entry, self._indexed_metadata))
             # With replicated durability, acknowledged only once WAIT confirmed it.
-            done = await run_script(
-                self._redis,
+            done = await self._backend.run_script(
                 self._script,
                 [entries_key, postings_key],
                 [
@@ -351,7 +322,7 @@ class RedisRecallStore:
                     self._signature,
                     CHUNK_BYTES,
                 ],
-                "recall write",
+                what="recall write",
             )
             if int(done) != _STALE:
                 return entry
@@ -369,10 +340,9 @@ class RedisRecallStore:
         """Forget one entry and take it out of the index; returns whether it existed."""
         validate_id(entry_id, "entry id")
         entries_key, postings_key = self.keys(namespace, agent_id, session_id)
-        async with redis_errors("recall delete"):
+        async with self._backend.guard("recall delete"):
             for _ in range(_REBUILD_ATTEMPTS):
-                existed = await run_script(
-                    self._redis,
+                existed = await self._backend.run_script(
                     self._script,
                     [entries_key, postings_key],
                     [
@@ -386,7 +356,7 @@ class RedisRecallStore:
                         self._signature,
                         CHUNK_BYTES,
                     ],
-                    "recall delete",
+                    what="recall delete",
                 )
                 if int(existed) != _STALE:
                     return bool(int(existed))
@@ -402,7 +372,7 @@ class RedisRecallStore:
         how many entries it holds. Recall and write do this on their own when they meet
         an index of another version; this is for doing it ahead of time."""
         entries_key, postings_key = self.keys(namespace, agent_id, session_id)
-        async with redis_errors("recall reindex"):
+        async with self._backend.guard("recall reindex"):
             return await self._rebuild(entries_key, postings_key, force=True)
 
     async def _rebuild(self, entries_key: str, postings_key: str, *, force: bool = False) -> int:
@@ -435,7 +405,7 @@ class RedisRecallStore:
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
         """BM25 over the scope's index, recency breaking ties, then the recency fill."""
-        async with redis_errors("recall", self._timeout):
+        async with self._backend.guard("recall", self._timeout):
             return await self._recall(request)
 
     async def _recall(self, request: RecallRequest) -> list[RecallResult]:
@@ -579,7 +549,8 @@ class RedisRecallStore:
     ) -> list[MemoryEntry]:
         """Every entry of one scope, oldest first (one HGETALL)."""
         entries_key, _ = self.keys(namespace, agent_id, session_id)
-        async with redis_errors("recall list_entries", self._timeout):
-            raw: dict[Any, Any] = await self._redis.hgetall(entries_key)
+        raw: dict[Any, Any] = await self._backend.call(
+            "hgetall", entries_key, what="recall list_entries", timeout=self._timeout
+        )
         entries = [MemoryEntry.model_validate_json(v) for v in raw.values()]
         return by_age(entries)

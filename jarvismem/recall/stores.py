@@ -2,30 +2,10 @@
 
 A store keeps :class:`MemoryEntry` objects per scope (namespace, agent,
 session-or-agent-wide) and answers relevance queries inside one scope only.
-Implementations: :class:`InMemoryRecallStore` (here; same ranking as Redis),
-:class:`jarvismem.recall.redis_store.RedisRecallStore` (the embedded default)
-and :class:`jarvismem.recall.athena_store.AthenaRecallStore`. Check your own
-with :mod:`jarvismem.testing.recall_conformance`.
-
-The ranking rule of the two built-in (lexical) stores, for a request with
-``limit``, ``filter`` and ``min_score``:
-
-1. **Candidates.** Only entries of the scope whose metadata holds every
-   ``key: value`` pair of ``filter`` take part (all of them without a filter).
-2. **Matches first.** Candidates sharing at least one scoring token with the
-   query (see :mod:`jarvismem.recall.bm25`: content words, indexed metadata,
-   the day of ``occurred_at``) come back by BM25 score, highest first; ties go
-   to the most recently written entry (``updated_at``), then to the smaller id.
-   A match always scores above 0.
-3. **Recency fill.** When fewer than ``limit`` candidates match, the list is
-   filled up with the newest candidates that do not match (most recently
-   written first, then smaller id), each with score ``0.0``. So recall returns
-   ``limit`` results whenever the scope holds that many candidates: a greeting
-   such as ``"hello"`` still brings what the agent was told last ("User prefers
-   the name Alex."), and a caller who wants matches only can tell the fill by
-   its score of 0 or ask for ``min_score > 0``.
-4. **min_score.** Results scoring below ``min_score`` are left out; any
-   ``min_score`` above 0 therefore leaves out the fill as well.
+:class:`InMemoryRecallStore` ranks exactly as
+:class:`~jarvismem.recall.redis_store.RedisRecallStore` does (filter, BM25 matches,
+recency fill at score 0, ``min_score``: docs/recall.md, "Ranking rule"); check your own
+store with :mod:`jarvismem.testing.recall_conformance`.
 """
 
 from __future__ import annotations

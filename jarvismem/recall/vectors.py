@@ -1,28 +1,12 @@
 """Entry vectors beside the BM25 index, and the texts still waiting for one.
 
-A vector store keeps, per recall scope (namespace, agent, session-or-agent-wide):
-
-* the **vectors**: entry id -> (embedder name, the entry as embedded, float32 vector).
-  Vectors of one embedder are only compared with a query of the same embedder
-  (``name``); an entry whose vector is another embedder's ranks lexically.
-* the **pending** texts: entry id -> the entry still to embed. A write records it
-  right after the lexical write and drops the entry's old vector (its content may
-  have changed); :meth:`VectorStore.put` stores a vector only while the entry it
-  was made from is still the pending one, so a slow embedding never overwrites a
-  newer upsert. Scopes with pending entries are listed (:meth:`VectorStore.pending_scopes`)
-  so that a new process drains what a crashed one left.
-
-Queries are brute-force cosine (a matrix product with numpy) over the scope's
-vectors, kept in an in-process cache per (scope, embedder). The Redis store
-validates its cache with one ``GET`` of a per-scope version counter that every
-change bumps; its own changes are applied to the cache in place, so a scope of
-10,000 entries is read whole only when another process changed it.
-
-Redis layout (keys in :mod:`jarvismem.keys`, all of a scope under its recall hash
-tag, so the scripts below are cluster-safe; no Redis module needed):
-``recall_vectors`` hash (value: ``name \\x1f entry JSON \\x1f base64 float32``),
-``recall_vectors_version`` counter, ``recall_embed_pending`` hash (id -> entry
-JSON) and the namespace's ``recall_embed_pending_scopes`` set.
+Per recall scope a vector store keeps each entry's vector (with its embedder's name and
+the entry as embedded) and the entries still to embed; :meth:`VectorStore.put` stores a
+vector only while its entry is still the pending one, so a slow embedding never
+overwrites a newer upsert. Queries are brute-force cosine (numpy) over an in-process
+copy of the scope's vectors, which the Redis store validates with one ``GET`` of a
+version counter. Docs: docs/recall.md ("Hybrid recall") and docs/architecture.md
+("Recall index format").
 """
 
 from __future__ import annotations
@@ -36,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from jarvismem.backends.redis import RedisClient, redis_errors
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.recall.models import MemoryEntry
@@ -51,7 +36,7 @@ class VectorHit:
 
     A search makes hits from the stored entry JSON and parses it only when asked
     (:attr:`entry`; :attr:`updated_at` reads one field): a recall ranks up to a
-    hundred hits and returns ten, and a full parse costs ~30 us.
+    hundred hits and returns ten, so most are never parsed in full.
     """
 
     __slots__ = ("_entry", "_json", "entry_id", "similarity")
@@ -357,7 +342,7 @@ def _text(raw: bytes | str) -> str:
 
 
 class RedisVectorStore:
-    """Vectors in plain Redis hashes beside the scope's BM25 index (see module docstring).
+    """Vectors in plain Redis hashes beside the scope's BM25 index (docs/architecture.md).
 
     ``keyspace``: the tenant's key maker (the same one as the recall store's).
     Redis failures raise :class:`~jarvismem.errors.BackendUnavailableError` or
@@ -367,17 +352,18 @@ class RedisVectorStore:
     """
 
     def __init__(
-        self, redis: RedisClient, keyspace: KeySpace, *, timeout: float | None = None
+        self, redis: RedisClient | RedisBackend, keyspace: KeySpace, *, timeout: float | None = None
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise InvalidPayloadError("timeout must be positive or None")
-        self._redis = redis
+        self._backend = RedisBackend.adopt(redis)
+        self._redis = self._backend.client
         self._keyspace = keyspace
         self._timeout = timeout
-        self._mark = redis.register_script(_MARK_SCRIPT)
-        self._put = redis.register_script(_PUT_SCRIPT)
-        self._delete = redis.register_script(_DELETE_SCRIPT)
-        self._load = redis.register_script(_LOAD_SCRIPT)
+        self._mark = self._redis.register_script(_MARK_SCRIPT)
+        self._put = self._redis.register_script(_PUT_SCRIPT)
+        self._delete = self._redis.register_script(_DELETE_SCRIPT)
+        self._load = self._redis.register_script(_LOAD_SCRIPT)
         # scope -> (version read, {embedder name: matrix}); every name of a scope
         # shares the scope's version.
         self._cache: dict[str, tuple[int, dict[str, _Matrix]]] = {}
@@ -403,13 +389,18 @@ class RedisVectorStore:
         self._cache.pop(scope, None)
         return None
 
+    async def _script(self, script: Any, scope: str, args: list[Any], what: str) -> Any:
+        # Derived data (embeddings): not held to the replicas, like the recall index.
+        return await self._backend.run_script(script, self.keys(scope), args, what=what, wait=False)
+
     async def mark_pending(self, scope: str, entry: MemoryEntry) -> None:
         """Record ``entry`` as still to embed (and its scope as pending); drop its old vector."""
-        async with redis_errors("recall embed mark"):
-            version = int(
-                await self._mark(keys=self.keys(scope), args=[entry.id, entry.model_dump_json()])
-            )
-            await self._redis.sadd(self._keyspace.recall_embed_pending_scopes(), scope)
+        what = "recall embed mark"
+        version = int(
+            await self._script(self._mark, scope, [entry.id, entry.model_dump_json()], what)
+        )
+        registry = self._keyspace.recall_embed_pending_scopes()
+        await self._backend.call("sadd", registry, scope, what=what)
         matrices = self._changed(scope, version)
         if matrices is not None:
             for matrix in matrices.values():
@@ -418,7 +409,7 @@ class RedisVectorStore:
     async def pending(self, scope: str, limit: int) -> list[MemoryEntry]:
         """Up to ``limit`` entries of ``scope`` still to embed (HSCAN order)."""
         found: list[MemoryEntry] = []
-        async with redis_errors("recall embed pending"):
+        async with self._backend.guard("recall embed pending"):
             async for _, raw in self._redis.hscan_iter(self.keys(scope)[2], count=limit):
                 found.append(MemoryEntry.model_validate_json(raw))
                 if len(found) >= limit:
@@ -427,8 +418,8 @@ class RedisVectorStore:
 
     async def pending_scopes(self) -> list[str]:
         """Scopes listed as having entries still to embed (malformed names skipped)."""
-        async with redis_errors("recall embed scopes"):
-            raw = await self._redis.smembers(self._keyspace.recall_embed_pending_scopes())
+        registry = self._keyspace.recall_embed_pending_scopes()
+        raw = await self._backend.call("smembers", registry, what="recall embed scopes")
         scopes = []
         for value in raw:
             try:
@@ -441,25 +432,23 @@ class RedisVectorStore:
         """Unlist ``scope`` when nothing is pending (re-listed if a write raced in)."""
         registry = self._keyspace.recall_embed_pending_scopes()
         pending_key = self.keys(scope)[2]
-        async with redis_errors("recall embed settle"):
-            if await self._redis.hlen(pending_key):
-                return False
-            await self._redis.srem(registry, scope)
-            # A write between the HLEN and the SREM listed the scope again before
-            # we removed it: put it back so a restart still drains it.
-            if await self._redis.hlen(pending_key):
-                await self._redis.sadd(registry, scope)
-                return False
+        call, what = self._backend.call, "recall embed settle"
+        if await call("hlen", pending_key, what=what):
+            return False
+        await call("srem", registry, scope, what=what)
+        # A write between the HLEN and the SREM listed the scope again before
+        # we removed it: put it back so a restart still drains it.
+        if await call("hlen", pending_key, what=what):
+            await call("sadd", registry, scope, what=what)
+            return False
         return True
 
     async def put(self, scope: str, entry: MemoryEntry, name: str, vector: Sequence[float]) -> bool:
         """Store the vector if ``entry`` is still the pending one; True if stored."""
         entry_json = entry.model_dump_json()
         record = encode_record(entry, name, vector)
-        async with redis_errors("recall embed put"):
-            version = int(
-                await self._put(keys=self.keys(scope), args=[entry.id, entry_json, record])
-            )
+        args = [entry.id, entry_json, record]
+        version = int(await self._script(self._put, scope, args, "recall embed put"))
         if version < 0:
             return False
         matrices = self._changed(scope, version)
@@ -471,8 +460,7 @@ class RedisVectorStore:
 
     async def delete(self, scope: str, entry_id: str) -> None:
         """Forget an entry's vector and pending entry."""
-        async with redis_errors("recall embed delete"):
-            version = int(await self._delete(keys=self.keys(scope), args=[entry_id]))
+        version = int(await self._script(self._delete, scope, [entry_id], "recall embed delete"))
         matrices = self._changed(scope, version)
         if matrices is not None:
             for matrix in matrices.values():
@@ -495,7 +483,7 @@ class RedisVectorStore:
         """
         vectors_key, version_key, _ = self.keys(scope)
         cached = self._cache.get(scope)
-        async with redis_errors("recall vector search", self._timeout):
+        async with self._backend.guard("recall vector search", self._timeout):
             if cached is not None:
                 current = int(await self._redis.get(version_key) or 0)
                 if current != cached[0]:

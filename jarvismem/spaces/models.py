@@ -1,33 +1,12 @@
 """Cognitive spaces as plain data: what an agent believes (``world``) and intends (``tasks``).
 
-No I/O here. A :class:`MemoryContainer` holds named :class:`Space` objects; a
-space's ``data`` is a dict (a *map* space) or a list (a *list* space) and its
-shape decides its type. Two spaces are reserved and always exist: ``world``
-(map: beliefs) and ``tasks`` (list: the agenda, ``{id, text, status}`` items,
-first = highest priority).
-
-One rule for a task, wherever it comes from (a list operation, a whole-space
-write, a snapshot being loaded; here and in :mod:`jarvismem.spaces.store`
-alike): a dict with a non-empty string ``id`` and a string ``text``; ``status``
-is ``"open"`` or ``"done"`` and, when left out, is stored as ``"open"`` (the
-seed design's own example appends ``{id, text}``). Other keys are kept. So
-whatever a container accepted, :meth:`MemoryContainer.from_dict` of its
-:meth:`~MemoryContainer.to_dict` accepts too, and so does the Redis store.
-
-Items of a list space that are dicts with an ``id`` can be addressed by it:
-:meth:`MemoryContainer.remove_from_space` and
-:meth:`MemoryContainer.update_in_space` (the first item with that id).
-
-Revision rules: every successful mutation bumps the touched space's ``rev`` and
-the container's ``rev`` by one; untouched spaces keep theirs. A fresh container
-and its reserved spaces start at rev 0, so ``world_put``, ``tasks_add``,
-``world_put`` leave ``world.rev == 2``, ``tasks.rev == 1`` and the container at
-rev 3. Deleting a custom space bumps the container only (the space is gone).
-
-:class:`Space` methods change data only; revisions are bumped by whoever owns
-the space (the container here, the Lua compare-and-set in
-:mod:`jarvismem.spaces.store`). Every operation validates its input before
-changing anything, so a failed call leaves the space untouched.
+No I/O here. A :class:`MemoryContainer` holds named :class:`Space` objects, each a map
+(dict) or a list; the reserved ``world`` (map) and ``tasks`` (list of ``{id, text,
+status}``) always exist. The rules a space obeys live here once, for the container and
+the Redis store alike (:mod:`jarvismem.spaces.store`): the task rule, addressing list
+items by id, and the revision rule (a mutation bumps the touched space and the
+container by one). :class:`Space` methods change data only; the owner bumps revisions.
+See docs/api.md, "Cognitive spaces".
 """
 
 from __future__ import annotations

@@ -1,51 +1,15 @@
 """Cognitive spaces persisted in Redis, with compare-and-set per space.
 
-Layout, per (workflow, agent), both keys in the workflow's hash slot:
+One hash per (workflow, agent) holds every space and the container's revision, and
+a sorted set beside it (same hash slot) the ids of recently applied writes. One Lua
+script applies each write, so that:
 
-* ``KeySpace.spaces(wf, agent)``, a hash:
+* a space is stored only at the revision the write was computed from;
+* a revision is never reused (a deleted space leaves a tombstone);
+* a write is applied at most once, and never after its deadline.
 
-  * one field per space, ``{"rev":N,"data":...,"metadata":...,"created_at":...,"updated_at":...}``;
-  * one field per deleted custom space, a *tombstone* ``{"rev":N,"deleted":true}``;
-  * ``__container__``: ``{"rev":N,"updated_at":T,"id":"mem_...","created_at":...,"metadata":...}``.
-
-* ``KeySpace.spaces_ops(wf, agent)``, a sorted set: the ids of the writes
-  applied recently, scored by their deadline (Redis' clock, ms) and kept until
-  it has passed (a re-sent write arriving later is refused by its deadline).
-
-Both JSON documents are written with ``rev`` (and, for the container,
-``updated_at``) first, so the Lua script reads and rewrites those numbers with a
-string pattern instead of decoding and re-encoding JSON (Redis' cjson would
-reformat user data and round large numbers).
-
-Guarantees:
-
-* **Compare-and-set.** A write carries the revision it was computed from; the
-  script stores the space only if that is still the stored revision and, in the
-  same atomic step, bumps the container revision. Writers to different spaces
-  never conflict; a writer that lost a race re-reads and re-applies its (pure)
-  change (``strict=True``: raises :class:`SpaceConflictError`), so no update is
-  lost.
-* **A revision is never reused.** Deleting a space leaves a tombstone one
-  revision above it (invisible to every read); re-creating the space continues
-  from there. A writer holding any revision of the deleted space is refused.
-  Tombstones live as long as the hash (one small field per deleted name).
-* **A write is applied at most once.** Every mutation carries an operation id,
-  recorded by the script with the write. When Redis applied a write but the
-  reply was lost and the client re-sends it, the script sees the id and answers
-  "applied" without applying it again. (A call the caller repeats after an
-  error is a new operation.)
-* **Bounded time, jarvismem errors.** Every method finishes within ``timeout``
-  seconds or raises :class:`BackendUnavailableError` (outage, stall, OOM, no
-  replicas) or :class:`BackendRejectedError` (a refusal that would repeat, e.g. a
-  corrupt field); raw redis-py errors never escape. A write carries a deadline
-  on Redis' own clock, taken from the read it starts with and ending no later
-  than the caller's timeout: a write that reaches Redis after that (a stalled
-  server resumed) is refused, so a write that timed out is not applied later.
-  One that timed out while Redis ran it may have been applied.
-
-Nothing is written until the first mutation, and a store that is never used
-costs no round trip. :meth:`SpacesStore.restore` (import) replaces the hash and
-its revisions with the snapshot's; it is not meant to race live writers.
+The stored format and the guarantees in full: docs/architecture.md and
+docs/reliability.md ("Cognitive spaces").
 """
 
 from __future__ import annotations
@@ -57,8 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
-from jarvismem.backends.redis import RedisClient, redis_errors
-from jarvismem.backends.redis_durability import run_script
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,
@@ -261,7 +224,8 @@ class _Outcome(Generic[T]):
 class SpacesStore:
     """The cognitive spaces of one (workflow, agent), stored in one Redis hash.
 
-    ``redis``: a ``redis.asyncio`` client (plain or cluster; fakeredis works).
+    ``redis``: a :class:`~jarvismem.backends.redis.RedisBackend`, or a ``redis.asyncio``
+    client (plain or cluster; fakeredis works).
     ``keyspace``: the tenant's key maker. ``ttl_seconds``: expiry refreshed on
     every write (``None`` = keep forever). ``max_retries``: how many times a
     mutation that lost a race is re-applied before :class:`SpaceConflictError`.
@@ -280,7 +244,7 @@ class SpacesStore:
 
     def __init__(
         self,
-        redis: RedisClient,
+        redis: Any,
         keyspace: KeySpace,
         workflow_id: str,
         agent_id: str,
@@ -296,7 +260,7 @@ class SpacesStore:
             raise InvalidPayloadError("max_retries must be >= 0")
         if not timeout > 0:
             raise InvalidPayloadError("timeout must be a positive number of seconds")
-        self._redis = redis
+        self._redis = RedisBackend.adopt(redis)
         self._key = keyspace.spaces(workflow_id, agent_id)
         self._ops_key = keyspace.spaces_ops(workflow_id, agent_id)
         self._ttl_ms = "0" if ttl_seconds is None else str(int(ttl_seconds) * 1000)
@@ -304,9 +268,9 @@ class SpacesStore:
         self._timeout = float(timeout)
         # Used only if this store is the first to write the container.
         self._container_id = new_container_id()
-        self._read_script = redis.register_script(_READ_SCRIPT)
-        self._script = redis.register_script(_CAS_SCRIPT)
-        self._restore_script = redis.register_script(_RESTORE_SCRIPT)
+        self._read_script = self._redis.script(_READ_SCRIPT)
+        self._script = self._redis.script(_CAS_SCRIPT)
+        self._restore_script = self._redis.script(_RESTORE_SCRIPT)
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.agent_id = validate_id(agent_id, "agent_id")
         self.retries = 0
@@ -325,8 +289,8 @@ class SpacesStore:
         return self._key
 
     @property
-    def redis(self) -> RedisClient:
-        """The Redis client this store reads and writes through."""
+    def redis(self) -> RedisBackend:
+        """The Redis backend this store reads and writes through."""
         return self._redis
 
     @asynccontextmanager
@@ -337,10 +301,14 @@ class SpacesStore:
         they carry to Redis.
         """
         deadline = asyncio.get_running_loop().time() + self._timeout
-        async with redis_errors(f"spaces {op}", self._timeout):
+        async with self._redis.guard(f"spaces {op}", self._timeout):
             yield deadline
 
     # --- reading -------------------------------------------------------------------------
+
+    async def exists(self) -> bool:
+        """Whether the container was ever written (a fresh one reads with a new random id)."""
+        return bool(await self._redis.call("exists", self._key, what="spaces exists"))
 
     async def load(self) -> MemoryContainer:
         """The whole container as stored now (one HGETALL; writes nothing).
@@ -351,14 +319,13 @@ class SpacesStore:
         async with self._guard("load"):
             return await self._load("spaces load")
 
-    async def _load(self, what: str) -> MemoryContainer:
-        return self.decode_container(await self._redis.hgetall(self._key), what)
+    async def load_unbounded(self) -> MemoryContainer:
+        """:meth:`load` under the caller's deadline instead of the store's own (the
+        rehydrate bundle bounds each tier with its tier timeout)."""
+        return await self._load("spaces load")
 
-    def queue_load(self, pipe: Any) -> None:
-        """Queue :meth:`load`'s one command (``HGETALL``) on a pipeline: the
-        rehydrate bundle sends its Redis reads as one round trip, then decodes
-        the reply with :meth:`decode_container`."""
-        pipe.hgetall(self._key)
+    async def _load(self, what: str) -> MemoryContainer:
+        return self.decode_container(await self._redis.call("hgetall", self._key, what=what), what)
 
     def decode_container(
         self, raw: Mapping[Any, Any], what: str = "spaces load"
@@ -399,20 +366,22 @@ class SpacesStore:
 
     async def _get(self, what: str, name: str) -> Space | None:
         """A fresh copy of one visible space (one HGET); ``None`` if absent or deleted."""
-        raw = await self._redis.hget(self._key, name)
+        raw = await self._redis.call("hget", self._key, name, what=what)
         if raw is None:
             return self._default(name)
         decoded = _decode_field(what, name, _text(raw))
         return decoded if isinstance(decoded, Space) else None
 
-    async def _read_raw(self, field: str) -> tuple[Any, int]:
+    async def _read_raw(self, field: str, what: str) -> tuple[Any, int]:
         """One field of the hash (raw) and Redis' clock in ms, in one round trip."""
-        raw, secs, micros = await self._read_script(keys=[self._key], args=[field])
+        raw, secs, micros = await self._redis.run_script(
+            self._read_script, [self._key], [field], what=what, wait=False
+        )
         return raw, int(secs) * 1000 + int(micros) // 1000
 
     async def _read(self, name: str, what: str) -> _Seen:
         """The read a write starts from: the space, its stored rev and Redis' clock."""
-        raw, redis_ms = await self._read_raw(name)
+        raw, redis_ms = await self._read_raw(name, f"spaces {what}")
         if raw is None:
             return _Seen(self._default(name), 0, redis_ms)
         decoded = _decode_field(f"spaces {what}", name, _text(raw))
@@ -486,8 +455,7 @@ class SpacesStore:
                     new.created_at = now
                 tail = _container_tail(self._container_id, now, {})
                 # With replicated durability, acknowledged only once WAIT confirmed it.
-                ok, stored = await run_script(
-                    self._redis,
+                ok, stored = await self._redis.run_script(
                     self._script,
                     [self._key, self._ops_key],
                     [
@@ -501,7 +469,7 @@ class SpacesStore:
                         now,
                         self._ttl_ms,
                     ],
-                    f"spaces {what}",
+                    what=f"spaces {what}",
                 )
                 if int(ok) in (1, 2):
                     return outcome.result
@@ -599,8 +567,7 @@ class SpacesStore:
         async with self._guard("delete_space") as deadline:
             seen = await self._read(name, "delete_space")
             now = now_ms()
-            ok, found = await run_script(
-                self._redis,
+            ok, found = await self._redis.run_script(
                 self._script,
                 [self._key, self._ops_key],
                 [
@@ -614,7 +581,7 @@ class SpacesStore:
                     now,
                     self._ttl_ms,
                 ],
-                "spaces delete_space",
+                what="spaces delete_space",
             )
             if int(ok) in (1, 2):
                 return
@@ -625,7 +592,8 @@ class SpacesStore:
     async def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Replace everything with a :meth:`snapshot` (import). Validated before writing.
 
-        Tombstones go too: revisions restart from the snapshot's.
+        Tombstones go too: revisions restart from the snapshot's. Not meant to race
+        live writers.
         """
         container = MemoryContainer.from_dict(snapshot)
         args: list[Any] = [CONTAINER_FIELD, encode_container(container)]
@@ -634,13 +602,12 @@ class SpacesStore:
             self._redacted(space)
             args += [name, encode_space(space)]
         async with self._guard("restore") as deadline:
-            _head, redis_ms = await self._read_raw(CONTAINER_FIELD)
-            done = await run_script(
-                self._redis,
+            _head, redis_ms = await self._read_raw(CONTAINER_FIELD, "spaces restore")
+            done = await self._redis.run_script(
                 self._restore_script,
                 [self._key],
                 [self._redis_deadline(redis_ms, deadline), self._ttl_ms, *args],
-                "spaces restore",
+                what="spaces restore",
             )
             if int(done) != 1:
                 raise self._expired("restore")

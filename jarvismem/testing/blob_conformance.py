@@ -1,23 +1,9 @@
 """A conformance suite for :class:`~jarvismem.backends.blob.base.BlobStorage` implementations.
 
-Check your own backend with pytest (``pytest-asyncio`` installed) by subclassing
-the suite and providing a ``storage`` fixture::
-
-    import pytest
-    from jarvismem.testing.blob_conformance import BlobStorageConformance
-
-    class TestMyStorage(BlobStorageConformance):
-        @pytest.fixture
-        async def storage(self):
-            store = MyStorage(...)
-            yield store
-            await store.close()
-
-or without pytest: ``await run_blob_conformance(store)`` raises
-``AssertionError`` naming the first check that failed.
-
-Every check works under its own random prefix, so the checks can share one
-storage (and a storage that already holds other blobs).
+Subclass :class:`BlobStorageConformance` with a ``storage`` fixture (pytest), or
+``await run_blob_conformance(storage)`` without pytest. Every check works under its own
+random prefix, so the checks can share one storage that already holds other blobs.
+Usage: docs/architecture.md, "Checking your own backends".
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """A conformance suite for :class:`~jarvismem.recall.stores.RecallStore` implementations.
 
-Check your own store with pytest (``pytest-asyncio`` installed) by subclassing
-the suite and providing a ``recall_store`` fixture::
-
-    import pytest
-    from jarvismem.testing.recall_conformance import RecallStoreConformance
-
-    class TestMyRecallStore(RecallStoreConformance):
-        @pytest.fixture
-        async def recall_store(self):
-            return MyRecallStore(...)
-
-or without pytest: ``await run_recall_conformance(store)`` raises
-``AssertionError`` naming the first check that failed.
-
-Every check writes under fresh random agent ids, so the checks can share one
-store. Class attributes describe what a backend honestly cannot do (a remote
-service may rank with its own model, may not scope below the agent, may not
-update in place); a subclass switches the matching checks off, and
-:meth:`RecallStoreConformance.seed` can be overridden for a backend that builds
-its search index itself.
+Subclass :class:`RecallStoreConformance` with a ``recall_store`` fixture (pytest), or
+``await run_recall_conformance(store)`` without pytest. Every check writes under fresh
+agent ids, and class attributes switch off what a backend honestly cannot do (its own
+ranking model, no scope below the agent, no update in place). Usage:
+docs/architecture.md, "Checking your own backends".
 """
 
 from __future__ import annotations

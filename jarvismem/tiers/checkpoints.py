@@ -32,8 +32,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from jarvismem.backends.redis import redis_errors
-from jarvismem.backends.redis_durability import run_script
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.defaults import MAX_CHECKPOINT_BYTES
 from jarvismem.errors import CheckpointConflictError, InvalidPayloadError, PayloadTooLargeError
 from jarvismem.keys import MAX_REVISION, KeySpace, validate_revision
@@ -173,12 +172,12 @@ class CheckpointStore:
         ttl_seconds: int,
         max_bytes: int = MAX_CHECKPOINT_BYTES,
     ) -> None:
-        self.redis = redis
+        self.redis = RedisBackend.adopt(redis)
         self.key = keyspace.checkpoint(workflow_id, step_id)
         self.ops_key = keyspace.checkpoint_ops(workflow_id, step_id)
         self.ttl_seconds = ttl_seconds
         self.max_bytes = max_bytes
-        self._script = redis.register_script(_SAVE_LUA)
+        self._script = self.redis.script(_SAVE_LUA)
 
     async def save(
         self, state: str, *, expected_rev: int | None = None, ts: float | None = None
@@ -213,25 +212,23 @@ class CheckpointStore:
         ``expected_rev`` and overwrite a state it never saw).
         """
         stamp = CLOCK.next() if stamp is None else stamp
-        async with redis_errors("checkpoint save"):
-            # With replicated durability, acknowledged only once WAIT confirmed it.
-            reply = await run_script(
-                self.redis,
-                self._script,
-                [self.key, self.ops_key],
-                [
-                    state,
-                    "" if expected_rev is None else str(expected_rev),
-                    repr(time.time() if ts is None else ts),
-                    self.ttl_seconds,
-                    stamp,
-                    op_id or new_op_id(),
-                    "replay" if replay else "live",
-                    OPS_KEPT,
-                    MAX_REVISION,
-                ],
-                "checkpoint save",
-            )
+        # With replicated durability, acknowledged only once WAIT confirmed it.
+        reply = await self.redis.run_script(
+            self._script,
+            [self.key, self.ops_key],
+            [
+                state,
+                "" if expected_rev is None else str(expected_rev),
+                repr(time.time() if ts is None else ts),
+                self.ttl_seconds,
+                stamp,
+                op_id or new_op_id(),
+                "replay" if replay else "live",
+                OPS_KEPT,
+                MAX_REVISION,
+            ],
+            what="checkpoint save",
+        )
         ok, rev = int(reply[0]), int(reply[1])
         if ok == 3:
             raise InvalidPayloadError(
@@ -252,17 +249,11 @@ class CheckpointStore:
 
     async def load(self) -> Checkpoint | None:
         """The stored checkpoint, or None."""
-        async with redis_errors("checkpoint load"):
-            raw = await self.redis.hmget(self.key, list(LOAD_FIELDS))
-        return self.decode_load(raw)
-
-    def queue_load(self, pipe: Any) -> None:
-        """Queue :meth:`load`'s one command on a pipeline (the rehydrate bundle
-        sends its Redis reads as one round trip); :meth:`decode_load` reads its reply."""
-        pipe.hmget(self.key, list(LOAD_FIELDS))
+        raw = await self.redis.call("hmget", self.key, list(LOAD_FIELDS), what="checkpoint load")
+        return self._decode(raw)
 
     @staticmethod
-    def decode_load(raw: Any) -> Checkpoint | None:
+    def _decode(raw: Any) -> Checkpoint | None:
         """The checkpoint in an ``HMGET`` reply of :data:`LOAD_FIELDS` (None: none stored)."""
         state, rev, ts, stamp = raw
         if state is None:
@@ -292,8 +283,9 @@ class CheckpointStore:
         """
         validate_checkpoint(state, self.max_bytes)
         validate_checkpoint_rev(rev)
-        async with redis_errors("checkpoint restore"):
-            async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.hset(self.key, mapping={"state": state, "rev": rev, "ts": repr(ts)})
-                pipe.expire(self.key, self.ttl_seconds)
-                await pipe.execute()
+
+        def build(pipe: Any) -> None:
+            pipe.hset(self.key, mapping={"state": state, "rev": rev, "ts": repr(ts)})
+            pipe.expire(self.key, self.ttl_seconds)
+
+        await self.redis.pipeline(build, what="checkpoint restore", transaction=True)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from jarvismem import defaults, telemetry
 from jarvismem.backends.llm import Summarizer
-from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,
@@ -94,13 +94,10 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {turns, tokens}
 """
 
-# Background tasks running in this process, per (event loop, workflow lock key).
 COUNTER_PUSH_SECONDS = 5.0
 """Longest a process keeps turns it counted before adding them to the workflow's
 shared counters (while it keeps logging turns); it also pushes once it holds half
 the policy's turns or tokens, and at once when its own count makes compaction due."""
-
-_RUNNING: dict[tuple[int, str], asyncio.Task[None]] = {}
 
 
 class LedgerPager(Protocol):
@@ -235,11 +232,11 @@ class Compactor:
         workflow_id: str,
         policy: CompactionPolicy,
     ) -> None:
-        """``redis``: client holding the lock and the counters; ``ltm``: where
+        """``redis``: backend (or client) holding the lock and the counters; ``ltm``: where
         summaries go; ``ledger``: where entries come from; ``summarizer``: who
         condenses them; ``policy``: when and with which bounds.
         """
-        self.redis = redis
+        self.redis = RedisBackend.adopt(redis)
         self.ltm = ltm
         self.ledger = ledger
         self.summarizer = summarizer
@@ -247,10 +244,10 @@ class Compactor:
         self.policy = policy
         self.lock_key = keyspace.ltm_lock(workflow_id)
         self.state_key = keyspace.ltm_state(workflow_id)
-        self._take = redis.register_script(_ACQUIRE_LUA)
-        self._renew = redis.register_script(_RENEW_LUA)
-        self._release = redis.register_script(_RELEASE_LUA)
-        self._settle = redis.register_script(_SETTLE_LUA)
+        self._take = self.redis.script(_ACQUIRE_LUA)
+        self._renew = self.redis.script(_RENEW_LUA)
+        self._release = self.redis.script(_RELEASE_LUA)
+        self._settle = self.redis.script(_SETTLE_LUA)
         # Counted here, not yet added to the shared counters.
         self._pending_turns = 0
         self._pending_tokens = 0
@@ -310,14 +307,15 @@ class Compactor:
         turns, tokens = self._pending_turns, self._pending_tokens
         self._pending_turns = self._pending_tokens = 0
         try:
-            async with (
-                redis_errors(f"compaction counters of {self.workflow_id}"),
-                self.redis.pipeline(transaction=False) as pipe,
-            ):
+
+            def build(pipe: Any) -> None:
                 pipe.hincrby(self.state_key, "turns", turns)
                 pipe.hincrby(self.state_key, "tokens", tokens)
                 pipe.expire(self.state_key, self.ltm.ttl_seconds)
-                total_turns, total_tokens, _ = await pipe.execute()
+
+            total_turns, total_tokens, _ = await self.redis.pipeline(
+                build, what=f"compaction counters of {self.workflow_id}"
+            )
         except BaseException:
             # Not lost: counted again at the next push.
             self._pending_turns += turns
@@ -327,11 +325,11 @@ class Compactor:
         self._pushed_at = time.monotonic()
         return self._known
 
-    def _running_key(self) -> tuple[int, str]:
-        return (id(asyncio.get_running_loop()), self.lock_key)
-
     def maybe_schedule(self) -> asyncio.Task[None] | None:
-        """Start the background task if there is work and none runs in this process.
+        """Start the background task if there is work and none of this compactor's runs.
+
+        One compactor per workflow per runtime; other runtimes and processes
+        are kept out by the workflow's compaction lock in Redis.
 
         The task pushes the local counters and, if the shared totals make
         compaction due, compacts. Returns the task, or None when nothing was
@@ -342,22 +340,14 @@ class Compactor:
             return None
         if not (self.due or self._should_push()):
             return None
-        key = self._running_key()
-        running = _RUNNING.get(key)
-        if running is not None and not running.done():
+        loop = asyncio.get_running_loop()
+        if any(not t.done() and t.get_loop() is loop for t in self._tasks):
             return None
-        task = asyncio.get_running_loop().create_task(
+        task = loop.create_task(
             self._background(), name=f"jarvismem-compaction[{self.workflow_id}]"
         )
-        _RUNNING[key] = task
         self._tasks.add(task)
-
-        def _done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            if _RUNNING.get(key) is t:
-                del _RUNNING[key]
-
-        task.add_done_callback(_done)
+        task.add_done_callback(self._tasks.discard)
         return task
 
     async def _background(self) -> None:
@@ -388,8 +378,7 @@ class Compactor:
     async def _acquire(self) -> str:
         token = secrets.token_hex(16)
         ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
-        async with redis_errors(f"compaction lock of {self.workflow_id}"):
-            taken = await self._take(keys=[self.lock_key], args=[token, ttl_ms])
+        taken = await self._lock_script(self._take, [token, ttl_ms], "")
         if not taken:
             raise LockNotAcquiredError(
                 f"compaction of workflow {self.workflow_id} is already running"
@@ -401,8 +390,7 @@ class Compactor:
         while True:
             await asyncio.sleep(self.policy.lock_ttl / 3)
             try:
-                async with redis_errors(f"compaction lock of {self.workflow_id}: renew"):
-                    renewed = await self._renew(keys=[self.lock_key], args=[token, ttl_ms])
+                renewed = await self._lock_script(self._renew, [token, ttl_ms], ": renew")
             except (BackendUnavailableError, BackendRejectedError) as exc:
                 # The next renewal may get through; the fenced save is the real guard.
                 log.warning("compaction of %s: lock renewal failed (%s)", self.workflow_id, exc)
@@ -416,10 +404,14 @@ class Compactor:
         ttl_ms = max(1, int(self.policy.lock_ttl * 1000))
         if lost.is_set():
             raise _LockLost
-        async with redis_errors(f"compaction lock of {self.workflow_id}"):
-            renewed = await self._renew(keys=[self.lock_key], args=[token, ttl_ms])
+        renewed = await self._lock_script(self._renew, [token, ttl_ms], "")
         if not renewed:
             raise _LockLost
+
+    async def _lock_script(self, script: Any, args: list[Any], step: str) -> Any:
+        # The lock is not a write to keep: no WAIT, even with replicated durability.
+        what = f"compaction lock of {self.workflow_id}{step}"
+        return await self.redis.run_script(script, [self.lock_key], args, what=what, wait=False)
 
     # --- compaction --------------------------------------------------------------------------
 
@@ -441,10 +433,7 @@ class Compactor:
         lost = asyncio.Event()
         keeper = asyncio.get_running_loop().create_task(self._keep_alive(token, lost))
         try:
-            # Ledger pages, counters and the summary read are Redis calls too:
-            # a failure among them is jarvismem's error, never redis-py's.
-            async with redis_errors(f"compaction of {self.workflow_id}"):
-                return await self._compact_locked(token, lost, progress)
+            return await self._compact_locked(token, lost, progress)
         except _LockLost:
             reason = "fenced: the compactor lock expired before the summary was saved"
             log.warning("compaction of %s: %s", self.workflow_id, reason)
@@ -454,8 +443,7 @@ class Compactor:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
             try:
-                async with redis_errors(f"compaction lock of {self.workflow_id}: release"):
-                    await self._release(keys=[self.lock_key], args=[token])
+                await self._lock_script(self._release, [token], ": release")
             except (BackendUnavailableError, BackendRejectedError) as exc:
                 # It expires on its own after lock_ttl.
                 log.warning("compaction of %s: lock release failed (%s)", self.workflow_id, exc)
@@ -555,25 +543,26 @@ class Compactor:
         if reset:
             # Nothing left to compact: whatever the counters say is stale.
             turns = tokens = 2**53
-        async with redis_errors(f"compaction counters of {self.workflow_id}"):
-            remaining = await self._settle(
-                keys=[self.state_key],
-                args=[turns, tokens, repr(time.time()), self.ltm.ttl_seconds, secrets.token_hex(8)],
-            )
+        remaining = await self.redis.run_script(
+            self._settle,
+            [self.state_key],
+            [turns, tokens, repr(time.time()), self.ltm.ttl_seconds, secrets.token_hex(8)],
+            what=f"compaction counters of {self.workflow_id}",
+            wait=False,
+        )
         self._known = (_int(remaining[0]), _int(remaining[1]))
 
     async def _record_error(self, reason: str) -> None:
         try:
-            async with (
-                redis_errors(f"compaction state of {self.workflow_id}"),
-                self.redis.pipeline(transaction=False) as pipe,
-            ):
+
+            def build(pipe: Any) -> None:
                 pipe.hset(
                     self.state_key,
                     mapping={"last_error": reason[:500], "last_error_at": repr(time.time())},
                 )
                 pipe.expire(self.state_key, self.ltm.ttl_seconds)
-                await pipe.execute()
+
+            await self.redis.pipeline(build, what=f"compaction state of {self.workflow_id}")
         except (BackendUnavailableError, BackendRejectedError) as exc:
             log.warning("compaction of %s: could not record the error (%s)", self.workflow_id, exc)
 
@@ -582,9 +571,9 @@ class Compactor:
         ``last_compacted_at``, ``last_error``, ``last_error_at`` (absent when unset),
         and whether a compactor holds the lock (``running``).
         """
-        async with redis_errors(f"compaction state of {self.workflow_id}"):
-            raw = await self.redis.hgetall(self.state_key)
-            running = bool(await self.redis.exists(self.lock_key))
+        what = f"compaction state of {self.workflow_id}"
+        raw = await self.redis.call("hgetall", self.state_key, what=what)
+        running = bool(await self.redis.call("exists", self.lock_key, what=what))
         fields = {
             (k.decode() if isinstance(k, bytes) else str(k)): (
                 v.decode() if isinstance(v, bytes) else str(v)

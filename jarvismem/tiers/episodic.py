@@ -36,8 +36,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jarvismem.backends.redis import is_transient_reply, redis_errors
-from jarvismem.backends.redis_pipeline import auto_pipeline
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_failures import is_transient_reply
 from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidIdError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
@@ -162,7 +162,8 @@ class EpisodicLedger:
         ttl_seconds: int = CONTEXT_TTL_SECONDS,
         max_len: int = 0,
     ) -> None:
-        self.redis = redis
+        # A redis-py client gets a backend of its own (primary durability).
+        self.redis = RedisBackend.adopt(redis)
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.key = keyspace.ledger(workflow_id)
         # Named once: every append is wrapped, and formatting per call shows in profiles.
@@ -170,8 +171,8 @@ class EpisodicLedger:
         self.index_key = keyspace.turn_index(workflow_id)
         self.ttl_seconds = ttl_seconds
         self.max_len = max_len
-        self._script = redis.register_script(_APPEND_LUA)
-        self._many_script = redis.register_script(_APPEND_MANY_LUA)
+        self._script = self.redis.script(_APPEND_LUA)
+        self._many_script = self.redis.script(_APPEND_MANY_LUA)
         self._index_key = keyspace.live().workflow_index()
         # Monotonic deadline of the next index refresh (0: refresh on the next append).
         self._index_due = 0.0
@@ -220,11 +221,11 @@ class EpisodicLedger:
         """
         # Coalesced with the appends other tasks issue meanwhile (one pipelined
         # round trip for many agents); errors come back translated.
-        call = auto_pipeline(self.redis).evalsha(
+        call = self.redis.evalsha(
             self._script,
             [self.key, self.index_key],
             [dedupe_field, self.ttl_seconds, self.max_len, *args],
-            self._append_what,
+            what=self._append_what,
         )
         if self._indexed and time.monotonic() >= self._index_due:
             # Rare (once a minute per workflow): the index update rides alongside.
@@ -254,8 +255,8 @@ class EpisodicLedger:
             for fields, dedupe_field in chunk:
                 args += [dedupe_field, len(fields), *fields]
             try:
-                replies = await auto_pipeline(self.redis).evalsha(
-                    self._many_script, [self.key, self.index_key], args, self._append_what
+                replies = await self.redis.evalsha(
+                    self._many_script, [self.key, self.index_key], args, what=self._append_what
                 )
             except BackendUnavailableError as exc:
                 outcomes += [exc] * (len(turns) - len(outcomes))
@@ -286,10 +287,13 @@ class EpisodicLedger:
         """``ZADD GT`` this workflow's last-write time into the namespace index; never raises."""
         self._index_due = time.monotonic() + INDEX_REFRESH_SECONDS
         try:
-            async with redis_errors(f"workflow index: {self.workflow_id}"):
-                await self.redis.zadd(
-                    self._index_key, {self.workflow_id: int(time.time() * 1000)}, gt=True
-                )
+            await self.redis.call(
+                "zadd",
+                self._index_key,
+                {self.workflow_id: int(time.time() * 1000)},
+                gt=True,
+                what=f"workflow index: {self.workflow_id}",
+            )
         except (BackendUnavailableError, BackendRejectedError) as exc:
             self._index_due = 0.0  # try again with the next append
             log.debug("workflow index not updated for %s: %s", self.workflow_id, exc)
@@ -303,15 +307,22 @@ class EpisodicLedger:
         """The last ``count`` entries, oldest first. One XREVRANGE."""
         if count <= 0:
             return []
-        async with redis_errors(f"ledger of {self.workflow_id}: tail"):
-            rows = await self.redis.xrevrange(self.key, count=count)
+        rows = await self.redis.call(
+            "xrevrange", self.key, count=count, what=f"ledger of {self.workflow_id}: tail"
+        )
         return [decode_entry(sid, fields) for sid, fields in reversed(rows)]
 
     async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` entries strictly after ``after_id`` (None: from the start)."""
         start = "-" if after_id is None else f"({after_id}"
-        async with redis_errors(f"ledger of {self.workflow_id}: range"):
-            rows = await self.redis.xrange(self.key, min=start, max="+", count=count)
+        rows = await self.redis.call(
+            "xrange",
+            self.key,
+            min=start,
+            max="+",
+            count=count,
+            what=f"ledger of {self.workflow_id}: range",
+        )
         return [decode_entry(sid, fields) for sid, fields in rows]
 
     async def iter_history(
@@ -333,14 +344,14 @@ class EpisodicLedger:
 
     async def length(self) -> int:
         """Number of entries currently in the stream."""
-        async with redis_errors(f"ledger of {self.workflow_id}: length"):
-            return int(await self.redis.xlen(self.key))
+        what = f"ledger of {self.workflow_id}: length"
+        return int(await self.redis.call("xlen", self.key, what=what))
 
     async def find_turn(self, step_id: str, agent_id: str, turn_id: str | int) -> str | None:
         """Stream id of a logged turn, or None."""
         field = KeySpace.turn_field(step_id, agent_id, turn_id)
-        async with redis_errors(f"ledger of {self.workflow_id}: find turn"):
-            raw = await self.redis.hget(self.index_key, field)
+        what = f"ledger of {self.workflow_id}: find turn"
+        raw = await self.redis.call("hget", self.index_key, field, what=what)
         return None if raw is None else _text(raw)
 
 
@@ -382,14 +393,18 @@ class LedgerStats:
 
 
 async def ledger_stats(redis: Any, keyspace: KeySpace, workflow_id: str) -> LedgerStats:
-    """Counts and last activity of a workflow's ledger: three reads of one slot, concurrently."""
+    """Counts and last activity of a workflow's ledger: three reads of one slot, concurrently.
+
+    ``redis``: a :class:`RedisBackend` (or a redis-py client).
+    """
+    backend = RedisBackend.adopt(redis)
     key = keyspace.ledger(workflow_id)
-    async with redis_errors(f"ledger of {workflow_id}: stats"):
-        entries, turns, newest = await asyncio.gather(
-            redis.xlen(key),
-            redis.hlen(keyspace.turn_index(workflow_id)),
-            redis.xrevrange(key, count=1),
-        )
+    what = f"ledger of {workflow_id}: stats"
+    entries, turns, newest = await asyncio.gather(
+        backend.call("xlen", key, what=what),
+        backend.call("hlen", keyspace.turn_index(workflow_id), what=what),
+        backend.call("xrevrange", key, count=1, what=what),
+    )
     last = stream_id_ms(_text(newest[0][0])) if newest else None
     return LedgerStats(entries=int(entries), turns=int(turns), last_ms=last)
 
@@ -404,14 +419,15 @@ class WorkflowIndex:
     """
 
     def __init__(self, redis: Any, keyspace: KeySpace) -> None:
-        self.redis = redis
+        self.redis = RedisBackend.adopt(redis)
         self.keyspace = keyspace.live()
         self.key = self.keyspace.workflow_index()
 
     async def entries(self) -> dict[str, int]:
         """Every indexed workflow id with its score (last write, ms), newest first."""
-        async with redis_errors("workflow index: read"):
-            rows = await self.redis.zrevrange(self.key, 0, -1, withscores=True)
+        rows = await self.redis.call(
+            "zrevrange", self.key, 0, -1, withscores=True, what="workflow index: read"
+        )
         out: dict[str, int] = {}
         for member, score in rows:
             workflow = _text(member)
@@ -423,26 +439,28 @@ class WorkflowIndex:
 
     async def add(self, workflow_id: str, when_ms: int) -> None:
         """Record activity of ``workflow_id`` at ``when_ms`` (never moves a score back)."""
-        async with redis_errors("workflow index: add"):
-            await self.redis.zadd(
-                self.key, {validate_id(workflow_id, "workflow_id"): when_ms}, gt=True
-            )
+        member = validate_id(workflow_id, "workflow_id")
+        await self.redis.call(
+            "zadd", self.key, {member: when_ms}, gt=True, what="workflow index: add"
+        )
 
     async def remove(self, workflow_id: str) -> bool:
         """Drop ``workflow_id`` from the index; True if it was there."""
-        async with redis_errors("workflow index: remove"):
-            return bool(await self.redis.zrem(self.key, validate_id(workflow_id, "workflow_id")))
+        member = validate_id(workflow_id, "workflow_id")
+        return bool(await self.redis.call("zrem", self.key, member, what="workflow index: remove"))
 
     async def rebuild(self) -> int:
         """Add every workflow whose ledger exists (SCAN); returns how many were found."""
         found = 0
-        async with redis_errors("workflow index: scan ledgers"):
-            async for raw in self.redis.scan_iter(match=self.keyspace.ledger_pattern(), count=1000):
-                workflow = self.keyspace.workflow_from_ledger(_text(raw))
-                if workflow is None:
-                    continue
-                stats = await ledger_stats(self.redis, self.keyspace, workflow)
-                if stats.last_ms is not None:
-                    await self.redis.zadd(self.key, {workflow: stats.last_ms}, gt=True)
-                    found += 1
+        pattern = self.keyspace.ledger_pattern()
+        async for raw in self.redis.scan(pattern, what="workflow index: scan ledgers"):
+            workflow = self.keyspace.workflow_from_ledger(_text(raw))
+            if workflow is None:
+                continue
+            stats = await ledger_stats(self.redis, self.keyspace, workflow)
+            if stats.last_ms is not None:
+                await self.redis.call(
+                    "zadd", self.key, {workflow: stats.last_ms}, gt=True, what="workflow index: add"
+                )
+                found += 1
         return found

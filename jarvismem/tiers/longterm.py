@@ -50,8 +50,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from jarvismem.backends.blob.base import BlobStorage, BlobVersion
 from jarvismem.backends.llm import Summarizer, as_summarizer, truncate
 from jarvismem.backends.llm.worker import SummaryWorker, WorkerUnavailable
-from jarvismem.backends.redis import redis_errors
-from jarvismem.backends.redis_durability import run_script
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.defaults import COMPACTION_CHUNK_CHARS, SUMMARY_MAX_CHARS
 from jarvismem.errors import (
     BackendRejectedError,
@@ -304,11 +303,11 @@ class LongTermMemory:
         ttl_seconds: int,
         redactor: Callable[[str], str] | None = None,
     ) -> None:
-        """``redis``: a ``redis.asyncio`` client or None; ``blob``: durable storage or
-        None; ``ttl_seconds``: expiry of the Redis copy; ``redactor``: applied to
-        text before it is stored or sent to a summarizer.
+        """``redis``: a :class:`RedisBackend` (or a ``redis.asyncio`` client) or None;
+        ``blob``: durable storage or None; ``ttl_seconds``: expiry of the Redis copy;
+        ``redactor``: applied to text before it is stored or sent to a summarizer.
         """
-        self.redis = redis
+        self.redis = None if redis is None else RedisBackend.adopt(redis)
         self.blob = blob
         self.workflow_id = validate_id(workflow_id, "workflow_id")
         self.key = keyspace.ltm_summary(workflow_id)
@@ -316,8 +315,8 @@ class LongTermMemory:
         self.meta_path = keyspace.ltm_meta_blob(workflow_id)
         self.ttl_seconds = int(ttl_seconds)
         self.redactor = redactor
-        self._repopulate = redis.register_script(_REPOPULATE_LUA) if redis is not None else None
-        self._save = redis.register_script(_SAVE_LUA) if redis is not None else None
+        self._repopulate = None if self.redis is None else self.redis.script(_REPOPULATE_LUA)
+        self._save = None if self.redis is None else self.redis.script(_SAVE_LUA)
         # Loop-clock time until which the blob is known to hold no summary
         # (see BLOB_ABSENT_SECONDS), and how many blob writes this object began.
         self._blob_absent_until = 0.0
@@ -431,8 +430,8 @@ class LongTermMemory:
         if self.redis is None:
             return 0
         try:
-            async with redis_errors(f"long-term summary of {self.workflow_id}"):
-                raw = await self.redis.hget(self.key, "gen")
+            what = f"long-term summary of {self.workflow_id}"
+            raw = await self.redis.call("hget", self.key, "gen", what=what)
         except (BackendUnavailableError, BackendRejectedError):
             return 0
         return _gen(raw)
@@ -520,18 +519,14 @@ class LongTermMemory:
         args: list[Any] = [self.ttl_seconds, op, "" if gen is None else gen, token, to_id]
         for name, value in self._redis_fields(record).items():
             args += [name, value]
-        async with redis_errors(
-            f"long-term summary of {self.workflow_id} (Redis copy not saved; the blob copy, "
-            "if configured, is current)"
-        ):
-            # With replicated durability, acknowledged only once WAIT confirmed it.
-            reply = await run_script(
-                self.redis,
-                self._save,
-                [self.key, lock_key or self.key],
-                args,
-                f"long-term summary of {self.workflow_id}",
-            )
+        # With replicated durability, acknowledged only once WAIT confirmed it.
+        reply = await self.redis.run_script(
+            self._save,
+            [self.key, lock_key or self.key],
+            args,
+            what=f"long-term summary of {self.workflow_id} (Redis copy not saved; the blob "
+            "copy, if configured, is current)",
+        )
         return _text(reply[0])
 
     def _build_record(self, text: object, provenance: Mapping[str, Any] | None) -> SummaryRecord:
@@ -591,24 +586,6 @@ class LongTermMemory:
         raw = await self._redis_raw(strict=strict)
         return await self._record_after_redis(raw, redis_failed=raw is None, strict=strict)
 
-    def queue_summary_read(self, pipe: Any) -> None:
-        """Queue the summary's Redis read (``HGETALL``) on a pipeline.
-
-        The rehydrate bundle sends its Redis reads as one round trip, then
-        hands the reply to :meth:`summary_from_reply`. Needs Redis.
-        """
-        assert self.redis is not None
-        pipe.hgetall(self.key)
-
-    async def summary_from_reply(self, raw: Mapping[Any, Any] | None) -> str | None:
-        """:meth:`load_summary` given the reply of :meth:`queue_summary_read`.
-
-        ``raw``: the ``HGETALL`` reply, or None when that read failed (the blob
-        copy is then read, as :meth:`load_summary` does on a Redis failure).
-        """
-        record = await self._record_after_redis(raw, redis_failed=raw is None, strict=False)
-        return None if record is None else record.text
-
     async def _record_after_redis(
         self, raw: Mapping[Any, Any] | None, *, redis_failed: bool, strict: bool
     ) -> SummaryRecord | None:
@@ -629,7 +606,7 @@ class LongTermMemory:
         if found is None:
             return None
         record, meta = found
-        if self._repopulate is not None and not redis_failed:
+        if self.redis is not None and self._repopulate is not None and not redis_failed:
             fields = self._redis_fields(record)
             # The generation and op travel with the copy, so fencing still works
             # against a summary that came back from the blob.
@@ -638,8 +615,13 @@ class LongTermMemory:
             for name, value in fields.items():
                 args += [name, value]
             try:
-                async with redis_errors(f"long-term summary of {self.workflow_id}: repopulate"):
-                    await self._repopulate(keys=[self.key], args=args)
+                await self.redis.run_script(
+                    self._repopulate,
+                    [self.key],
+                    args,
+                    what=f"long-term summary of {self.workflow_id}: repopulate",
+                    wait=False,  # a copy of the blob: lost, it is rebuilt from there
+                )
             except (BackendUnavailableError, BackendRejectedError) as exc:
                 log.warning("%s", exc)
         return record
@@ -678,8 +660,8 @@ class LongTermMemory:
         """The Redis hash (empty when absent); None when Redis failed and not ``strict``."""
         assert self.redis is not None
         try:
-            async with redis_errors(f"long-term summary of {self.workflow_id}: read"):
-                raw: Mapping[Any, Any] = await self.redis.hgetall(self.key)
+            what = f"long-term summary of {self.workflow_id}: read"
+            raw: Mapping[Any, Any] = await self.redis.call("hgetall", self.key, what=what)
         except (BackendUnavailableError, BackendRejectedError) as exc:
             if strict:
                 raise

@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -82,23 +81,26 @@ GOALS_LISTING_MAX_AGE = 5.0
 """Seconds a listing of a workflow's goal-findings blobs is reused by the bundle.
 
 Every bundle reads the goal findings of every (step, agent) of its workflow; the
-*listing* of which (step, agent)s wrote any is cached per workflow and process
+*listing* of which (step, agent)s wrote any is cached per workflow in a runtime
 (each listed blob is still read every time, so new findings of a known (step,
-agent) show at once). A goal finding written through this process adds its blob
-to the listing at once; one written by another process for a (step, agent) that
-had none is seen within this bound."""
+agent) show at once). A goal finding written through the runtime adds its blob
+to the listing at once; one written elsewhere (another process or runtime) for a
+(step, agent) that had none is seen within this bound."""
 
 
 class GoalIndex:
-    """The goal-findings blobs of one workflow, as last listed (shared in a process).
+    """The goal-findings blobs of one workflow, as last listed.
 
-    Get it with :func:`goal_index`; every scratchpad of the workflow over the same
-    blob storage object shares one while any of them lives.
+    Its owner shares it: the runtime's workflow state holds one per workflow and
+    gives it to every view's scratchpad, so a finding written through one view
+    is in the next bundle of every other view of the workflow at once.
     """
 
-    __slots__ = ("__weakref__", "_added", "_listed_at", "_paths", "blob", "max_age", "prefix")
+    __slots__ = ("_added", "_listed_at", "_paths", "blob", "max_age", "prefix")
 
-    def __init__(self, blob: BlobStorage, prefix: str, max_age: float) -> None:
+    def __init__(
+        self, blob: BlobStorage, prefix: str, max_age: float = GOALS_LISTING_MAX_AGE
+    ) -> None:
         self.blob = blob
         self.prefix = prefix
         self.max_age = max_age
@@ -136,19 +138,23 @@ class GoalIndex:
         self._paths = None
 
 
-_GOAL_INDEXES: weakref.WeakValueDictionary[tuple[int, str], GoalIndex] = (
-    weakref.WeakValueDictionary()
-)
+@dataclass(frozen=True, slots=True)
+class ScratchpadLinks:
+    """How a scratchpad meets the rest of its workflow (the facade supplies both).
+
+    Attributes:
+        append: the blob append to use (None: the blob's own). The facade's
+            durable writer queues appends in the local outbox during a blob outage
+            instead of raising into the kernel.
+        goals: the workflow's listing of goal blobs, shared by its scratchpads
+            (None: one of the scratchpad's own).
+    """
+
+    append: Callable[[str, bytes], Awaitable[object]] | None = None
+    goals: GoalIndex | None = None
 
 
-def goal_index(blob: BlobStorage, prefix: str, max_age: float = GOALS_LISTING_MAX_AGE) -> GoalIndex:
-    """The process's :class:`GoalIndex` of the goal blobs under ``prefix`` in ``blob``."""
-    key = (id(blob), prefix)
-    index = _GOAL_INDEXES.get(key)
-    if index is None or index.blob is not blob:
-        index = GoalIndex(blob, prefix, max_age)
-        _GOAL_INDEXES[key] = index
-    return index
+_NO_LINKS = ScratchpadLinks()
 
 
 class WorkingScratchpad:
@@ -164,15 +170,15 @@ class WorkingScratchpad:
         *,
         policy: PayloadPolicy = _NO_POLICY,
         bounds: ScratchpadBounds = _DEFAULT_BOUNDS,
-        append: Callable[[str, bytes], Awaitable[object]] | None = None,
+        links: ScratchpadLinks = _NO_LINKS,
     ) -> None:
         """A scratchpad view; no I/O.
 
         ``policy``: how a note's data is cleaned (the runtime's one, redacting
         per settings); a note's data obeys the turn fields' size policy, so
         every record fits the blob store's largest append. ``bounds``: how
-        much a read takes. ``append``: the blob append to use (by default
-        ``blob.append``).
+        much a read takes. ``links``: the append to use and the workflow's goal
+        listing (by default ``blob.append`` and a listing of its own).
         """
         self.blob = blob
         self.keyspace = keyspace
@@ -184,10 +190,11 @@ class WorkingScratchpad:
         self.tail_bytes = bounds.tail_bytes
         self.budget_chars = bounds.budget_chars
         self.policy = policy
-        # The facade passes its durable writer here, so a blob outage queues
-        # appends in the local outbox instead of raising into the kernel.
-        self._append = append or blob.append
-        self._goals = goal_index(blob, keyspace.goals_prefix(self.workflow_id))
+        self._append = links.append or blob.append
+        goals = links.goals
+        if goals is None:
+            goals = GoalIndex(blob, keyspace.goals_prefix(self.workflow_id))
+        self._goals = goals
 
     # --- writes ------------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ async def export_workflow(
 
     # Long-term summary (Redis, else the durable blob copy).
     ltm = state.ltm or LongTermMemory(
-        rt.redis, rt.blob, ks, workflow_id, ttl_seconds=rt.settings.ttl_seconds
+        rt.backend, rt.blob, ks, workflow_id, ttl_seconds=rt.settings.ttl_seconds
     )
     if ltm.active:
         record = await ltm.load_summary_record()
@@ -100,7 +100,7 @@ async def export_workflow(
                 continue
             agent = suffix[len("spaces:") :]
             store = SpacesStore(
-                rt.redis, ks, workflow_id, agent, ttl_seconds=rt.settings.ttl_seconds
+                rt.backend, ks, workflow_id, agent, ttl_seconds=rt.settings.ttl_seconds
             )
             yield dump_line(
                 {"kind": "spaces", "agent_id": agent, "snapshot": await store.snapshot()}

@@ -1,29 +1,12 @@
 """Import: write a validated export into a runtime's namespace, all or nothing.
 
-1. **Validate** the whole file first
-   (:func:`~jarvismem.transfer.validation.validate_export`): a bad line writes nothing.
-2. **Stage**: write every record through the tiers' own code, but under a
-   staging key space (:meth:`~jarvismem.keys.KeySpace.staged`): Redis keys
-   ``jm:<ns>:{<wf>}~import-<token>:...`` (the workflow's hash tag, so one
-   Cluster slot) and blobs under ``staging/imports/<ns>/<wf>/<token>/``. Nothing
-   live is touched; a failure deletes the staging, a crash leaves it for the
-   next import of the workflow to delete.
-3. **Switch** the Redis keys in one Lua script: delete the old keys (``--force``),
-   RENAME every staging key into place, and write the *pending* marker
-   (:meth:`~jarvismem.keys.KeySpace.import_pending`) naming the blobs to move.
-   Atomic: before it the workflow is as it was, after it every key is the import's.
-4. **Move the blobs**: delete the old blobs the import does not replace, copy each
-   staging blob to its live path, delete the staging, then the marker.
-
-A crash between 3 and 4 leaves the import's keys with (some of) the old blobs
-and the marker; :func:`recover_import` (run first by every import, and by
-``jarvismem import`` again) finishes step 4 from the marker, which is idempotent.
-Until then a reader may see an old scratchpad or summary blob beside the new
-keys. One importer per workflow at a time (a second one's cleanup would delete
-the first's staging).
-
-Ledger entries keep their original stream ids (XADD with an explicit id), so
-provenance ids and the exactly-once index stay valid.
+1. **Validate** the whole file: a bad line writes nothing.
+2. **Stage** every record through the tiers' own code under a staging key space
+   (:meth:`~jarvismem.keys.KeySpace.staged`: same hash tag) and staging blobs.
+3. **Switch** the Redis keys in one Lua script, writing a *pending* marker that names
+   the blobs to move.
+4. **Move the blobs**, then delete the marker; :func:`recover_import` finishes a move a
+   crash interrupted (idempotent). One importer per workflow at a time.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.backends.redis import redis_errors
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, BlobNotFoundError
 from jarvismem.keys import KeySpace, validate_id
 from jarvismem.records import as_text, encode_entry, encode_record, turn_identity
@@ -125,10 +108,10 @@ class RecordWriter:
     def _count(self, kind: str) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
 
-    def _need_redis(self, kind: str) -> Any:
-        if self.rt.redis is None:
+    def _need_redis(self, kind: str) -> RedisBackend:
+        if self.rt.backend is None:
             raise TransferError(f"the export holds {kind} records but Redis is not configured")
-        return self.rt.redis
+        return self.rt.backend
 
     def _need_blob(self, kind: str) -> BlobStorage:
         if self.rt.blob is None:
@@ -155,7 +138,7 @@ class RecordWriter:
             self._blob_size += len(data)
         elif isinstance(rec, SummaryLine):
             ltm = LongTermMemory(
-                self.rt.redis, self.rt.blob, self.ks, self.workflow_id, ttl_seconds=self.ttl
+                self.rt.backend, self.rt.blob, self.ks, self.workflow_id, ttl_seconds=self.ttl
             )
             prov = rec.model_dump(exclude={"kind", "text"})
             await ltm.save_summary(self._redact(rec.text), provenance=prov)
@@ -190,9 +173,8 @@ class RecordWriter:
         redis = self._need_redis("ledger")
         stream = self.ks.ledger(self.workflow_id)
         index = self.ks.turn_index(self.workflow_id)
-        # The one Redis call the importer makes itself (the tiers translate their own):
-        # a refusal or an outage (OOM, a lost connection) is a jarvismem error here too.
-        async with redis_errors("import ledger"), redis.pipeline(transaction=False) as pipe:
+
+        def build(pipe: Any) -> None:
             for rec in self._ledger:
                 fields = redact_value(rec.fields, self._redact, self._is_secret)
                 pipe.xadd(stream, encode_entry(fields), id=rec.id)
@@ -202,7 +184,9 @@ class RecordWriter:
                     pipe.hset(index, KeySpace.turn_field(*identity), rec.id)
             pipe.expire(stream, self.ttl)
             pipe.expire(index, self.ttl)
-            await pipe.execute()
+
+        # One round trip; a refusal or an outage is a jarvismem error.
+        await redis.pipeline(build, what="import ledger")
         self._ledger.clear()
 
     async def _flush_blob(self) -> None:
@@ -298,7 +282,7 @@ async def _index(rt: MemoryRuntime, target: str) -> None:
     if rt.redis is None:
         return
     try:
-        await WorkflowIndex(rt.redis, rt.keyspace).add(target, int(time.time() * 1000))
+        await WorkflowIndex(rt.backend, rt.keyspace).add(target, int(time.time() * 1000))
     except (BackendUnavailableError, BackendRejectedError) as exc:
         log.warning(
             "imported %s but could not index it (%s); `workflows --rebuild` will", target, exc
@@ -306,9 +290,8 @@ async def _index(rt: MemoryRuntime, target: str) -> None:
 
 
 async def _staged_keys(rt: MemoryRuntime, pattern: str) -> list[str]:
-    assert rt.redis is not None
-    async with redis_errors("import scan"):
-        return sorted([as_text(k) async for k in rt.redis.scan_iter(match=pattern, count=1000)])
+    assert rt.backend is not None
+    return sorted([as_text(k) async for k in rt.backend.scan(pattern, what="import scan")])
 
 
 async def _switch(rt: MemoryRuntime, target: str, staged: KeySpace, *, replace: bool) -> None:
@@ -318,7 +301,7 @@ async def _switch(rt: MemoryRuntime, target: str, staged: KeySpace, *, replace: 
     blobs: list[str] = []
     if rt.blob is not None:
         blobs = await rt.blob.list(staged.staging_blob_prefix(target))
-    if rt.redis is None:
+    if rt.backend is None:
         if blobs:
             await _move_blobs(rt, target, staged, [staged.unstaged_path(target, p) for p in blobs])
         return
@@ -331,12 +314,13 @@ async def _switch(rt: MemoryRuntime, target: str, staged: KeySpace, *, replace: 
         marker = json.dumps(
             {"token": staged.staging, "paths": [staged.unstaged_path(target, p) for p in blobs]}
         )
-    script = rt.redis.register_script(_SWITCH_LUA)
-    async with redis_errors("import switch"):
-        await script(
-            keys=[ks.import_pending(target), *old, *pairs],
-            args=[len(old), len(pairs) // 2, marker, rt.settings.ttl_seconds],
-        )
+    await rt.backend.run_script(
+        rt.backend.script(_SWITCH_LUA),
+        [ks.import_pending(target), *old, *pairs],
+        [len(old), len(pairs) // 2, marker, rt.settings.ttl_seconds],
+        what="import switch",
+        wait=False,
+    )
 
 
 async def recover_import(rt: MemoryRuntime, workflow_id: str) -> None:
@@ -347,19 +331,18 @@ async def recover_import(rt: MemoryRuntime, workflow_id: str) -> None:
     before its switch are deleted. Idempotent; run by every import first.
     """
     ks = rt.keyspace
-    if rt.redis is not None:
-        async with redis_errors("import recover"):
-            raw = await rt.redis.get(ks.import_pending(workflow_id))
+    backend = rt.backend
+    if backend is not None:
+        what = "import recover"
+        raw = await backend.call("get", ks.import_pending(workflow_id), what=what)
         if raw is not None:
             pending = json.loads(as_text(raw))
             staged = ks.staged(pending["token"])
             await _move_blobs(rt, workflow_id, staged, list(pending["paths"]))
-            async with redis_errors("import recover"):
-                await rt.redis.delete(ks.import_pending(workflow_id))
+            await backend.call("delete", ks.import_pending(workflow_id), what=what)
         leftovers = await _staged_keys(rt, ks.staging_pattern(workflow_id))
         if leftovers:
-            async with redis_errors("import recover"):
-                await rt.redis.delete(*leftovers)
+            await backend.call("delete", *leftovers, what=what)
     if rt.blob is not None:
         for path in await rt.blob.list(ks.staging_blob_prefix(workflow_id)):
             await rt.blob.delete(path)
@@ -431,11 +414,10 @@ async def _switch_did_not_run(rt: MemoryRuntime, target: str, staged: KeySpace) 
 async def _discard_staging(rt: MemoryRuntime, target: str, staged: KeySpace) -> None:
     """Delete this attempt's staging keys and blobs (best effort: recover_import retries)."""
     try:
-        if rt.redis is not None:
+        if rt.backend is not None:
             keys = await _staged_keys(rt, staged.staging_pattern(target))
             if keys:
-                async with redis_errors("import discard"):
-                    await rt.redis.delete(*keys)
+                await rt.backend.call("delete", *keys, what="import discard")
         if rt.blob is not None:
             for path in await rt.blob.list(staged.staging_blob_prefix(target)):
                 await rt.blob.delete(path)

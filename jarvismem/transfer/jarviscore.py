@@ -1,49 +1,11 @@
 """Migration from JarvisCore (``jarviscore-framework`` 3.x): its memory, in jarvismem's layout.
 
-What the reference's memory layer stores (read from its 3.0.0 source), and where it goes:
-
-============================================  ==============================================
-JarvisCore                                    jarvismem
-============================================  ==============================================
-Redis ``ledgers:{wf}`` (stream)               the workflow's ledger, **same stream ids**; a
-                                              ``log_turn`` entry becomes a turn entry with its
-                                              ``step_id``/``agent_id`` (found through the
-                                              scratchpad copy of the turn) and is indexed
-                                              exactly-once; other entries are copied as the
-                                              reference reads them
-Redis ``ltm:{wf}``, else blob                 the long-term summary (``summarizer``
-``workflows/{wf}/ltm/summary.txt``            ``"jarviscore"``; the ledger range it covers is
-                                              unknown, so ``from_id``/``to_id`` stay empty)
-Redis ``checkpoint:{wf}:{step}``              the step's checkpoint, revision 1
-blob ``workflows/{wf}/scratchpads/            the (step, agent) scratchpad; goal-scoped records
-{step}_{role}.md`` (JSONL)                    also in its goal-findings blob, as jarvismem
-                                              writes them
-Redis ``athena_session:*``                    counted, not carried (see :data:`ATHENA_NOTE`)
-============================================  ==============================================
-
-Types. The reference stores a ledger value as the string itself when it is a
-``str`` and ``json.dumps(value)`` otherwise, and reads every value back through
-``json.loads`` when it parses: a ``result`` of ``"42"`` comes back as the int 42,
-``"null"`` as None. jarvismem keeps types exactly, so a migrated turn takes its
-``thought``/``action``/``result``/``tokens`` from the scratchpad copy of the same
-turn (plain JSON, types intact); without one, the fields the reference's API
-types as ``str`` keep their stored text and ``ts``/``tokens`` are parsed. Other
-entries (orchestration events) are decoded the way the reference reads them.
-A scratchpad note has no time of its own in the reference: it takes the time of
-the turn before it in its file (0 before the first turn); a checkpoint takes the
-time of its step's last turn.
-
-Blob names. ``{step}_{role}.md`` is ambiguous when an id holds ``_``: a split
-whose step has a checkpoint wins; otherwise the name splits at its last ``_``
-(with a warning when there was a choice). ``{step}.md`` (no role) goes to agent
-:data:`ROLELESS_AGENT`.
-
-The data is converted into ``jarvismem-export`` records (redacted like any
-import) and written by :func:`~jarvismem.transfer.importer.import_workflow`, so
-a migration is validated, staged and switched into place all or nothing. Running
-it again changes nothing: when the target already holds exactly what the
-migration would write, it is left alone (``unchanged``); when it holds anything
-else it is refused unless ``force`` replaces it.
+Reads what JarvisCore's memory layer stores (its Redis ledgers, summaries and
+checkpoints, its local scratchpad blobs), converts it into ``jarvismem-export`` records
+and writes them with :func:`~jarvismem.transfer.importer.import_workflow`, so a
+migration is validated, redacted and switched into place all or nothing, and a re-run
+that would write what the target holds changes nothing. Where each thing goes, and how
+types and ambiguous names are resolved: docs/migrating.md, "Migrating the data".
 """
 
 from __future__ import annotations
@@ -64,7 +26,8 @@ import aiofiles
 
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.backends.redis import connect_redis, redis_errors
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import connect_redis
 from jarvismem.defaults import NAMESPACE
 from jarvismem.errors import (
     BlobNotFoundError,
@@ -159,6 +122,11 @@ class JarvisCoreSource:
     redis_label: str | None = None
     blob_label: str | None = None
     owns_clients: bool = False
+    backend: RedisBackend | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        # Read through jarvismem's seam: errors translated, the operation named.
+        self.backend = None if self.redis is None else RedisBackend.adopt(self.redis)
 
     async def close(self) -> None:
         """Close the clients this source opened (never a caller's)."""
@@ -219,9 +187,8 @@ async def open_jarviscore_source(
 # --- reading the source ------------------------------------------------------------------
 
 
-async def _scan(redis: Any, pattern: str) -> list[str]:
-    async with redis_errors("JarvisCore scan"):
-        return sorted({as_text(k) async for k in redis.scan_iter(match=pattern, count=1000)})
+async def _scan(redis: RedisBackend, pattern: str) -> list[str]:
+    return sorted({as_text(k) async for k in redis.scan(pattern, what="JarvisCore scan")})
 
 
 async def list_jarviscore_workflows(source: JarvisCoreSource) -> tuple[list[str], list[str]]:
@@ -232,10 +199,10 @@ async def list_jarviscore_workflows(source: JarvisCoreSource) -> tuple[list[str]
     """
     names: set[str] = set()
     lay = JarvisCoreLayout
-    if source.redis is not None:
+    if source.backend is not None:
         for prefix in (lay.LEDGERS, lay.LTM):
-            names.update(k[len(prefix) :] for k in await _scan(source.redis, prefix + "*"))
-        for key in await _scan(source.redis, lay.CHECKPOINT + "*"):
+            names.update(k[len(prefix) :] for k in await _scan(source.backend, prefix + "*"))
+        for key in await _scan(source.backend, lay.CHECKPOINT + "*"):
             # checkpoint:{wf}:{step}; a jarvismem id holds no ':', so the first one ends it.
             names.add(key[len(lay.CHECKPOINT) :].split(":", 1)[0])
     if source.blob is not None:
@@ -254,9 +221,9 @@ async def list_jarviscore_workflows(source: JarvisCoreSource) -> tuple[list[str]
 
 async def count_athena_sessions(source: JarvisCoreSource) -> int:
     """How many ``athena_session:*`` keys the source Redis holds."""
-    if source.redis is None:
+    if source.backend is None:
         return 0
-    return len(await _scan(source.redis, JarvisCoreLayout.ATHENA_SESSIONS))
+    return len(await _scan(source.backend, JarvisCoreLayout.ATHENA_SESSIONS))
 
 
 def split_scratchpad_name(name: str, known_steps: Iterable[str]) -> tuple[str, str, bool]:
@@ -441,8 +408,8 @@ class _Reader:
         self.step_ts: dict[str, float] = {}
 
     async def read(self) -> None:
-        if self.source.redis is not None:
-            await self._read_checkpoints(self.source.redis)
+        if self.source.backend is not None:
+            await self._read_checkpoints(self.source.backend)
         if self.source.blob is not None:
             await self._read_blobs(self.source.blob)
         async with aiofiles.open(self.plan.path, "w", encoding="utf-8") as fh:
@@ -455,8 +422,8 @@ class _Reader:
             }
             await fh.write(dump_line(header) + "\n")
             out = _PlanWriter(self.rt, self.plan, fh)
-            if self.source.redis is not None:
-                await self._write_ledger(self.source.redis, out)
+            if self.source.backend is not None:
+                await self._write_ledger(self.source.backend, out)
             await self._write_summary(out)
             for step in sorted(self.checkpoints):
                 rec = {
@@ -481,7 +448,7 @@ class _Reader:
                         await out.write(rec, f"{kind} record of {blob.step_id}/{blob.agent_id}")
         self.plan.digest = out.digest.result()
 
-    async def _read_checkpoints(self, redis: Any) -> None:
+    async def _read_checkpoints(self, redis: RedisBackend) -> None:
         prefix = JarvisCoreLayout.checkpoint_prefix(self.wf)
         limit = self.rt.settings.max_checkpoint_bytes
         for key in await _scan(redis, prefix + "*"):
@@ -492,8 +459,7 @@ class _Reader:
             except InvalidIdError as exc:
                 self.plan.skip("checkpoint", f"checkpoint {key!r}: not migrated ({exc})")
                 continue
-            async with redis_errors("JarvisCore checkpoint"):
-                raw = await redis.get(key)
+            raw = await redis.call("get", key, what="JarvisCore checkpoint")
             if raw is None:
                 continue  # expired since the scan
             try:
@@ -571,10 +537,9 @@ class _Reader:
             self.plan.warnings.append(f"blob {path}: {bad} unreadable line(s) not migrated")
         return records
 
-    async def _write_ledger(self, redis: Any, out: _PlanWriter) -> None:
+    async def _write_ledger(self, redis: RedisBackend, out: _PlanWriter) -> None:
         key = JarvisCoreLayout.ledger(self.wf)
-        async with redis_errors("JarvisCore ledger"):
-            total = int(await redis.xlen(key))
+        total = int(await redis.call("xlen", key, what="JarvisCore ledger"))
         if total:
             self.plan.found = True
         label = f"reading {self.wf}"
@@ -582,8 +547,9 @@ class _Reader:
         start = "-"
         unmatched = 0
         while True:
-            async with redis_errors("JarvisCore ledger"):
-                rows = await redis.xrange(key, min=start, max="+", count=PAGE)
+            rows = await redis.call(
+                "xrange", key, min=start, max="+", count=PAGE, what="JarvisCore ledger"
+            )
             for sid, fields in rows:
                 stream_id = as_text(sid)
                 entry = self._convert_entry(stream_id, fields)
@@ -659,9 +625,9 @@ class _Reader:
 
     async def _write_summary(self, out: _PlanWriter) -> None:
         text: str | None = None
-        if self.source.redis is not None:
-            async with redis_errors("JarvisCore summary"):
-                raw = await self.source.redis.get(JarvisCoreLayout.ltm(self.wf))
+        if self.source.backend is not None:
+            key = JarvisCoreLayout.ltm(self.wf)
+            raw = await self.source.backend.call("get", key, what="JarvisCore summary")
             if raw is not None:
                 text = as_text(raw)
         if text is None and self.source.blob is not None:

@@ -7,7 +7,6 @@ clear it for ``--force``).
 from __future__ import annotations
 
 from jarvismem.backends.blob.base import BlobStorage
-from jarvismem.backends.redis import redis_errors
 from jarvismem.keys import KeySpace
 from jarvismem.records import as_text
 from jarvismem.runtime import MemoryRuntime
@@ -15,10 +14,10 @@ from jarvismem.runtime import MemoryRuntime
 
 async def workflow_keys(rt: MemoryRuntime, workflow_id: str) -> list[str]:
     """Every Redis key of ``workflow_id`` in the runtime's namespace, sorted."""
-    assert rt.redis is not None
+    assert rt.backend is not None
     pattern = rt.keyspace.workflow_pattern(workflow_id)
-    async with redis_errors(f"list the keys of {workflow_id}"):
-        keys = [as_text(k) async for k in rt.redis.scan_iter(match=pattern, count=1000)]
+    what = f"list the keys of {workflow_id}"
+    keys = [as_text(k) async for k in rt.backend.scan(pattern, what=what)]
     return sorted(keys)
 
 
@@ -69,10 +68,10 @@ async def workflow_is_empty(rt: MemoryRuntime, workflow_id: str) -> bool:
 
 async def clear_workflow(rt: MemoryRuntime, workflow_id: str) -> None:
     """Delete every key and blob of ``workflow_id`` (import ``--force``)."""
-    if rt.redis is not None:
+    if rt.backend is not None:
         keys = await workflow_keys(rt, workflow_id)
         if keys:
-            await rt.redis.delete(*keys)
+            await rt.backend.call("delete", *keys, what=f"clear workflow {workflow_id}")
     if rt.blob is not None:
         for path in await blob_paths(rt.blob, rt.keyspace, workflow_id):
             await rt.blob.delete(path)

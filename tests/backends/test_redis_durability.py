@@ -16,14 +16,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from jarvismem.backends.redis import create_redis, in_process_redis, redis_destination, redis_errors
-from jarvismem.backends.redis_durability import (
-    Durability,
-    durability_health,
-    durability_of,
-    run_script,
-    set_durability,
-)
+from jarvismem.backends.redis import Durability, RedisBackend
+from jarvismem.backends.redis_connect import create_redis, in_process_redis, redis_destination
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
@@ -55,24 +49,24 @@ def pair(tmp_path: Path) -> Iterator[tuple[RedisServerProcess, RedisServerProces
 @pytest.fixture
 async def client(
     pair: tuple[RedisServerProcess, RedisServerProcess],
-) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.from_url(pair[0].url)
-    set_durability(redis, "replicated", replicas=1, timeout_ms=300)
-    yield redis
-    await redis.aclose()
+) -> AsyncIterator[RedisBackend]:
+    backend = RedisBackend(aioredis.from_url(pair[0].url))
+    backend.set_durability("replicated", replicas=1, timeout_ms=300)
+    yield backend
+    await backend.aclose()
 
 
 # --- the level ------------------------------------------------------------------------------------
 
 
-def test_a_client_is_primary_unless_told_otherwise() -> None:
-    redis = aioredis.Redis()
-    assert durability_of(redis) is None
-    assert durability_health(redis) == {"level": "primary"}
-    set_durability(redis, "replicated", replicas=2, timeout_ms=50)
-    assert durability_of(redis) is not None
-    set_durability(redis, "primary")
-    assert durability_of(redis) is None
+def test_a_backend_is_primary_unless_told_otherwise() -> None:
+    backend = RedisBackend(aioredis.Redis())
+    assert backend.durability is None
+    assert backend.durability_health() == {"level": "primary"}
+    backend.set_durability("replicated", replicas=2, timeout_ms=50)
+    assert backend.durability is not None
+    backend.set_durability("primary")
+    assert backend.durability is None
 
 
 @pytest.mark.parametrize(
@@ -81,10 +75,12 @@ def test_a_client_is_primary_unless_told_otherwise() -> None:
 )
 def test_a_bad_level_is_refused(level: str, replicas: int, timeout_ms: int) -> None:
     with pytest.raises(ValueError):
-        set_durability(aioredis.Redis(), level, replicas=replicas, timeout_ms=timeout_ms)
+        RedisBackend(aioredis.Redis()).set_durability(
+            level, replicas=replicas, timeout_ms=timeout_ms
+        )
 
 
-def test_the_client_built_from_settings_carries_the_level() -> None:
+def test_the_backend_built_from_settings_carries_the_level() -> None:
     settings = load_settings(
         _env_file=None,
         redis_url="redis://127.0.0.1:1/0",
@@ -92,8 +88,8 @@ def test_the_client_built_from_settings_carries_the_level() -> None:
         redis_wait_replicas=2,
         redis_wait_timeout_ms=250,
     )
-    redis = create_redis(settings)
-    assert durability_health(redis) | {"waits": 0} == {
+    backend = RedisBackend.create(settings)
+    assert backend.durability_health() | {"waits": 0} == {
         "level": "replicated",
         "replicas": 2,
         "wait_timeout_ms": 250,
@@ -114,57 +110,55 @@ def test_replicated_on_the_embedded_stand_in_is_a_config_error() -> None:
 
 
 async def test_a_replicated_write_returns_once_the_replica_has_it(
-    client: aioredis.Redis, keyspace: KeySpace
+    client: RedisBackend, keyspace: KeySpace
 ) -> None:
-    script = client.register_script(_INCR)
+    script = client.script(_INCR)
     key = f"jm:{keyspace.namespace}:ha:counter"
-    assert await run_script(client, script, [key], [], "counter") == 1
-    assert durability_health(client)["waits"] == 1
-    assert durability_health(client)["shortfalls"] == 0
+    assert await client.run_script(script, [key], [], what="counter") == 1
+    assert client.durability_health()["waits"] == 1
+    assert client.durability_health()["shortfalls"] == 0
 
 
 async def test_a_write_the_replica_did_not_confirm_raises_unavailable_and_is_reported(
-    client: aioredis.Redis, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
+    client: RedisBackend, pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
 ) -> None:
-    script = client.register_script(_INCR)
+    script = client.script(_INCR)
     key = f"jm:{keyspace.namespace}:ha:counter"
     pair[1].pause()
     try:
         with pytest.raises(BackendUnavailableError, match=r"not replicated .*0 of 1 replicas"):
-            async with redis_errors("counter"):
-                await run_script(client, script, [key], [], "counter")
+            await client.run_script(script, [key], [], what="counter")
     finally:
         pair[1].resume()
     # It landed on the primary all the same (a replay must be idempotent).
-    assert int(await client.get(key)) == 1
-    health = durability_health(client)
+    assert int(await client.client.get(key)) == 1
+    health = client.durability_health()
     assert health["shortfalls"] == 1
     assert health["last_shortfall"]["what"] == "counter"
     assert (health["last_shortfall"]["wanted"], health["last_shortfall"]["got"]) == (1, 0)
 
 
 async def test_a_script_the_server_lost_is_loaded_again(
-    client: aioredis.Redis, keyspace: KeySpace
+    client: RedisBackend, keyspace: KeySpace
 ) -> None:
-    script = client.register_script(_INCR)
+    script = client.script(_INCR)
     key = f"jm:{keyspace.namespace}:ha:counter"
-    await client.script_flush()
-    assert await run_script(client, script, [key], [], "counter") == 1
-    assert durability_health(client)["shortfalls"] == 0
+    await client.client.script_flush()
+    assert await client.run_script(script, [key], [], what="counter") == 1
+    assert client.durability_health()["shortfalls"] == 0
 
 
 async def test_primary_level_runs_the_script_without_wait_even_with_a_dead_replica(
     pair: tuple[RedisServerProcess, RedisServerProcess], keyspace: KeySpace
 ) -> None:
-    redis = aioredis.from_url(pair[0].url)
+    backend = RedisBackend(aioredis.from_url(pair[0].url))
     try:
         pair[1].kill()
-        script = redis.register_script(_INCR)
-        assert (
-            await run_script(redis, script, [f"jm:{keyspace.namespace}:ha:c"], [], "counter") == 1
-        )
+        script = backend.script(_INCR)
+        key = f"jm:{keyspace.namespace}:ha:c"
+        assert await backend.run_script(script, [key], [], what="counter") == 1
     finally:
-        await redis.aclose()
+        await backend.aclose()
 
 
 # --- the whole path: log_turn, outbox, replay ----------------------------------------------------
@@ -237,16 +231,16 @@ async def test_on_a_cluster_the_wait_goes_to_the_node_that_took_the_write(
 ) -> None:
     # The shared test cluster has no replicas: WAIT answers 0 from the key's own node,
     # so the write lands there and the shortfall is reported (not a routing error).
-    set_durability(cluster, "replicated", replicas=1, timeout_ms=50)
+    backend = RedisBackend(cluster)
+    backend.set_durability("replicated", replicas=1, timeout_ms=50)
     try:
-        script = cluster.register_script(_INCR)
+        script = backend.script(_INCR)
         for i in range(6):  # keys spread over every node's slots
             key = f"jm:{keyspace.namespace}:ha:{{slot{i}}}"
             with pytest.raises(BackendUnavailableError, match="0 of 1 replicas"):
-                await run_script(cluster, script, [key], [], "counter")
+                await backend.run_script(script, [key], [], what="counter")
             assert int(await cluster.get(key)) == 1
     finally:
-        set_durability(cluster, "primary")
         await cluster.delete(*[f"jm:{keyspace.namespace}:ha:{{slot{i}}}" for i in range(6)])
 
 
@@ -290,23 +284,35 @@ def test_an_engine_on_a_callers_client_takes_the_settings_level(keyspace: KeySpa
         jarvismem_namespace=keyspace.namespace,
     )
     client = aioredis.Redis(port=1)
-    MemoryRuntime(settings, redis=client)
-    assert durability_of(client) == Durability(replicas=2, timeout_ms=250)
+    runtime = MemoryRuntime(settings, redis=client)
+    assert runtime.redis is client
+    assert runtime.backend is not None
+    assert runtime.backend.durability == Durability(replicas=2, timeout_ms=250)
 
 
-def test_a_client_whose_level_disagrees_with_the_settings_is_refused(keyspace: KeySpace) -> None:
+def test_a_backend_whose_level_disagrees_with_the_settings_is_refused(keyspace: KeySpace) -> None:
     primary_settings = load_settings(_env_file=None, redis_url="redis://127.0.0.1:1/0")
-    client = aioredis.Redis(port=1)
-    set_durability(client, "replicated", replicas=1, timeout_ms=100)
+    backend = RedisBackend(aioredis.Redis(port=1))
+    backend.set_durability("replicated", replicas=1, timeout_ms=100)
     with pytest.raises(ConfigError, match="REDIS_DURABILITY=primary"):
-        MemoryRuntime(primary_settings, redis=client)
+        MemoryRuntime(primary_settings, redis=backend)
     other = primary_settings.model_copy(
         update={"redis_durability": "replicated", "redis_wait_replicas": 2}
     )
     with pytest.raises(ConfigError, match="REDIS_WAIT_REPLICAS=2"):
-        MemoryRuntime(other, redis=client)
-    # Nothing was changed on the refused client.
-    assert durability_of(client) == Durability(replicas=1, timeout_ms=100)
+        MemoryRuntime(other, redis=backend)
+    # Nothing was changed on the refused backend.
+    assert backend.durability == Durability(replicas=1, timeout_ms=100)
+
+
+def test_a_backend_whose_level_agrees_is_used_as_is(keyspace: KeySpace) -> None:
+    settings = load_settings(
+        _env_file=None, redis_url="redis://127.0.0.1:1/0", redis_durability="replicated"
+    )
+    backend = RedisBackend.create(settings)
+    runtime = MemoryRuntime(settings, redis=backend)
+    assert runtime.backend is backend
+    assert runtime.redis is backend.client
 
 
 def test_replicated_settings_on_an_embedded_client_are_refused() -> None:
@@ -386,9 +392,9 @@ async def test_facts_store_items_and_graph_checkpoints_are_on_the_replica_when_a
         entry = await memory.remember("the deploy key rotates on mondays")
         await store.aput(("users", "u1"), "k1", {"fact": "likes tea"})
         await graph.ainvoke({"n": 0}, {"configurable": {"thread_id": "t1"}}, durability="sync")
-        before = durability_health(runtime.redis)["waits"]
+        before = runtime.backend.durability_health()["waits"]
         assert before >= 3
-        assert durability_health(runtime.redis)["shortfalls"] == 0
+        assert runtime.backend.durability_health()["shortfalls"] == 0
 
         # WAIT returned: the replica holds each of them now (no polling).
         entries_key, _ = RedisRecallStore(on_replica, keyspace).keys(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jarvismem.backends import redis_embedded
-from jarvismem.backends.redis import connect_redis, create_redis, is_in_process
+from jarvismem.backends.redis_connect import connect_redis, create_redis, is_in_process
 from jarvismem.backends.redis_embedded import (
     EmbeddedServer,
     EmbeddedServerBusy,

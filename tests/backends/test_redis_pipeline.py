@@ -17,8 +17,8 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from jarvismem.backends.redis import create_redis
-from jarvismem.backends.redis_pipeline import AutoPipeline, auto_pipeline
+from jarvismem.backends.redis import AutoPipeline, RedisBackend
+from jarvismem.backends.redis_connect import create_redis
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError
 from jarvismem.keys import KeySpace
 from jarvismem.settings import Settings
@@ -44,7 +44,7 @@ async def test_commands_issued_while_one_is_in_flight_go_in_one_round_trip(
 ) -> None:
     script = await loaded(redis_client)
     key = keyspace.ledger("pipe-count")
-    pipe = AutoPipeline(redis_client)
+    pipe = AutoPipeline(RedisBackend(redis_client))
     # All 64 calls start in the same loop iteration: the first goes out at
     # once, the other 63 queue behind it and go together.
     await asyncio.gather(*(pipe.evalsha(script, [key], [str(i)], "test") for i in range(64)))
@@ -58,7 +58,7 @@ async def test_a_lone_command_is_sent_in_its_callers_step_without_waiting(
 ) -> None:
     script = await loaded(redis_client)
     key = keyspace.ledger("pipe-lone")
-    pipe = AutoPipeline(redis_client)
+    pipe = AutoPipeline(RedisBackend(redis_client))
     sent: list[int] = []
     iteration = [0]
     real = redis_client.execute_command
@@ -84,7 +84,7 @@ async def test_a_queued_batch_is_not_held_longer_than_one_iteration(
 ) -> None:
     script = await loaded(redis_client)
     key = keyspace.ledger("pipe-next")
-    pipe = AutoPipeline(redis_client)
+    pipe = AutoPipeline(RedisBackend(redis_client))
     first = asyncio.ensure_future(pipe.evalsha(script, [key], ["a"], "test"))
     await asyncio.sleep(0)
     second = asyncio.ensure_future(pipe.evalsha(script, [key], ["b"], "test"))
@@ -103,7 +103,7 @@ async def test_each_callers_commands_keep_their_order_and_the_stream_its_submiss
 ) -> None:
     script = await loaded(redis_client)
     key = keyspace.ledger("pipe-order")
-    pipe = auto_pipeline(redis_client)
+    pipe = RedisBackend(redis_client).auto_pipeline()
     submitted: list[str] = []
 
     async def agent(a: int) -> None:
@@ -122,7 +122,7 @@ async def test_a_command_error_fails_only_its_caller(redis_client: Any, keyspace
     script = await loaded(redis_client)
     good, bad = keyspace.ledger("pipe-good"), keyspace.ledger("pipe-bad")
     await redis_client.set(bad, "not a stream")
-    pipe = AutoPipeline(redis_client)
+    pipe = AutoPipeline(RedisBackend(redis_client))
     outcomes = await asyncio.gather(
         pipe.evalsha(script, [good], ["first"], "test"),
         *(pipe.evalsha(script, [good], [str(i)], "good") for i in range(5)),
@@ -143,7 +143,7 @@ async def test_a_lost_script_is_loaded_again_for_lone_and_batched_commands(
 ) -> None:
     script = real_redis.register_script(ADD)
     key = keyspace.ledger("pipe-noscript")
-    pipe = AutoPipeline(real_redis)
+    pipe = AutoPipeline(RedisBackend(real_redis))
     await real_redis.script_flush()
     await pipe.evalsha(script, [key], ["lone"], "test")
     await real_redis.script_flush()
@@ -186,7 +186,7 @@ async def test_a_lost_connection_fails_every_caller_of_the_batch_with_its_own_er
     client, proxy = await make_lossy(False)  # without retries: the project client resends
     script = await loaded(client)
     key = keyspace.ledger("pipe-outage")
-    pipe = AutoPipeline(client)
+    pipe = AutoPipeline(RedisBackend(client))
     # The pipeline's reply is lost (its connection dies); the lone call before it is not.
     proxy.lose_next_reply(b"item-0-x")
     lone, *outcomes = await asyncio.gather(
@@ -213,7 +213,7 @@ async def test_a_lost_pipeline_reply_is_retried_and_an_idempotent_script_lands_o
         "redis.call('XADD', KEYS[1], '*', 'v', ARGV[1]) return 1"
     )
     key, seen = keyspace.ledger("pipe-retry"), keyspace.turn_index("pipe-retry")
-    pipe = AutoPipeline(client)
+    pipe = AutoPipeline(RedisBackend(client))
     proxy.lose_next_reply(b"item-0-x")
     # redis-py resends the pipeline on a new connection; the script skips what ran.
     await asyncio.gather(
@@ -225,13 +225,14 @@ async def test_a_lost_pipeline_reply_is_retried_and_an_idempotent_script_lands_o
 
 
 async def test_each_loop_gets_its_own_pipeline(redis_client: Any) -> None:
-    first = auto_pipeline(redis_client)
-    assert auto_pipeline(redis_client) is first
+    backend = RedisBackend(redis_client)
+    first = backend.auto_pipeline()
+    assert backend.auto_pipeline() is first
     result: list[Any] = []
 
     def other_loop() -> None:
         async def get() -> None:
-            result.append(auto_pipeline(redis_client))
+            result.append(backend.auto_pipeline())
 
         asyncio.run(get())
 
@@ -254,7 +255,7 @@ async def test_a_cluster_client_sends_each_call_on_its_own_and_lands_every_one(
             "if redis.call('SADD', KEYS[1] .. ':seen', ARGV[1]) == 0 then return 0 end "
             "return redis.call('XADD', KEYS[1], '*', 'v', ARGV[1])"
         )
-        pipe = auto_pipeline(cluster)
+        pipe = RedisBackend(cluster).auto_pipeline()
         assert not isinstance(pipe, AutoPipeline)
         await asyncio.gather(
             *(pipe.evalsha(script, [keys[i % 6]], [str(i)], "t") for i in range(60))
@@ -275,17 +276,17 @@ async def test_a_cluster_client_sends_each_call_on_its_own_and_lands_every_one(
 async def test_with_replicated_durability_each_round_trip_ends_with_one_wait(
     tmp_path: Any, keyspace: KeySpace
 ) -> None:
-    from jarvismem.backends.redis_durability import durability_health, set_durability
     from tests.ha_servers import replicated_pair
 
     script_src = "return redis.call('INCR', KEYS[1])"
     with replicated_pair(tmp_path) as (primary, replica):
         redis = aioredis.from_url(primary.url)
-        set_durability(redis, "replicated", replicas=1, timeout_ms=300)
+        backend = RedisBackend(redis)
+        backend.set_durability("replicated", replicas=1, timeout_ms=300)
         try:
             script = redis.register_script(script_src)
             await redis.script_load(script_src)  # no NOSCRIPT round trip in the counts
-            pipe = auto_pipeline(redis)
+            pipe = backend.auto_pipeline()
             key = f"jm:{keyspace.namespace}:pipe-wait"
             replies = await asyncio.gather(
                 *(pipe.evalsha(script, [key], [], f"append {i}") for i in range(40))
@@ -293,7 +294,7 @@ async def test_with_replicated_durability_each_round_trip_ends_with_one_wait(
             assert sorted(replies) == list(range(1, 41))
             # Many appends, few round trips, and exactly one WAIT for each of them.
             assert pipe.round_trips < 40
-            assert durability_health(redis)["waits"] == pipe.round_trips
+            assert backend.durability_health()["waits"] == pipe.round_trips
 
             replica.pause()
             try:

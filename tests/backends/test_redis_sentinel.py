@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from jarvismem.backends.redis import create_redis, redis_destination
+from jarvismem.backends.redis_connect import create_redis, redis_destination
 from jarvismem.backends.redis_sentinel import (
     BlockingSentinelPool,
     SentinelTarget,

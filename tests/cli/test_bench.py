@@ -136,11 +136,16 @@ def test_bench_passes_the_reference_and_plot_options(cli: Cli, tmp_path: Path) -
     env = _only_jarvismem_on_the_path(cli, tmp_path)
     env.pop("REDIS_URL", None)
     checkout = _fake_checkout(tmp_path)
-    ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--with-reference",
-               "--plots", "docs/img", "--topology", "sentinel,cluster")  # fmt: skip
-    assert ran["argv"] == [
-        "--with-reference", "--plots", "docs/img", "--topology", "sentinel,cluster"
-    ]  # fmt: skip
+    try:
+        ran = _run(cli, env, checkout, "--env-file", os.devnull, "bench", "--with-reference",
+                   "--plots", "docs/img", "--topology", "sentinel,cluster")  # fmt: skip
+        assert ran["argv"] == [
+            "--with-reference", "--plots", "docs/img", "--topology", "sentinel,cluster"
+        ]  # fmt: skip
+    finally:
+        # With REDIS_URL unset the bench ran on the embedded server, which outlives
+        # its process by design; the test's own must not outlive the test.
+        _run(cli, env, checkout, "server", "stop", "--env-file", os.devnull, "--json", "--force")
 
 
 def _suite_report(quick: bool) -> dict[str, Any]:

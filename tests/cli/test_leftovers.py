@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.redis import create_redis
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.backends.redis_connect import create_redis
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from tests.cli.conftest import clean_env
 from tests.conftest import Factory
 from tests.harness.redis_server import RedisServerProcess
@@ -72,7 +72,7 @@ async def leftover(
         redis_connect_retries=0,
     )
     rt: MemoryRuntime = make_runtime(
-        settings=settings, redis=create_redis(settings), owns_clients=True
+        settings=settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
     )
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "t", "a", "r")
@@ -140,6 +140,39 @@ async def test_two_replays_at_once_land_every_record_exactly_once(
     outcomes = [outcome(done) for done in results]
     assert sum(o["replayed"] for o in outcomes) == QUEUED
     assert await ledger_turns(cli, workflow_id) == ["1", "2", "3", "4", "5", "6"]
+
+
+async def test_a_replay_whose_outbox_a_peer_drained_meanwhile_finds_nothing_to_replay(
+    leftover: tuple[Leftover, str],
+    make_settings: Factory,
+    make_runtime: Factory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The peer finishes between this replay's "is the file there" and its read of the
+    # destination file: it removed the outbox, then destination.json. That is a
+    # finished replay, not an outbox that never recorded its server (seen as a
+    # refusal with two replays at once on a loaded machine).
+    from jarvismem.cli import _leftovers
+
+    cli, path = leftover
+    settings = make_settings(
+        redis_url=cli.url,
+        storage_backend="none",
+        outbox_path=cli.env["OUTBOX_PATH"],
+        jarvismem_namespace=cli.namespace,
+    )
+    rt: MemoryRuntime = make_runtime(settings=settings, redis=create_redis(settings))
+    outbox = Path(cli.env["OUTBOX_PATH"]) / path
+    real = _leftovers.read_destination
+
+    def peer_finished_first(folder: Path) -> Any:
+        outbox.unlink()
+        (folder / "destination.json").unlink()
+        return real(folder)
+
+    monkeypatch.setattr(_leftovers, "read_destination", peer_finished_first)
+    done = await _leftovers.replay_leftover(rt, path)
+    assert (done["status"], done["replayed"]) == ("nothing to replay", 0)
 
 
 async def test_another_server_is_refused_without_force(

@@ -12,7 +12,7 @@ from jarvismem.settings import Settings
 DEAD_REDIS = "redis://127.0.0.1:1/0"
 
 
-async def test_a_dead_redis_gives_a_client_marked_down_unless_required(
+async def test_a_dead_redis_gives_a_backend_marked_down_unless_required(
     settings: Settings,
 ) -> None:
     s = settings.model_copy(update={"redis_url": DEAD_REDIS, "redis_connect_retries": 0})

@@ -10,7 +10,7 @@ import pytest
 
 from jarvismem.backends.llm import create_summarizer
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import recovery_probe
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.engine.workflow import WorkflowState, _BlobApplier, _RedisApplier
 from jarvismem.errors import BackendRejectedError
 from jarvismem.keys import KeySpace
@@ -64,13 +64,15 @@ async def test_redis_alone_gives_ledger_checkpoints_and_a_redis_writer(
     assert state.checkpoints("s1") is not state.checkpoints("s2")
 
 
-async def test_the_redis_writer_replays_on_the_clients_shared_recovery_probe(
+async def test_the_redis_writers_replay_on_the_backends_shared_recovery_probe(
     redis_client: Any, make_state: Factory
 ) -> None:
-    # Without the probe a replay after an outage waits out a backoff grown to its cap.
-    state = make_state(redis=redis_client)
+    # Without the probe a replay after an outage waits out a backoff grown to its cap;
+    # one probe per backend: a thousand queued workflows cost one PING per interval.
+    backend = RedisBackend(redis_client)
+    state = make_state(redis=backend)
     assert state.redis_writer is not None
-    assert state.redis_writer._probe is recovery_probe(redis_client)
+    assert state.redis_writer._probe is backend.probe
 
 
 async def test_both_backends_add_long_term_memory_and_its_compactor(

@@ -20,9 +20,8 @@ ledgers: *lost* (acknowledged, absent) and *duplicated* (a turn id present
 twice). ``tests/system/test_ha.py`` runs small scenarios; ``scripts/soak-ha``
 runs big ones and prints the table of docs/reliability.md.
 
-This module speaks to the servers with its own few lines of RESP (the testing
-layer does not import a Redis client library) and drives ``redis-cli`` for
-``--cluster create`` and ``--cluster reshard``.
+It asks servers about their state over bare redis-py connections (raw replies)
+and drives ``redis-cli`` for ``--cluster create`` and ``--cluster reshard``.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,7 +41,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
+
+from redis.backoff import NoBackoff
+from redis.connection import Connection
+from redis.crc import key_slot as _key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from jarvismem.backends.outbox import Outbox
 from jarvismem.runtime import MemoryRuntime
@@ -64,46 +70,36 @@ FAULTS: dict[str, tuple[str, ...]] = {
 """The faults :func:`run_scenario` can inject, per topology."""
 
 
-# --- RESP, just enough to ask servers about their state ----------------------------------------
+# --- one command at a time, for asking servers about their state -----------------------------
 
-
-class ReplyError(RuntimeError):
-    """A server answered with an error reply (``-ERR ...``)."""
+ReplyError = ResponseError
+"""A server answered with an error reply (``-ERR ...``)."""
 
 
 def resp(port: int, *args: str | int, timeout: float = 2.0) -> Any:
-    """Send one command to ``127.0.0.1:port`` and return its decoded reply.
+    """Send one command to ``127.0.0.1:port`` and return its raw decoded reply.
 
-    Bulk strings come back as ``str``; a ``-`` reply raises :class:`ReplyError`;
-    a refused or silent server raises ``OSError`` (``TimeoutError`` included).
+    A bare connection, not a client: no response callbacks (``INFO`` stays text),
+    no retries. A ``-`` reply raises :class:`ReplyError`; a refused or silent
+    server raises ``OSError`` (``TimeoutError`` included), as a socket would.
     """
-    words = [str(a).encode() for a in args]
-    payload = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(payload)
-        with sock.makefile("rb") as reader:
-            return _read_reply(reader)
-
-
-def _read_reply(reader: BinaryIO) -> Any:
-    line = reader.readline()
-    if not line.endswith(b"\r\n"):
-        raise ConnectionError("the server closed the connection mid-reply")
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"+":
-        return rest.decode()
-    if kind == b"-":
-        raise ReplyError(rest.decode(errors="replace"))
-    if kind == b":":
-        return int(rest)
-    if kind == b"$":
-        size = int(rest)
-        return None if size < 0 else reader.read(size + 2)[:-2].decode(errors="replace")
-    if kind == b"*":
-        count = int(rest)
-        return None if count < 0 else [_read_reply(reader) for _ in range(count)]
-    raise ConnectionError(f"unexpected RESP type {kind!r}")
+    conn = Connection(
+        host="127.0.0.1",
+        port=port,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        decode_responses=True,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        conn.send_command(*args)
+        return conn.read_response()
+    except RedisTimeoutError as exc:
+        raise TimeoutError(str(exc)) from exc
+    except RedisConnectionError as exc:
+        raise ConnectionError(str(exc)) from exc
+    finally:
+        conn.disconnect()
 
 
 def answers(port: int, timeout: float = 0.5) -> bool:
@@ -161,31 +157,9 @@ def free_cluster_port(taken: set[int] | None = None) -> int:
 # --- hash slots ------------------------------------------------------------------------------
 
 
-def _crc16_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-        table.append(crc & 0xFFFF)
-    return table
-
-
-_CRC16 = _crc16_table()
-
-
 def key_slot(key: str) -> int:
-    """The Redis Cluster hash slot of ``key`` (CRC16/XMODEM of its hash tag, mod 16384)."""
-    data = key.encode()
-    start = data.find(b"{")
-    if start >= 0:
-        end = data.find(b"}", start + 1)
-        if end > start + 1:
-            data = data[start + 1 : end]
-    crc = 0
-    for byte in data:
-        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[((crc >> 8) ^ byte) & 0xFF]
-    return crc % SLOTS
+    """The Redis Cluster hash slot of ``key`` (its hash tag's CRC16, mod 16384)."""
+    return int(_key_slot(key.encode()))
 
 
 def workflow_slot(workflow_id: str) -> int:

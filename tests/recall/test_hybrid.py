@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from jarvismem.errors import LLMError
+from jarvismem.errors import InvalidPayloadError, LLMError
 from jarvismem.keys import KeySpace
 from jarvismem.recall import InMemoryRecallStore, RecallRequest, RedisRecallStore, WriteRequest
-from jarvismem.recall.hybrid import FusionWeights, HybridRecallStore, fuse
+from jarvismem.recall.hybrid import FusionWeights, HybridPolicy, HybridRecallStore, fuse
 from jarvismem.recall.models import MemoryEntry, RecallResult
 from jarvismem.recall.stores import RecallStore
-from jarvismem.recall.vectors import InMemoryVectorStore, RedisVectorStore, VectorHit
+from jarvismem.recall.vectors import InMemoryVectorStore, RedisVectorStore, VectorHit, VectorStore
 from jarvismem.testing.fake_llm import hashed_embedding
 from jarvismem.testing.recall_conformance import RecallStoreConformance
 from tests.conftest import during_a_stall
@@ -73,13 +73,20 @@ class HashedEmbedder:
         return [hashed_embedding(t, self.dimensions) for t in texts]
 
 
-def hybrid(inner: RecallStore | None = None, embedder: Any = None, **kw: Any) -> HybridRecallStore:
+def hybrid(
+    inner: RecallStore | None = None,
+    embedder: Any = None,
+    vectors: VectorStore | None = None,
+    owns_embedder: bool = False,
+    **policy: Any,
+) -> HybridRecallStore:
+    """A store with fast retries; other keyword arguments are :class:`HybridPolicy` fields."""
     return HybridRecallStore(
         inner or InMemoryRecallStore(),
         embedder or ConceptEmbedder(),
-        retry_base=0.01,
-        retry_cap=0.02,
-        **kw,
+        vectors=vectors,
+        policy=HybridPolicy(**{"retry_base": 0.01, "retry_cap": 0.02, **policy}),
+        owns_embedder=owns_embedder,
     )
 
 
@@ -483,3 +490,18 @@ async def test_a_vector_search_during_a_redis_stall_gives_up_before_the_stall_en
     finally:
         await store.aclose()
         await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "bad", [{"candidates": 0}, {"batch_size": 0}, {"query_timeout": 0}, {"retry_base": -1}]
+)
+def test_a_bad_policy_is_refused_when_built(bad: dict[str, Any]) -> None:
+    with pytest.raises(InvalidPayloadError):
+        HybridPolicy(**bad)
+
+
+def test_the_store_follows_its_policy() -> None:
+    policy = HybridPolicy(candidates=7, batch_size=3, query_timeout=0.5)
+    store = HybridRecallStore(InMemoryRecallStore(), ConceptEmbedder(), policy=policy)
+    assert (store.candidates, store.batch_size, store.query_timeout) == (7, 3, 0.5)
+    assert store.weights is policy.weights and store.policy is policy

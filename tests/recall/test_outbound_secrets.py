@@ -11,13 +11,14 @@ HTTP on loopback and checks what they RECEIVED against every secret of
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jarvismem.backends.athena import AthenaClient
-from jarvismem.backends.embeddings.openai import OpenAIEmbedder
+from jarvismem.backends.embeddings.openai import EMBEDDINGS_HTTP, OpenAIEmbedder
 from jarvismem.backends.outbox import Outbox
 from jarvismem.recall import RecallRequest
 from jarvismem.recall.athena_store import AthenaRecallStore
@@ -117,7 +118,9 @@ async def test_the_embedder_receives_no_secret_from_a_query(settings: Any) -> No
 
 async def test_an_embedder_made_directly_redacts_its_request_body() -> None:
     with FakeLLMServer() as llm:
-        embedder = OpenAIEmbedder(llm.url, api_key=None, timeout=5.0)
+        embedder = OpenAIEmbedder(
+            llm.url, api_key=None, policy=replace(EMBEDDINGS_HTTP, timeout=5.0)
+        )
         try:
             vectors = await embedder.embed(TEXTS)
         finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.redis import create_redis
+from jarvismem.backends.redis_connect import create_redis
 from jarvismem.errors import (
     BackendRejectedError,
     BackendUnavailableError,

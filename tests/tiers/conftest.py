@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from jarvismem.backends.llm import ChatCompletionsClient, LLMSummarizer
+from jarvismem.backends.llm.client import HttpPolicy
 from jarvismem.errors import LLMError
 from jarvismem.keys import KeySpace
 from jarvismem.testing.fake_llm import FakeLLMServer
@@ -50,6 +51,8 @@ def make_ltm(redis: Any, blob: Any, keyspace: KeySpace, wf: str, **kw: Any) -> L
 
 @pytest.fixture
 async def llm_summarizer(fake_llm: FakeLLMServer) -> AsyncIterator[LLMSummarizer]:
-    client = ChatCompletionsClient(fake_llm.url, api_key=None, model="m", max_retries=0)
+    client = ChatCompletionsClient(
+        fake_llm.url, api_key=None, model="m", policy=HttpPolicy(max_retries=0)
+    )
     yield LLMSummarizer(client)
     await client.aclose()

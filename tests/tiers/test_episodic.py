@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from jarvismem.backends.redis_pipeline import auto_pipeline
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidPayloadError
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_fields
@@ -276,14 +277,14 @@ async def test_a_duplicate_append_waits_for_the_replica_to_have_the_earlier_copy
     # passes without that write too; it guards the other semantics.)
     import redis.asyncio as aioredis
 
-    from jarvismem.backends.redis_durability import set_durability
     from tests.ha_servers import replicated_pair
 
     with replicated_pair(tmp_path) as (primary, replica):
-        writer = aioredis.from_url(primary.url)
-        replayer = aioredis.from_url(primary.url)  # another process: a connection of its own
-        for client in (writer, replayer):
-            set_durability(client, "replicated", replicas=1, timeout_ms=300)
+        writer = RedisBackend(aioredis.from_url(primary.url))
+        # Another process: a connection of its own.
+        replayer = RedisBackend(aioredis.from_url(primary.url))
+        for backend in (writer, replayer):
+            backend.set_durability("replicated", replicas=1, timeout_ms=300)
         try:
             ledger = EpisodicLedger(writer, keyspace, "wf-dup")
             replica.pause()
@@ -299,9 +300,19 @@ async def test_a_duplicate_append_waits_for_the_replica_to_have_the_earlier_copy
                     )
             finally:
                 replica.resume()
-            result = await again.append_turn(
-                step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r"
-            )
+            # The resumed replica catches up in its own time (longer than the 300 ms
+            # WAIT on a loaded machine): the replay is confirmed once it has.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    result = await again.append_turn(
+                        step_id="s", agent_id="a", turn_id=1, thought="t", action="a", result="r"
+                    )
+                    break
+                except BackendUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
             assert not result.created
             assert await again.length() == 1
         finally:
@@ -324,7 +335,7 @@ async def test_a_run_of_turns_lands_in_order_once_each_in_one_round_trip(
 ) -> None:
     led = ledger(redis_client, keyspace, workflow_id)
     await led.append_encoded(*_turn(led, 2))  # already stored: the run must not repeat it
-    pipeline = auto_pipeline(redis_client)
+    pipeline = led.redis.auto_pipeline()
     before = pipeline.commands
     outcomes = await led.append_encoded_many([_turn(led, n) for n in range(1, 6)])
     assert pipeline.commands - before == 1  # one script call (plus a load, the first time)
@@ -374,7 +385,7 @@ async def test_a_big_run_is_split_into_several_calls_still_in_order(
 ) -> None:
     monkeypatch.setattr(episodic, "REPLAY_CALL_BYTES", 200)
     led = ledger(redis_client, keyspace, workflow_id)
-    pipeline = auto_pipeline(redis_client)
+    pipeline = led.redis.auto_pipeline()
     before = pipeline.commands
     await led.append_encoded_many([_turn(led, n) for n in range(10)])
     assert pipeline.commands - before > 2

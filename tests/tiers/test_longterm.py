@@ -359,7 +359,6 @@ async def test_a_blob_without_summary_is_remembered_for_a_bounded_time(
     local_blob.read = counting_read  # type: ignore[method-assign]
     assert await ltm.load_summary() is None
     assert await ltm.load_summary() is None
-    assert await ltm.summary_from_reply({}) is None
     assert reads == [keyspace.ltm_blob(workflow_id)]
     # Our own save: seen at once, even from the blob when Redis lost its copy.
     await ltm.save_summary("ours")

@@ -18,7 +18,12 @@ from jarvismem.keys import KeySpace
 from jarvismem.payload import PayloadPolicy
 from jarvismem.records import compact_json
 from jarvismem.redaction import REDACTED, default_redactor, is_secret_key
-from jarvismem.tiers.working import ScratchpadBounds, WorkingScratchpad, goal_index
+from jarvismem.tiers.working import (
+    GoalIndex,
+    ScratchpadBounds,
+    ScratchpadLinks,
+    WorkingScratchpad,
+)
 
 
 def pad_of(
@@ -363,11 +368,12 @@ def test_a_turn_line_from_the_ledger_fields_is_byte_for_byte_the_record_encoding
     assert encode_turn_line(encode_fields(entry)) == encode_record(record)
 
 
-async def test_the_goal_listing_is_cached_and_kept_true_by_this_processs_writes(
+async def test_the_goal_listing_is_cached_and_kept_true_by_the_writes_of_its_sharers(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
     """Every bundle used to list the workflow's goal blobs; the listing is now
-    listed once per GOALS_LISTING_MAX_AGE, a finding written here joins it at once."""
+    listed once per GOALS_LISTING_MAX_AGE, and a finding written by a scratchpad
+    sharing the workflow's GoalIndex joins it at once."""
     lists: list[str] = []
     listing = local_blob.list
 
@@ -376,19 +382,22 @@ async def test_the_goal_listing_is_cached_and_kept_true_by_this_processs_writes(
         return await listing(prefix)
 
     local_blob.list = counting_list  # type: ignore[method-assign]
-    here = pad_of(local_blob, keyspace, workflow_id, "s2")
+    goals = GoalIndex(local_blob, keyspace.goals_prefix(workflow_id))
+    here = pad_of(local_blob, keyspace, workflow_id, "s2", links=ScratchpadLinks(goals=goals))
     assert await here.render() == ""
-    await pad_of(local_blob, keyspace, workflow_id, "s1").write("f", "from s1", scope="goal")
+    await pad_of(local_blob, keyspace, workflow_id, "s1", links=ScratchpadLinks(goals=goals)).write(
+        "f", "from s1", scope="goal"
+    )
     await here.write("f", "mine", scope="goal")
     notes = await here.render()
     assert "from s1 _(from step s1, agent a1)_" in notes and "- **f:** mine" in notes
     assert len(lists) == 1
-    # Another process (its own blob storage object) starts findings of a new
-    # (step, agent): this process sees them once its listing is older than the bound.
-    other_process = LocalBlobStorage(local_blob.root)
-    await pad_of(other_process, keyspace, workflow_id, "s9").write("f", "far", scope="goal")
+    # A writer not sharing the index (another process, or a scratchpad of its
+    # own) starts findings of a new (step, agent): seen once the listing is
+    # older than the bound.
+    await pad_of(local_blob, keyspace, workflow_id, "s9").write("f", "far", scope="goal")
     assert "far" not in await here.render()
-    goal_index(local_blob, keyspace.goals_prefix(workflow_id)).max_age = 0.0
+    goals.max_age = 0.0
     assert "far _(from step s9, agent a1)_" in await here.render()
     assert len(lists) == 2
 
@@ -399,3 +408,19 @@ def test_scratchpad_bounds_refuse_a_bound_that_is_not_a_positive_int(
 ) -> None:
     with pytest.raises(ValueError, match="must be a positive int"):
         ScratchpadBounds(**bounds)
+
+
+async def test_writes_go_through_the_append_given(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    sent: list[str] = []
+
+    async def append(path: str, data: bytes) -> None:
+        sent.append(path)
+        await local_blob.append(path, data)
+
+    pad = pad_of(local_blob, keyspace, workflow_id, links=ScratchpadLinks(append=append))
+    await pad.write("note", "kept", scope="goal")
+    await pad.append_turn("t1", {"thought": "x"}, 1.0)
+    assert sent == [pad.goals_path, pad.path, pad.path]
+    assert [r["type"] for r in await pad.read_records()] == ["note", "turn"]

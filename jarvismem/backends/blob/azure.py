@@ -1,24 +1,11 @@
 """Blob storage in an Azure Blob container (``pip install 'jarvismem[azure]'``).
 
-Whole blobs are block blobs replaced with one upload (atomic on the service);
-their version is the ETag, so ``if_version``/``if_absent`` map to
-``If-Match``/``If-None-Match`` and are enforced by the service itself.
-
-Append blobs are grown with one ``append_block`` per :meth:`AzureBlobStorage.append`
-call. Each append block is atomic, so concurrent writers in several processes
-never tear or interleave one call's bytes. One append call is never split: data
-larger than :data:`MAX_APPEND_BYTES` (4 MiB, the service's append-block limit)
-is refused with :class:`~jarvismem.errors.PayloadTooLargeError` before anything
-is sent.
-
-An append blob holds at most 50,000 blocks, so a logical blob ``p`` is stored as
-segments ``p`` (segment 0), ``p.seg-000001``, ``p.seg-000002``, ... A writer
-rolls over to the next segment once the current one has
-``max_blocks_per_segment`` blocks (default 49,000, leaving room for writers whose
-cached segment index is one step behind). :meth:`AzureBlobStorage.list` hides
-segment names and blob paths ending in the segment suffix are refused.
-Ordering: one writer's appends are always read back in order; appends of
-different writers racing across a rollover may be read back in either order.
+Whole blobs are block blobs replaced in one upload, versioned by ETag, so conditional
+writes are enforced by the service. Append blobs grow by one atomic ``append_block`` per
+:meth:`AzureBlobStorage.append` (never split: more than :data:`MAX_APPEND_BYTES` is
+refused before anything is sent), and roll over to segments ``p.seg-000001``, ... before
+the service's 50,000-block limit; listings hide the segments. Docs: docs/deployment.md,
+"Azure Blob at scale".
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """The :class:`BlobStorage` protocol every blob backend implements.
 
-Paths are ``/``-separated relative names such as
-``workflows/wf1/scratchpads/s1/a1.jsonl``. Backends must refuse anything else
-(:func:`validate_blob_path`), and the local one additionally proves by
-construction that the resolved file stays under its root.
+Paths are ``/``-separated relative names (:func:`validate_blob_path` refuses anything
+else). Two kinds of blob behind one interface, never mixed on one path:
 
-Two kinds of blob live behind one interface:
+* *whole* blobs, :meth:`BlobStorage.write`: atomic replace, optionally conditional on
+  a version (compare-and-set);
+* *append* blobs, :meth:`BlobStorage.append`: O(1), and one call's bytes are never torn
+  or interleaved with another's, across processes.
 
-* *whole* blobs, written with :meth:`BlobStorage.write` (atomic replace,
-  optionally conditional on a version, for compare-and-set);
-* *append* blobs, grown with :meth:`BlobStorage.append` (O(1), safe for
-  concurrent writers in several processes: one call's bytes are never torn or
-  interleaved with another's).
-
-Mixing both on one path is not supported. :meth:`read` and :meth:`tail` work
-on both kinds.
+:meth:`read` and :meth:`tail` work on both. Check a backend with
+:mod:`jarvismem.testing.blob_conformance`.
 """
 
 from __future__ import annotations

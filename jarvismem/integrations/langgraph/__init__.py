@@ -9,6 +9,6 @@ Needs the ``langgraph`` extra: ``pip install 'jarvismem[langgraph]'``.
 """
 
 from jarvismem.integrations.langgraph.saver import JarvisMemSaver
-from jarvismem.integrations.langgraph.store import JarvisMemStore
+from jarvismem.integrations.langgraph.store import JarvisMemStore, StoreIndex
 
-__all__ = ["JarvisMemSaver", "JarvisMemStore"]
+__all__ = ["JarvisMemSaver", "JarvisMemStore", "StoreIndex"]

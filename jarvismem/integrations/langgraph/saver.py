@@ -1,30 +1,12 @@
 """JarvisMemSaver: LangGraph's ``BaseCheckpointSaver`` on plain Redis 7 (no modules).
 
-Layout (keys in :mod:`jarvismem.keys`, LangGraph block). Every key of one thread
-carries the hash tag ``{lg:<thread>}``, so a thread sits in one Redis Cluster slot
-and one Lua script reads or writes it atomically:
-
-* ``cps`` sorted set of ``<checkpoint_ns>\\0<checkpoint_id>`` (all score 0, so it is
-  ordered lexically: checkpoint ids are uuid6, whose text order is time order; a
-  namespace's checkpoints are one range, newest last);
-* ``rec`` hash member -> record: a JSON header line (parent id, serde types and
-  length, run id, the ``(channel, version)`` pairs the checkpoint's values are
-  stored under) then the serialised checkpoint (without values) and metadata;
-* ``blobs`` hash ``<ns>\\0<channel>\\0<version>`` -> a channel value (LangGraph's
-  incremental scheme: a checkpoint stores only the channels that changed);
-* ``writes`` hash ``<member>\\0<task_id>\\0<idx>`` -> a pending write, and ``widx``
-  the same names in a lexical sorted set (a checkpoint's writes are one range);
-* ``runs`` sorted set ``<run_id>\\0<member>`` (what ``adelete_for_runs`` removes).
-
-Two keys span threads and live in slots of their own, written by their own
-commands next to (pipelined with) the thread's script: the namespace's thread
-index (``alist(None)``) and one set of threads per run id.
-
-Exactly once: a checkpoint is an upsert keyed by (thread, ns, checkpoint id), a
-write by (task id, idx) (the first write of a regular index wins, a special one
-such as an error is replaced, as LangGraph's own savers do), so a call resent
-after a lost reply changes nothing. Values are serialised by ``self.serde``
-(``dumps_typed``) and stored as bytes: the client must not decode responses.
+Every key of a thread shares the hash tag ``{lg:<thread>}`` (layout: :mod:`jarvismem.keys`,
+LangGraph block), so one Lua script reads or writes a thread atomically; the thread and
+run indexes live in slots of their own, pipelined beside it. Checkpoints sort lexically
+(uuid6 ids: text order is time order); channel values are stored incrementally, as
+LangGraph's own savers do. A checkpoint is an upsert by (thread, ns, id) and a write by
+(task id, idx), so a call resent after a lost reply changes nothing. Values are
+``self.serde`` bytes: the client must not decode responses. Docs: docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -51,13 +33,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from jarvismem.backends.redis import RedisClient, redis_errors
-from jarvismem.backends.redis_durability import (
-    durability_of,
-    run_script,
-    wait_args,
-    wait_shortfall,
-)
+from jarvismem.backends.redis import RedisBackend, wait_args
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.errors import ConfigError
 from jarvismem.keys import KeySpace, lg_text
 from jarvismem.redaction import (
@@ -323,7 +300,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        redis: RedisClient,
+        redis: RedisClient | RedisBackend,
         keyspace: KeySpace | None = None,
         *,
         ttl_seconds: float | None = None,
@@ -336,18 +313,19 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         self._is_secret_key = is_secret_key
         if ttl_seconds is not None and not ttl_seconds > 0:
             raise ConfigError("ttl_seconds must be positive or None")
-        self._redis = _binary_client(redis)
+        self._backend = RedisBackend.adopt(redis)
+        self._redis = _binary_client(self._backend.client)
         self._keyspace = keyspace or KeySpace()
         self._ttl_ms = 0 if ttl_seconds is None else max(1, int(ttl_seconds * 1000))
         # Redis Cluster clients route each command by key and do not pipeline across
         # slots; plain clients get one round trip for a script and its index updates.
-        self._cluster = hasattr(redis, "nodes_manager")
-        self._put = redis.register_script(_PUT)
-        self._put_writes = redis.register_script(_PUT_WRITES)
-        self._read = redis.register_script(_READ)
-        self._drop = redis.register_script(_DROP)
-        self._dump = redis.register_script(_DUMP)
-        self._merge = redis.register_script(_MERGE)
+        self._cluster = self._backend.cluster
+        self._put = self._redis.register_script(_PUT)
+        self._put_writes = self._redis.register_script(_PUT_WRITES)
+        self._read = self._redis.register_script(_READ)
+        self._drop = self._redis.register_script(_DROP)
+        self._dump = self._redis.register_script(_DUMP)
+        self._merge = self._redis.register_script(_MERGE)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -371,13 +349,13 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         state is checkpoint state), ``False`` stores it exactly as given. The
         runtime keeps owning (and closes) the client.
         """
-        if runtime.redis is None:
+        if runtime.backend is None:
             raise ConfigError("JarvisMemSaver needs Redis: this runtime has none (REDIS_URL)")
         ttl = runtime.settings.ttl_seconds if ttl_seconds is True else ttl_seconds
         if redact is None:
             redact = runtime.settings.redact_checkpoints
         return cls(
-            runtime.redis,
+            runtime.backend,
             runtime.keyspace,
             ttl_seconds=ttl or None,
             serde=serde,
@@ -414,10 +392,10 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             # slots' indexes (thread listing), which a WAIT there could not cover.
             calls = [getattr(self._redis, name)(*a) for name, a in side]
             replies = await asyncio.gather(
-                run_script(self._redis, script, keys, args, what), *calls
+                self._backend.run_script(script, keys, args, what=what), *calls
             )
             return replies[0]
-        durability = durability_of(self._redis)
+        durability = self._backend.durability
         for attempt in range(2):
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
@@ -439,7 +417,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         for reply in done:
             if isinstance(reply, Exception):
                 raise reply
-        short = wait_shortfall(self._redis, replies[-1], what) if waited else None
+        short = self._backend.wait_shortfall(replies[-1], what) if waited else None
         if short is not None:
             raise short
         return done[0] if done else None
@@ -451,7 +429,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             for name, a in ops:
                 await getattr(self._redis, name)(*a)
             return
-        durability = durability_of(self._redis)
+        durability = self._backend.durability
         async with self._redis.pipeline(transaction=False) as pipe:
             for name, a in ops:
                 getattr(pipe, name)(*a)
@@ -587,7 +565,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         if run_id:
             side += self._run_index_ops(run_id, thread_id)
         keys = self._keys(thread_id)
-        async with redis_errors("langgraph checkpoint put"):
+        async with self._backend.guard("langgraph checkpoint put"):
             await self._script_with(
                 self._put,
                 keys,
@@ -627,8 +605,10 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             args += [f"{prefix}{SEP}{idx}", meta.encode() + b"\n" + data, "1" if idx < 0 else "0"]
         if len(args) == 1:
             return
-        async with redis_errors("langgraph put_writes"):
-            await run_script(self._redis, self._put_writes, keys, args, "langgraph put_writes")
+        async with self._backend.guard("langgraph put_writes"):
+            await self._backend.run_script(
+                self._put_writes, keys, args, what="langgraph put_writes"
+            )
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or its namespace's newest; None if absent."""
@@ -640,7 +620,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             args = ["members", ns + SEP + _text(checkpoint_id, "checkpoint_id")]
         else:
             args = ["latest", ns]
-        async with redis_errors("langgraph get_tuple"):
+        async with self._backend.guard("langgraph get_tuple"):
             found = await self._read(keys=self._keys(thread_id), args=args)
         return self._tuple(thread_id, found[0]) if found else None
 
@@ -662,7 +642,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         if before_id is not None:
             before_id = _text(before_id, "before checkpoint_id")
         if config is None:
-            async with redis_errors("langgraph list threads"):
+            async with self._backend.guard("langgraph list threads"):
                 raw: list[Any] = await self._redis.zrange(self._keyspace.lg_threads(), 0, -1)
             threads = [t.decode() for t in raw]
             ns: str | None = None
@@ -695,7 +675,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             high = low[1:] + (before_id.encode() if before_id else _HIGH)
             offset = 0
             while True:
-                async with redis_errors("langgraph list"):
+                async with self._backend.guard("langgraph list"):
                     page: list[Any] = await self._redis.zrevrangebylex(
                         cps, b"(" + high, low, start=offset, num=LIST_PAGE
                     )
@@ -704,7 +684,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
                 if len(page) < LIST_PAGE:
                     return
                 offset += len(page)
-        async with redis_errors("langgraph list"):
+        async with self._backend.guard("langgraph list"):
             every: list[Any] = await self._redis.zrange(cps, 0, -1)
         split = [m.partition(b"\x00") for m in every]
         chosen = [
@@ -729,7 +709,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         keys = self._keys(thread_id)
         async for page in self._members(thread_id, ns, checkpoint_id, before_id):
-            async with redis_errors("langgraph list"):
+            async with self._backend.guard("langgraph list"):
                 found = await self._read(keys=keys, args=["members", *page])
             for entry in found:
                 tup = self._tuple(thread_id, entry)
@@ -740,7 +720,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread (all namespaces)."""
         keys = self._keys(thread_id)
-        async with redis_errors("langgraph delete_thread"):
+        async with self._backend.guard("langgraph delete_thread"):
             await self._commands(
                 [("delete", tuple(keys)), ("zrem", (self._keyspace.lg_threads(), thread_id))],
                 "langgraph delete_thread",
@@ -753,7 +733,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         """
         by_thread: dict[str, list[str]] = {}
         runs = [_text(str(r), "run_id") for r in run_ids]
-        async with redis_errors("langgraph delete_for_runs"):
+        async with self._backend.guard("langgraph delete_for_runs"):
             for run_id in runs:
                 members: set[Any] = await self._redis.smembers(
                     self._keyspace.lg_run_threads(run_id)
@@ -761,12 +741,11 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
                 for raw in members:
                     by_thread.setdefault(raw.decode(), []).append(run_id)
             for thread_id, its_runs in by_thread.items():
-                await run_script(
-                    self._redis,
+                await self._backend.run_script(
                     self._drop,
                     self._keys(thread_id),
                     ["runs", *its_runs],
-                    "langgraph delete_for_runs",
+                    what="langgraph delete_for_runs",
                 )
             for run_id in runs:
                 await self._redis.delete(self._keyspace.lg_run_threads(run_id))
@@ -779,7 +758,7 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
         """
         source = self._keys(source_thread_id)
         target = self._keys(target_thread_id)
-        async with redis_errors("langgraph copy_thread"):
+        async with self._backend.guard("langgraph copy_thread"):
             members, records, blobs, writes, runs = await self._dump(keys=source)
             if not members:
                 return
@@ -803,9 +782,9 @@ class JarvisMemSaver(BaseCheckpointSaver[str]):
             if strategy == "delete":
                 await self.adelete_thread(thread_id)
                 continue
-            async with redis_errors("langgraph prune"):
-                await run_script(
-                    self._redis, self._drop, self._keys(thread_id), ["prune"], "langgraph prune"
+            async with self._backend.guard("langgraph prune"):
+                await self._backend.run_script(
+                    self._drop, self._keys(thread_id), ["prune"], what="langgraph prune"
                 )
 
     def get_next_version(self, current: str | int | None, channel: None) -> str:

@@ -38,6 +38,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,8 +59,8 @@ from langgraph.store.base import (
 )
 from langgraph.store.base import validate_op_namespace as _validate_op_namespace
 
-from jarvismem.backends.redis import RedisClient, redis_errors
-from jarvismem.backends.redis_durability import run_script
+from jarvismem.backends.redis import RedisBackend
+from jarvismem.backends.redis_connect import RedisClient
 from jarvismem.defaults import RECALL_CONTENT_MAX_CHARS, RECALL_NAMESPACE
 from jarvismem.errors import (
     BackendRejectedError,
@@ -94,6 +95,29 @@ REPAIR_BATCH = 100
 """Recorded index changes a put applies besides its own, and a search per round trip."""
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreIndex:
+    """How a :class:`JarvisMemStore` indexes item text for query search.
+
+    Attributes:
+        recall: the recall store that indexes it (default: BM25 in the store's Redis).
+        namespace: the recall namespace of the store's entries.
+        agent: the recall agent of the store's entries (default ``lgstore-<name>``).
+        fields: JSON paths whose text is indexed when a put gives no ``index``
+            (default: every string and number of the value).
+    """
+
+    recall: DeletableRecallStore | None = None
+    namespace: str = RECALL_NAMESPACE
+    agent: str | None = None
+    fields: tuple[str, ...] = ()
+
+
+DEFAULT_INDEX = StoreIndex()
+"""BM25 in the store's Redis, the default recall namespace, every string and number."""
+
 
 _TRANSIENT = (BackendUnavailableError, BackendRejectedError, RecallError)
 """Index failures that may pass: their records stay for the next search or put."""
@@ -294,12 +318,9 @@ class JarvisMemStore(BaseStore):
 
     ``redis``: a ``redis.asyncio`` client (plain or cluster). ``keyspace``: the
     tenant's key maker. ``name``: the store (an id): each store is one Redis
-    Cluster slot, so split very large stores by name. ``recall``: the recall
-    store that indexes item text (default: BM25 in the same Redis).
-    ``recall_namespace``/``recall_agent``: the recall scope the store's entries
-    use (default agent ``lgstore-<name>``). ``index_fields``: JSON paths whose
-    text is indexed when a put gives no ``index`` (default: every string and
-    number of the value). ``ttl``: LangGraph's ``TTLConfig`` (minutes).
+    Cluster slot, so split very large stores by name. ``index``: where and how
+    item text is indexed (:class:`StoreIndex`: the recall store, its scope, the
+    indexed fields). ``ttl``: LangGraph's ``TTLConfig`` (minutes).
 
     Secrets: a value is redacted before it is stored or indexed (strings,
     dict keys, and any value under a secret-named key, as ``remember`` and
@@ -312,19 +333,17 @@ class JarvisMemStore(BaseStore):
 
     def __init__(
         self,
-        redis: RedisClient,
+        redis: RedisClient | RedisBackend,
         keyspace: KeySpace | None = None,
         *,
         name: str = "default",
-        recall: DeletableRecallStore | None = None,
-        recall_namespace: str = RECALL_NAMESPACE,
-        recall_agent: str | None = None,
-        index_fields: list[str] | None = None,
+        index: StoreIndex = DEFAULT_INDEX,
         ttl: TTLConfig | None = None,
         redactor: Redactor = default_redactor,
         is_secret_key: Callable[[str], bool] = is_secret_key,
     ) -> None:
-        self._redis = redis
+        self._backend = RedisBackend.adopt(redis)
+        self._redis = self._backend.client
         self._redactor = redactor
         self._is_secret_key = is_secret_key
         self._keyspace = keyspace or KeySpace()
@@ -336,15 +355,18 @@ class JarvisMemStore(BaseStore):
             self._keyspace.lg_store_namespaces(name),
             self._keyspace.lg_store_reindex(name),
         ]
-        self._recall = recall if recall is not None else RedisRecallStore(redis, self._keyspace)
-        self._recall_ns = validate_id(recall_namespace, "recall namespace")
-        self._recall_agent = validate_id(recall_agent or f"lgstore-{name}", "recall agent")
-        self._index_fields = [(p, tokenize_path(p)) for p in index_fields or []]
+        recall = index.recall
+        self._recall = (
+            recall if recall is not None else RedisRecallStore(self._backend, self._keyspace)
+        )
+        self._recall_ns = validate_id(index.namespace, "recall namespace")
+        self._recall_agent = validate_id(index.agent or f"lgstore-{name}", "recall agent")
+        self._index_fields = [(p, tokenize_path(p)) for p in index.fields]
         self.ttl_config = ttl
-        self._write = redis.register_script(_WRITE)
-        self._read = redis.register_script(_READ)
-        self._namespaces = redis.register_script(_NAMESPACES)
-        self._settle = redis.register_script(_SETTLE)
+        self._write = self._redis.register_script(_WRITE)
+        self._read = self._redis.register_script(_READ)
+        self._namespaces = self._redis.register_script(_NAMESPACES)
+        self._settle = self._redis.register_script(_SETTLE)
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -364,15 +386,15 @@ class JarvisMemStore(BaseStore):
         Values are redacted with the runtime's redactor (none with
         ``REDACTION_ENABLED=false``); ``redact=False`` stores them exactly as given.
         """
-        if runtime.redis is None:
+        if runtime.backend is None:
             raise ConfigError("JarvisMemStore needs Redis: this runtime has none (REDIS_URL)")
         recall = runtime.recall_store
         usable = recall if isinstance(recall, DeletableRecallStore) else None
         return cls(
-            runtime.redis,
+            runtime.backend,
             runtime.keyspace,
             name=name,
-            recall=usable,
+            index=StoreIndex(recall=usable),
             ttl=ttl,
             redactor=runtime.redactor if redact else no_redaction,
             is_secret_key=runtime.is_secret_key if redact else never_secret,
@@ -433,7 +455,7 @@ class JarvisMemStore(BaseStore):
                 log.error("langgraph store: dropped the index change of %r: %r", member, outcome)
             settled += [member, text]
         if settled:
-            async with redis_errors("langgraph store reindex"):
+            async with self._backend.guard("langgraph store reindex"):
                 await self._settle(keys=[self._keys[4]], args=settled)
         if first is not None:
             raise first
@@ -441,7 +463,7 @@ class JarvisMemStore(BaseStore):
     async def _repair(self) -> None:
         """Make every recorded index change (a query search's first step)."""
         batch: dict[str, str] = {}
-        async with redis_errors("langgraph store reindex"):
+        async with self._backend.guard("langgraph store reindex"):
             async for field, text in self._redis.hscan_iter(self._keys[4], count=REPAIR_BATCH):
                 batch[_str(field)] = _str(text)
                 if len(batch) >= REPAIR_BATCH:
@@ -453,7 +475,7 @@ class JarvisMemStore(BaseStore):
         found: dict[str, Item] = {}
         for start in range(0, len(members), READ_CHUNK):
             chunk = members[start : start + READ_CHUNK]
-            async with redis_errors("langgraph store read"):
+            async with self._backend.guard("langgraph store read"):
                 records = await self._read(
                     keys=self._keys, args=[_now_ms(), "1" if refresh else "0", *chunk]
                 )
@@ -502,9 +524,9 @@ class JarvisMemStore(BaseStore):
                 raise InvalidPayloadError(f"store value must be JSON-serialisable: {exc}") from None
             ttl_ms = 0 if op.ttl is None else max(1, int(op.ttl * 60_000))
             args += [member, payload, ttl_ms, own[member]]
-        async with redis_errors("langgraph store write"):
-            flat = await run_script(
-                self._redis, self._write, self._keys, args, "langgraph store write"
+        async with self._backend.guard("langgraph store write"):
+            flat = await self._backend.run_script(
+                self._write, self._keys, args, what="langgraph store write"
             )
         recorded = {_str(flat[i]): _str(flat[i + 1]) for i in range(0, len(flat), 2)}
         try:
@@ -590,14 +612,14 @@ class JarvisMemStore(BaseStore):
             ]
         )
         found: list[str] = []
-        async with redis_errors("langgraph store search"):
+        async with self._backend.guard("langgraph store search"):
             for low, high in ranges:
                 names: list[Any] = await self._redis.zrangebylex(index, low, high)
                 found += [n.decode() for n in names]
         return found
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        async with redis_errors("langgraph store list_namespaces"):
+        async with self._backend.guard("langgraph store list_namespaces"):
             flat = await self._namespaces(keys=self._keys, args=[_now_ms()])
         namespaces = [tuple(flat[i].decode().split(".")) for i in range(0, len(flat), 2)]
         conditions = op.match_conditions or ()

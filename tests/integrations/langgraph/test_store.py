@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.cluster import key_slot
 
 from jarvismem.errors import InvalidIdError, InvalidPayloadError
-from jarvismem.integrations.langgraph import JarvisMemStore
+from jarvismem.integrations.langgraph import JarvisMemStore, StoreIndex
 from jarvismem.keys import KeySpace
 from jarvismem.recall import InMemoryRecallStore
 
@@ -204,11 +204,23 @@ async def test_query_search_uses_the_recall_store_given(
     redis_client: Any, keyspace: KeySpace
 ) -> None:
     recall = InMemoryRecallStore()
-    store = JarvisMemStore(redis_client, keyspace, recall=recall, recall_agent="facts")
+    store = JarvisMemStore(redis_client, keyspace, index=StoreIndex(recall=recall, agent="facts"))
     await store.aput(("m",), "1", {"text": "sourdough starter feeding schedule"})
     entries = await recall.list_entries("facts")
     assert [e.content for e in entries] == ["sourdough starter feeding schedule"]
     assert [i.key for i in await store.asearch(("m",), query="sourdough")] == ["1"]
+
+
+async def test_the_index_fields_given_are_what_a_plain_put_indexes(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    recall = InMemoryRecallStore()
+    index = StoreIndex(recall=recall, namespace="lg-facts", agent="facts", fields=("body",))
+    store = JarvisMemStore(redis_client, keyspace, index=index)
+    await store.aput(("m",), "1", {"title": "coffee", "body": "tea"})
+    assert [e.content for e in await recall.list_entries("facts", None, "lg-facts")] == ["tea"]
+    assert [i.key for i in await store.asearch(("m",), query="tea")] == ["1"]
+    assert await store.asearch(("m",), query="coffee") == []
 
 
 # --- TTL -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.errors import BackendUnavailableError
-from jarvismem.integrations.langgraph import JarvisMemStore
+from jarvismem.integrations.langgraph import JarvisMemStore, StoreIndex
 from jarvismem.keys import KeySpace
 from jarvismem.recall import RedisRecallStore
 from tests.conftest import require_backend
@@ -55,7 +55,7 @@ async def test_a_put_whose_index_write_failed_is_repaired_by_the_next_search(
     real_redis: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recall = RedisRecallStore(real_redis, keyspace)
-    store = JarvisMemStore(real_redis, keyspace, recall=recall)
+    store = JarvisMemStore(real_redis, keyspace, index=StoreIndex(recall=recall))
     await store.aput(NS, "drink", {"text": "coffee beans"})
     script = recall._script
     monkeypatch.setattr(recall, "_script", _Broken())
@@ -79,7 +79,7 @@ async def test_a_delete_whose_index_write_failed_is_repaired(
     real_redis: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recall = RedisRecallStore(real_redis, keyspace)
-    store = JarvisMemStore(real_redis, keyspace, recall=recall)
+    store = JarvisMemStore(real_redis, keyspace, index=StoreIndex(recall=recall))
     await store.aput(NS, "drink", {"text": "coffee beans"})
     await store.aput(NS, "food", {"text": "coffee cake"})
     script = recall._script
@@ -97,7 +97,7 @@ async def test_reads_of_items_do_not_need_the_index(
     """An item that expires is taken out of the index later (recorded, not done on the
     spot), so a get or a namespace listing never fails because the index is down."""
     recall = RedisRecallStore(real_redis, keyspace)
-    store = JarvisMemStore(real_redis, keyspace, recall=recall)
+    store = JarvisMemStore(real_redis, keyspace, index=StoreIndex(recall=recall))
     await store.aput(NS, "soon", {"text": "coffee beans"}, ttl=0.0001)  # 6 ms
     await store.aput(NS, "kept", {"text": "green tea"})
     await real_redis.zadd(keyspace.lg_store_expiry("default"), {"users.u1\x00soon": 1})

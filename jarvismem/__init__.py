@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from jarvismem.keys import KeySpace, validate_id
     from jarvismem.memory import UnifiedMemory
     from jarvismem.recall.policy import MemoryPolicy
-    from jarvismem.runtime import MemoryRuntime, get_athena_client
+    from jarvismem.runtime import Lifecycle, MemoryRuntime, RecallSetup, get_athena_client
     from jarvismem.settings import Settings, load_settings
     from jarvismem.tiers.athena import AthenaMemory
     from jarvismem.tiers.episodic import EpisodicLedger
@@ -37,10 +37,12 @@ __all__ = [
     "EpisodicLedger",
     "JarvisMemError",
     "KeySpace",
+    "Lifecycle",
     "LocalBlobStorage",
     "LongTermMemory",
     "MemoryPolicy",
     "MemoryRuntime",
+    "RecallSetup",
     "Settings",
     "UnifiedMemory",
     "WorkingScratchpad",
@@ -62,10 +64,12 @@ _HOMES: dict[str, str] = {
     "EpisodicLedger": "jarvismem.tiers.episodic",
     "JarvisMemError": "jarvismem.errors",
     "KeySpace": "jarvismem.keys",
+    "Lifecycle": "jarvismem.runtime",
     "LocalBlobStorage": "jarvismem.backends.blob",
     "LongTermMemory": "jarvismem.tiers.longterm",
     "MemoryPolicy": "jarvismem.recall.policy",
     "MemoryRuntime": "jarvismem.runtime",
+    "RecallSetup": "jarvismem.runtime",
     "Settings": "jarvismem.settings",
     "UnifiedMemory": "jarvismem.memory",
     "WorkingScratchpad": "jarvismem.tiers.working",

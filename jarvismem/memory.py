@@ -18,7 +18,7 @@ import asyncio
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -29,11 +29,12 @@ from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.embeddings.factory import create_embedder
 from jarvismem.backends.llm import Summarizer, as_summarizer
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import adopt_redis, is_in_process, redis_destination
+from jarvismem.backends.redis import RedisBackend
 from jarvismem.bundle import Bundle, read_bundle
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS, RECALL_CONTENT_MAX_CHARS
-from jarvismem.engine.athena_agents import ATHENA_RECENT_AGENTS, AthenaAgents, AthenaFactory
+from jarvismem.engine.athena_agents import AthenaAgents, AthenaFactory
 from jarvismem.engine.clients import open_clients
+from jarvismem.engine.options import Lifecycle, RecallSetup
 from jarvismem.engine.poller import poll_outboxes
 from jarvismem.engine.summarizer import OnDemandSummarizer
 from jarvismem.engine.workflow import WorkflowState
@@ -76,7 +77,7 @@ from jarvismem.tiers.durable import DurableWriter
 from jarvismem.tiers.episodic import EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
-from jarvismem.tiers.working import ScratchpadBounds, WorkingScratchpad
+from jarvismem.tiers.working import ScratchpadBounds, ScratchpadLinks, WorkingScratchpad
 
 if TYPE_CHECKING:
     # Imported where used: the Athena client brings httpx, hybrid recall numpy,
@@ -89,10 +90,6 @@ log = telemetry.logger(__name__)
 # Checkpoint states up to this size are redacted on the event loop (~0.1 ms at
 # this size); larger ones on a worker thread.
 _INLINE_REDACT_CHARS = 16_384
-
-
-RECENT_WORKFLOWS = 256
-"""Workflow states kept alive after their last view is gone (LRU)."""
 
 
 class MemoryRuntime:
@@ -115,21 +112,14 @@ class MemoryRuntime:
             (``async generate(prompt=, temperature=, max_tokens=)``) is taken too
             (see :func:`~jarvismem.backends.llm.as_summarizer`).
         redactor: applied before anything is stored; by default per ``settings``.
-        recall_store: where remembered facts go; by default BM25 in Redis (with Redis),
-            wrapped in a :class:`~jarvismem.recall.hybrid.HybridRecallStore` (vectors
-            in Redis beside the index) when ``RECALL_EMBEDDER`` names an embedder;
-            made on first use.
-        policy: the recall policy; by default :class:`MemoryPolicy`'s defaults.
-        owns_clients: close the clients (and a given summarizer) in :meth:`close`.
-        background: run the outbox poller and keep the summarizer between uses;
-            False for a runtime nobody closes (a drop-in view's own), which then
-            leaves no task or HTTP client behind when it is dropped.
-        recent_workflows, live_athena_agents: LRU bounds of the per-workflow and
-            per-agent state kept alive without a user.
-
-    These keyword arguments are the public interface (documented, and used by
-    every integration), so they stay separate; inside, the runtime groups what
-    it threads down (:attr:`payload_policy`, :attr:`scratchpad_bounds`).
+        recall: the recall store and policy (:class:`~jarvismem.engine.options.RecallSetup`);
+            by default BM25 in Redis (with Redis), wrapped in a
+            :class:`~jarvismem.recall.hybrid.HybridRecallStore` (vectors in Redis beside
+            the index) when ``RECALL_EMBEDDER`` names an embedder, made on first use,
+            and :class:`MemoryPolicy`'s defaults.
+        lifecycle: who closes the clients and how long the parts live
+            (:class:`~jarvismem.engine.options.Lifecycle`: ``owns_clients``,
+            ``background``, and the LRU bounds of per-workflow and per-agent state).
     """
 
     def __init__(
@@ -141,21 +131,28 @@ class MemoryRuntime:
         athena: AthenaClient | None = None,
         summarizer: Summarizer | object | None = None,
         redactor: Redactor | None = None,
-        recall_store: RecallStore | None = None,
-        policy: MemoryPolicy | None = None,
-        owns_clients: bool = False,
-        background: bool = True,
-        recent_workflows: int = RECENT_WORKFLOWS,
-        live_athena_agents: int = ATHENA_RECENT_AGENTS,
+        recall: RecallSetup | None = None,
+        lifecycle: Lifecycle | None = None,
     ) -> None:
+        recall = recall if recall is not None else RecallSetup()
+        lifecycle = lifecycle if lifecycle is not None else Lifecycle()
+        if not isinstance(recall, RecallSetup):
+            raise TypeError(f"recall must be a RecallSetup, got {type(recall).__name__}")
+        if not isinstance(lifecycle, Lifecycle):
+            raise TypeError(f"lifecycle must be a Lifecycle, got {type(lifecycle).__name__}")
+        self.lifecycle = lifecycle
+        owns_clients, background = lifecycle.owns_clients, lifecycle.background
         if settings is None:
             settings = default_settings()
-        if redis is not None:
-            # Every client, however it came in, follows REDIS_DURABILITY (or is refused).
-            adopt_redis(redis, settings)
+        # Every client, however it came in, follows REDIS_DURABILITY; a backend
+        # passed in is used as is (or refused if its level disagrees).
+        self.backend: RedisBackend | None = (
+            None if redis is None else RedisBackend.adopt(redis, settings)
+        )
         self.settings = settings
         self.keyspace = KeySpace(settings.jarvismem_namespace)
-        self.redis = redis
+        # The redis-py client itself, for callers that talk to Redis directly.
+        self.redis: Any = None if self.backend is None else self.backend.client
         self.blob = blob
         self.athena = athena
         self.owns_clients = owns_clients
@@ -186,14 +183,14 @@ class MemoryRuntime:
             tail_bytes=settings.scratchpad_tail_bytes,
             budget_chars=settings.scratchpad_budget_chars,
         )
-        self._recall_store = recall_store
-        self._recall_made = recall_store is not None
+        self._recall_store = recall.store
+        self._recall_made = recall.store is not None
         self._hybrid: HybridRecallStore | None = None
-        self.policy = policy if policy is not None else MemoryPolicy()
+        self.policy = recall.policy
         # Per-workflow state lives while a view, a draining writer or a running
         # compaction uses it, plus the `recent_workflows` most recently used ones:
         # a long-lived runtime serving many workflows does not grow without bound.
-        self.recent_workflows = recent_workflows
+        self.recent_workflows = lifecycle.recent_workflows
         self._workflows: weakref.WeakValueDictionary[str, WorkflowState] = (
             weakref.WeakValueDictionary()
         )
@@ -204,9 +201,13 @@ class MemoryRuntime:
         self.athena_agents: AthenaAgents | None = None
         if athena is not None:
             factory = AthenaFactory(
-                athena, redis, keyspace=self.keyspace, settings=settings, redactor=self.redactor
+                athena,
+                self.backend,
+                keyspace=self.keyspace,
+                settings=settings,
+                redactor=self.redactor,
             )
-            self.athena_agents = AthenaAgents(factory, max_live=live_athena_agents)
+            self.athena_agents = AthenaAgents(factory, max_live=lifecycle.live_athena_agents)
         self._poller: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -243,7 +244,9 @@ class MemoryRuntime:
             warn_degraded=warn_degraded,
             connect_retries=connect_retries,
         )
-        return cls(settings, redis=redis, blob=blob, athena=athena, owns_clients=True)
+        return cls(
+            settings, redis=redis, blob=blob, athena=athena, lifecycle=Lifecycle(owns_clients=True)
+        )
 
     def memory(self, workflow_id: str, step_id: str, agent_id: str) -> UnifiedMemory:
         """A cheap per-(workflow, step, agent) view; no I/O."""
@@ -265,7 +268,7 @@ class MemoryRuntime:
     @property
     def in_process(self) -> bool:
         """True when Redis is the ephemeral in-process stand-in (``REDIS_URL=memory://``)."""
-        return self.redis is not None and is_in_process(self.redis)
+        return self.backend is not None and self.backend.in_process
 
     @property
     def recall_store(self) -> RecallStore | None:
@@ -277,11 +280,11 @@ class MemoryRuntime:
 
     def _default_recall_store(self) -> RecallStore | None:
         """BM25 in Redis, hybrid with vectors when ``RECALL_EMBEDDER`` names an embedder."""
-        if self.redis is None:
+        if self.backend is None:
             return None
         s = self.settings
         lexical = RedisRecallStore(
-            self.redis,
+            self.backend,
             self.keyspace,
             indexed_metadata=s.recall_indexed_metadata_keys,
             # Recall reads keep the deadline of the ledger's (a stalled Redis).
@@ -292,14 +295,14 @@ class MemoryRuntime:
             return lexical
         # The runtime made the embedder, so the store owns it: close() stops the
         # background embedding (pending entries stay in Redis) and closes it.
-        from jarvismem.recall.hybrid import HybridRecallStore
+        from jarvismem.recall.hybrid import HybridPolicy, HybridRecallStore
         from jarvismem.recall.vectors import RedisVectorStore
 
         self._hybrid = HybridRecallStore(
             lexical,
             embedder,
-            vectors=RedisVectorStore(self.redis, self.keyspace, timeout=s.tier_timeout_episodic),
-            batch_size=s.embeddings_batch,
+            vectors=RedisVectorStore(self.backend, self.keyspace, timeout=s.tier_timeout_episodic),
+            policy=HybridPolicy(batch_size=s.embeddings_batch),
             owns_embedder=True,
         )
         return self._hybrid
@@ -314,11 +317,11 @@ class MemoryRuntime:
             state = WorkflowState(
                 workflow_id,
                 settings=self.settings,
-                redis=self.redis,
+                redis=self.backend,
                 blob=self.blob,
                 policy=self.payload_policy,
                 summarizer=self.summarizer,
-                redis_outbox=None if self.redis is None else self.outbox("redis", workflow_id),
+                redis_outbox=None if self.backend is None else self.outbox("redis", workflow_id),
                 blob_outbox=None if self.blob is None else self.outbox("blob", workflow_id),
             )
             self._workflows[workflow_id] = state
@@ -335,8 +338,8 @@ class MemoryRuntime:
 
     def destination_address(self, kind: str) -> str | None:
         """Secret-free address of the backend a kind of outbox delivers to (None: none)."""
-        if kind == "redis" and self.redis is not None:
-            return redis_destination(self.redis)
+        if kind == "redis" and self.backend is not None:
+            return self.backend.destination
         if kind == "blob" and self.blob is not None:
             return str(getattr(self.blob, "destination", None) or self.blob.name)
         return None
@@ -488,8 +491,8 @@ class MemoryRuntime:
                 await self.athena.aclose()
             if self.blob is not None:
                 await self.blob.close()
-            if self.redis is not None:
-                await self.redis.aclose()
+            if self.backend is not None:
+                await self.backend.aclose()
             if self._own_summarizer is None:
                 aclose = getattr(self.summarizer, "aclose", None)
                 if aclose is not None:
@@ -537,7 +540,7 @@ class UnifiedMemory:
                 redis=redis_store,
                 blob=blob_storage,
                 athena=athena_client,
-                background=False,
+                lifecycle=Lifecycle(background=False),
             )
         elif (
             redis_store is not None
@@ -551,7 +554,7 @@ class UnifiedMemory:
         _check_append_limit(rt.blob, self._policy.max_chars)
         # Validates the id and creates the state now; the view keeps no reference
         # to it (see _wf), so an idle view costs what the view itself holds.
-        rt.workflow(self.workflow_id)
+        wf = rt.workflow(self.workflow_id)
         self.working: WorkingScratchpad | None = None
         if rt.blob is not None:
             self.working = WorkingScratchpad(
@@ -562,7 +565,7 @@ class UnifiedMemory:
                 self.agent_id,
                 policy=self._policy,
                 bounds=rt.scratchpad_bounds,
-                append=self._durable_append,
+                links=ScratchpadLinks(append=self._durable_append, goals=wf.goals),
             )
         self._spaces: SpacesStore | None = None
         # KeySpace.turn_field of (step, agent, turn) minus the turn: the ids are
@@ -580,7 +583,8 @@ class UnifiedMemory:
         (an LRU) and any other only while something uses it, so thousands of
         idle views do not pin thousands of workflow states; a state the runtime
         let go is made again on next use (its outboxes are files, its counters
-        in Redis).
+        in Redis; its goal listing is listed afresh, and a view made before
+        keeps the old one, refreshed within ``GOALS_LISTING_MAX_AGE``).
         """
         return self.runtime.workflow(self.workflow_id)
 
@@ -631,8 +635,10 @@ class UnifiedMemory:
         result = self._clean(result, "result")
         ts = time.time()
         wf = self._wf
-        ledger_write: Awaitable[object] | None = None
         args: list[str] | None = None
+        # One write after the other, ledger first: the scratchpad never holds a
+        # turn the ledger (or its outbox) does not. Running the local writes in a
+        # task beside the ledger's round trip measured no faster (docs/performance.md).
         if wf.redis_writer is not None:
             entry = {
                 "turn_id": turn,
@@ -645,13 +651,13 @@ class UnifiedMemory:
                 "tokens": tokens,
             }
             args = encode_fields(entry)
-            record = {"op": "turn", "args": args, "field": self._turn_prefix + turn}
-            ledger_write = wf.redis_writer.submit(record)
-        local: list[Awaitable[object]] = []
+            await wf.redis_writer.submit(
+                {"op": "turn", "args": args, "field": self._turn_prefix + turn}
+            )
         if self.working is not None:
             if args is not None:
                 # The ledger's JSON of each field is reused for the scratchpad line.
-                local.append(self.working.append_turn_encoded(turn, args, ts))
+                await self.working.append_turn_encoded(turn, args, ts)
             else:
                 turn_data = {
                     "thought": thought,
@@ -659,27 +665,9 @@ class UnifiedMemory:
                     "result": result,
                     "tokens": tokens,
                 }
-                local.append(self.working.append_turn(turn, turn_data, ts))
+                await self.working.append_turn(turn, turn_data, ts)
         if self.runtime.athena is not None:
-            local.append(self._athena_turn(turn, thought, action, result, user_message))
-        if ledger_write is None:
-            for write in local:
-                await write
-        elif not local:
-            await ledger_write
-        else:
-            # The ledger append is awaited here, so it runs now, in this step,
-            # up to its socket write (or joins the pipeline in flight); the local
-            # writes go to a task that runs on the next loop iteration, while
-            # Redis works on the append: a local append's CPU (~10-40 us)
-            # overlaps the round trip instead of adding to it.
-            others = asyncio.ensure_future(
-                local[0] if len(local) == 1 else _in_order(local)  # type: ignore[arg-type]
-            )
-            try:
-                await ledger_write
-            finally:
-                await others
+            await self._athena_turn(turn, thought, action, result, user_message)
         if wf.compactor is not None:
             wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
             wf.compactor.maybe_schedule()
@@ -833,9 +821,9 @@ class UnifiedMemory:
     @property
     def spaces(self) -> SpacesStore | None:
         """The agent's cognitive spaces (world beliefs, task agenda); lazy, no I/O until used."""
-        if self._spaces is None and self.runtime.redis is not None:
+        if self._spaces is None and self.runtime.backend is not None:
             self._spaces = SpacesStore(
-                self.runtime.redis,
+                self.runtime.backend,
                 self.runtime.keyspace,
                 self.workflow_id,
                 self.agent_id,
@@ -1017,7 +1005,7 @@ class UnifiedMemory:
         store = self.runtime.recall_store
         if store is None:
             raise RecallStoreMissingError(
-                "no recall store: give the runtime Redis or pass recall_store="
+                "no recall store: give the runtime Redis or pass recall=RecallSetup(store=...)"
             )
         return store
 
@@ -1093,12 +1081,6 @@ def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:
             f"{limit}-byte largest append of the {getattr(blob, 'name', 'given')} blob store; "
             f"use at most {max_field_chars_for(limit)}"
         )
-
-
-async def _in_order(writes: list[Awaitable[object]]) -> None:
-    """Await ``writes`` one after the other (the scratchpad append, then Athena's queueing)."""
-    for write in writes:
-        await write
 
 
 def _estimate_tokens(*values: Any) -> int:

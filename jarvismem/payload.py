@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from jarvismem.defaults import MAX_PAYLOAD_DEPTH, MAX_TURN_FIELD_CHARS
@@ -179,6 +179,13 @@ class PayloadPolicy:
     is_secret_key: Callable[[str], bool] = never_secret
     max_chars: int = MAX_TURN_FIELD_CHARS
     max_depth: int = MAX_PAYLOAD_DEPTH
+    # Cleaned dict keys (key -> (cleaned name, is secret)). An agent's payloads
+    # repeat the same few keys every turn, and redacting each again tripled the
+    # cost of a typical structured turn; the redactor and matcher are pure and
+    # fixed for this policy, so a remembered answer is the answer.
+    _keys: dict[str, tuple[str, bool]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         # A bad bound would only show on the first write, far from where it was set.
@@ -199,6 +206,7 @@ class PayloadPolicy:
             max_chars=self.max_chars,
             max_depth=self.max_depth,
             field=field,
+            key_cache=self._keys,
         )
 
 
@@ -210,10 +218,13 @@ def clean_value(
     max_chars: int,
     max_depth: int = MAX_PAYLOAD_DEPTH,
     field: str = "value",
+    key_cache: dict[str, tuple[str, bool]] | None = None,
 ) -> Any:
     """``value`` as bounded, redacted, JSON-safe data (see the module doc for the policy).
 
-    ``field`` names the value in errors. Raises
+    ``field`` names the value in errors. ``key_cache`` remembers cleaned dict keys
+    across calls; it must only ever see this ``redact`` and ``is_secret_key``
+    (:class:`PayloadPolicy` keeps one per policy). Raises
     :class:`~jarvismem.errors.InvalidPayloadError` for nesting deeper than
     ``max_depth`` containers and for values JSON cannot hold; never recurses.
     """
@@ -237,6 +248,7 @@ def clean_value(
     # An upper bound of the JSON length too: below max_chars, the value needs
     # no encoding to be measured (a typical structured turn is a few KB).
     upper = 2
+    keys = key_cache if key_cache is not None else {}
     while stack:
         frame, out, is_dict = stack[-1]
         entry: Any = next(frame, _END)
@@ -245,15 +257,15 @@ def clean_value(
             continue
         if is_dict:
             key, item = entry
-            known = _KEYS.get((key, redact, is_secret_key)) if type(key) is str else None
+            known = keys.get(key) if type(key) is str else None
             if known is None:
                 name = _key_text(key, field)
                 secret = is_secret_key(name)
                 name = _clean_text(name, redact, max_chars, field)
                 if type(key) is str and len(key) <= _CACHED_KEY_CHARS:
-                    if len(_KEYS) >= _KEY_CACHE_SIZE:
-                        _KEYS.clear()
-                    _KEYS[(key, redact, is_secret_key)] = (name, secret)
+                    if len(keys) >= _KEY_CACHE_SIZE:
+                        keys.clear()  # bounded: a handful of distinct keys is the common case
+                    keys[key] = (name, secret)
             else:
                 name, secret = known
             seen += len(name) + 3
@@ -312,12 +324,6 @@ def clean_value(
 
 _END: Final[Any] = object()
 
-# Cleaned dict keys, by (key, redactor, matcher). An agent's payloads repeat the
-# same few keys on every turn, and running the redactor over each of them again
-# tripled the cost of a typical structured turn. Redactors and matchers are
-# pure functions of the text, so a cached answer is the answer. Bounded: cleared
-# when full (a handful of distinct keys is the common case).
-_KEYS: dict[tuple[str, Redactor, Callable[[str], bool]], tuple[str, bool]] = {}
 _KEY_CACHE_SIZE: Final = 4096
 _ESCAPED: Final = 6  # JSON characters of one escaped character at most (\u001f)
 _CACHED_KEY_CHARS: Final = 64

@@ -4,6 +4,10 @@ Every field here is documented in ``.env.example`` (a test enforces it). Invalid
 values fail at start-up through :func:`load_settings`, with a message naming the
 environment variable; secrets are ``SecretStr`` so they never show in a repr,
 a log line or an exception.
+
+The fields stay flat (their names are the variables'); :data:`SETTING_GROUPS`
+sorts them into groups read through views: ``settings.redis.url`` is
+``settings.redis_url`` (docs/configuration.md lists them by group).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ import difflib
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import (
@@ -33,6 +39,30 @@ from jarvismem.redaction import REDACTED, mask_url
 
 log = logging.getLogger(__name__)
 
+
+class OncePerMessage(logging.Filter):
+    """Lets a record marked ``extra={"once": True}`` through only the first time its text is seen.
+
+    A typo warning is given once per process, however often settings are
+    loaded; the memory of what was said lives on the filter, on the logger.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "once", False):
+            return True
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+log.addFilter(OncePerMessage())
+
 # One REDACTION_KEYS name: it becomes part of a regex and a key matcher.
 _SECRET_NAME = re.compile(r"[a-z0-9][a-z0-9_. -]*")
 
@@ -45,6 +75,152 @@ SENTINEL_SCHEME = "redis+sentinel://"
 
 MEMORY_URL = "memory://"
 """``REDIS_URL`` value selecting the in-process fakeredis stand-in (ephemeral: tests, opt-in)."""
+
+
+def _group(**names: str) -> Mapping[str, str]:
+    return MappingProxyType(names)
+
+
+SETTING_GROUPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        "general": _group(namespace="jarvismem_namespace", log_level="log_level"),
+        "redis": _group(
+            url="redis_url",
+            embedded_path="embedded_redis_path",
+            cluster="redis_cluster",
+            context_ttl_days="redis_context_ttl_days",
+            ttl_seconds="ttl_seconds",
+            max_connections="redis_max_connections",
+            connect_retries="redis_connect_retries",
+            ssl_ca_certs="redis_ssl_ca_certs",
+            ssl_certfile="redis_ssl_certfile",
+            ssl_keyfile="redis_ssl_keyfile",
+            ssl_cert_reqs="redis_ssl_cert_reqs",
+            ledger_max_len="ledger_max_len",
+            durability="redis_durability",
+            wait_replicas="redis_wait_replicas",
+            wait_timeout_ms="redis_wait_timeout_ms",
+        ),
+        "storage": _group(
+            backend="storage_backend",
+            base_path="storage_base_path",
+            fsync_appends="storage_fsync_appends",
+            inline_append_max_bytes="storage_inline_append_max_bytes",
+            azure_connection_string="azure_storage_connection_string",
+            azure_container="azure_storage_container",
+        ),
+        "athena": _group(
+            url="athena_url",
+            tenant_id="athena_tenant_id",
+            user_id="athena_user_id",
+            isolate_agents="athena_isolate_agents",
+            include_graph_hits="athena_include_graph_hits",
+            api_key="athena_api_key",
+            jwt_token="athena_jwt_token",
+            http_timeout="athena_http_timeout",
+        ),
+        "llm": _group(
+            base_url="llm_base_url",
+            api_key="llm_api_key",
+            model="llm_model",
+            timeout="llm_timeout",
+            max_retries="llm_max_retries",
+        ),
+        "recall": _group(
+            embedder="recall_embedder",
+            indexed_metadata="recall_indexed_metadata",
+            indexed_metadata_keys="recall_indexed_metadata_keys",
+        ),
+        "embeddings": _group(
+            base_url="embeddings_base_url",
+            api_key="embeddings_api_key",
+            model="embeddings_model",
+            dimensions="embeddings_dimensions",
+            timeout="embeddings_timeout",
+            max_retries="embeddings_max_retries",
+            batch="embeddings_batch",
+        ),
+        "timeouts": _group(
+            working="tier_timeout_working",
+            episodic="tier_timeout_episodic",
+            ltm="tier_timeout_ltm",
+            checkpoint="tier_timeout_checkpoint",
+            athena="tier_timeout_athena",
+        ),
+        "compaction": _group(
+            enabled="compaction_enabled",
+            every_turns="compaction_every_turns",
+            token_threshold="compaction_token_threshold",
+            chunk_chars="compaction_chunk_chars",
+            lock_ttl="compaction_lock_ttl",
+            worker="compaction_worker",
+        ),
+        "scratchpad": _group(
+            budget_chars="scratchpad_budget_chars", tail_bytes="scratchpad_tail_bytes"
+        ),
+        "limits": _group(
+            max_turn_field_chars="max_turn_field_chars",
+            max_payload_depth="max_payload_depth",
+            max_checkpoint_bytes="max_checkpoint_bytes",
+        ),
+        "outbox": _group(
+            path="outbox_path",
+            max_entries="outbox_max_entries",
+            max_bytes="outbox_max_bytes",
+            fsync="outbox_fsync",
+            fsync_effective="outbox_fsync_effective",
+            poll_seconds="outbox_poll_seconds",
+        ),
+        "redaction": _group(
+            enabled="redaction_enabled",
+            keys="redaction_keys",
+            key_names="redaction_key_names",
+            checkpoints="redact_checkpoints",
+        ),
+    }
+)
+"""Group -> (name in the group -> attribute of :class:`Settings`). Every field is in
+exactly one group (a test enforces it); a few derived values (``redis.ttl_seconds``,
+``outbox.fsync_effective``...) sit beside the fields they come from."""
+
+
+class SettingsView:
+    """One group of settings, read-only: ``settings.redis.url`` is ``settings.redis_url``.
+
+    Reads go through to the settings object, so a view never disagrees with it.
+    """
+
+    __slots__ = ("_names", "_settings", "group")
+
+    def __init__(self, settings: Settings, group: str) -> None:
+        object.__setattr__(self, "_settings", settings)
+        object.__setattr__(self, "_names", SETTING_GROUPS[group])
+        object.__setattr__(self, "group", group)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = self._names.get(name)
+        if attribute is None:
+            raise AttributeError(
+                f"settings group {self.group!r} has no {name!r}; it has {', '.join(self._names)}"
+            )
+        return getattr(self._settings, attribute)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"settings.{self.group} is read-only")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._names)
+
+    def env_names(self) -> list[str]:
+        """The variables of this group (``REDIS_URL``, ...), in the group's order."""
+        fields = Settings.model_fields
+        return [a.upper() for a in self._names.values() if a in fields]
+
+    def __repr__(self) -> str:
+        # Through public_dict: secrets masked, credentials stripped from URLs.
+        public = self._settings.public_dict()
+        shown = ", ".join(f"{name}={public[a]!r}" for name, a in self._names.items() if a in public)
+        return f"<settings.{self.group} {shown}>"
 
 
 class Settings(BaseSettings):
@@ -454,6 +630,73 @@ class Settings(BaseSettings):
                 value = mask_url(value)
             yield name, value
 
+    # --- the groups, read-only (SETTING_GROUPS) ---------------------------------------------
+
+    @property
+    def general(self) -> SettingsView:
+        """``namespace``, ``log_level``."""
+        return SettingsView(self, "general")
+
+    @property
+    def redis(self) -> SettingsView:
+        """``REDIS_*``, ``EMBEDDED_REDIS_PATH``, ``LEDGER_MAX_LEN``: ``settings.redis.url``..."""
+        return SettingsView(self, "redis")
+
+    @property
+    def storage(self) -> SettingsView:
+        """``STORAGE_*`` and ``AZURE_STORAGE_*``: ``settings.storage.backend``..."""
+        return SettingsView(self, "storage")
+
+    @property
+    def athena(self) -> SettingsView:
+        """``ATHENA_*``: ``settings.athena.url``..."""
+        return SettingsView(self, "athena")
+
+    @property
+    def llm(self) -> SettingsView:
+        """``LLM_*``: ``settings.llm.base_url``..."""
+        return SettingsView(self, "llm")
+
+    @property
+    def recall(self) -> SettingsView:
+        """``RECALL_*``: ``settings.recall.embedder``..."""
+        return SettingsView(self, "recall")
+
+    @property
+    def embeddings(self) -> SettingsView:
+        """``EMBEDDINGS_*``: ``settings.embeddings.model``..."""
+        return SettingsView(self, "embeddings")
+
+    @property
+    def timeouts(self) -> SettingsView:
+        """``TIER_TIMEOUT_*``: ``settings.timeouts.episodic``..."""
+        return SettingsView(self, "timeouts")
+
+    @property
+    def compaction(self) -> SettingsView:
+        """``COMPACTION_*``: ``settings.compaction.every_turns``..."""
+        return SettingsView(self, "compaction")
+
+    @property
+    def scratchpad(self) -> SettingsView:
+        """``SCRATCHPAD_*``: ``settings.scratchpad.budget_chars``..."""
+        return SettingsView(self, "scratchpad")
+
+    @property
+    def limits(self) -> SettingsView:
+        """``MAX_*``: ``settings.limits.max_checkpoint_bytes``..."""
+        return SettingsView(self, "limits")
+
+    @property
+    def outbox(self) -> SettingsView:
+        """``OUTBOX_*``: ``settings.outbox.path``..."""
+        return SettingsView(self, "outbox")
+
+    @property
+    def redaction(self) -> SettingsView:
+        """``REDACTION_*``, ``REDACT_CHECKPOINTS``: ``settings.redaction.enabled``..."""
+        return SettingsView(self, "redaction")
+
     @property
     def ttl_seconds(self) -> int:
         """TTL of workflow keys in whole seconds."""
@@ -539,8 +782,6 @@ OTHER_KNOWN_NAMES = frozenset(
 )
 """Names with our prefixes that are not settings but are not typos either."""
 
-_warned: set[str] = set()
-
 
 def setting_names() -> list[str]:
     """Every settings variable name, upper case (``REDIS_URL``, ...)."""
@@ -602,9 +843,7 @@ def warn_unknown_names(env_file: Any) -> None:
     env_names = [n for n in os.environ if n.upper().startswith(OUR_PREFIXES)]
     messages += unknown_name_warnings(env_names, prefixes=ENV_PREFIXES, source="environment")
     for message in messages:
-        if message not in _warned:
-            _warned.add(message)
-            log.warning("%s", message)
+        log.warning("%s", message, extra={"once": True})  # OncePerMessage drops repeats
 
 
 # Entry points (``MemoryRuntime.from_env``, the drop-in ``UnifiedMemory(wf,

@@ -48,6 +48,7 @@ AZURITE_CONNECTION_STRING = os.environ.get(
 REQUIRE_INTEGRATION = os.environ.get("JARVISMEM_REQUIRE_INTEGRATION") == "1"
 
 
+@pytest.hookimpl(tryfirst=True)  # before junitxml's: the serial phase renames its report
 def pytest_configure(config: pytest.Config) -> None:
     """The phase of ``scripts/test`` this pytest runs (see :mod:`tests.phases`)."""
     phases.configure(config)

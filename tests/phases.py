@@ -34,7 +34,10 @@ _LIST_KEY = pytest.StashKey[Path | None]()
 
 
 def configure(config: pytest.Config) -> None:
-    """``pytest_configure``: read the phase and the list's path into ``config``.
+    """``pytest_configure`` (run first): read the phase and the list's path into ``config``.
+
+    The serial phase writes a ``--junitxml`` report beside the parallel one's
+    (``report.xml`` → ``report.serial.xml``), so this must run before junitxml's hook.
 
     A process that runs tests (an xdist worker, or a pytest without workers) also
     removes both variables from its environment: a test that runs pytest or
@@ -47,6 +50,11 @@ def configure(config: pytest.Config) -> None:
     listing = os.environ.get(LIST_ENV)
     config.stash[_PHASE_KEY] = value or None
     config.stash[_LIST_KEY] = Path(listing) if listing else None
+    xmlpath = getattr(config.option, "xmlpath", None)
+    if value == SERIAL and xmlpath:
+        # Both phases get the same --junitxml; the second would overwrite the first's.
+        path = Path(xmlpath)
+        config.option.xmlpath = str(path.with_name(f"{path.stem}.{SERIAL}{path.suffix}"))
     controller = not hasattr(config, "workerinput") and bool(
         getattr(config.option, "numprocesses", None)
     )

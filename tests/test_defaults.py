@@ -13,7 +13,7 @@ import pytest
 from jarvismem import defaults
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.backends.blob.local import LocalBlobStorage
-from jarvismem.backends.llm.client import ChatCompletionsClient
+from jarvismem.backends.llm.client import HttpPolicy
 from jarvismem.backends.outbox import Outbox
 from jarvismem.recall import (
     AthenaRecallStore,
@@ -102,8 +102,8 @@ CONSTRUCTOR_DEFAULTS: list[tuple[Callable[..., Any], str, object]] = [
     (Outbox, "max_entries", defaults.OUTBOX_MAX_ENTRIES),
     (AthenaTierConfig, "outbox_fsync", defaults.FSYNC_APPENDS),
     (AthenaClient, "timeout", defaults.ATHENA_HTTP_TIMEOUT),
-    (ChatCompletionsClient, "timeout", defaults.LLM_TIMEOUT),
-    (ChatCompletionsClient, "retry_after_cap", defaults.RETRY_AFTER_CAP),
+    (HttpPolicy, "timeout", defaults.LLM_TIMEOUT),
+    (HttpPolicy, "retry_after_cap", defaults.RETRY_AFTER_CAP),
     (retrying, "retry_after_cap", defaults.RETRY_AFTER_CAP),
     (EpisodicLedger, "ttl_seconds", defaults.CONTEXT_TTL_SECONDS),
     (AthenaTierConfig, "tenant_id", defaults.ATHENA_TENANT_ID),

@@ -215,6 +215,19 @@ async def test_a_goal_finding_is_carried_into_later_steps_and_other_agents_bundl
         assert await later.working.get_notes() == ""  # type: ignore[union-attr]
 
 
+async def test_views_of_one_runtime_share_the_workflows_goal_listing(
+    redis_client: Any, local_blob: Any, make_runtime: Factory, workflow_id: str
+) -> None:
+    # The runtime's workflow state owns the listing (no process-wide table): a
+    # finding written through one view is in another view's next bundle at once,
+    # though that view's listing is younger than GOALS_LISTING_MAX_AGE.
+    rt = make_runtime(redis=redis_client, blob=local_blob)
+    reader, writer = rt.memory(workflow_id, "s2", "a1"), rt.memory(workflow_id, "s1", "a2")
+    assert "OAuth2" not in (await reader.rehydrate_bundle())["scratchpad"]
+    await writer.working.write("finding", "API uses OAuth2", scope="goal")
+    assert "API uses OAuth2" in (await reader.rehydrate_bundle())["scratchpad"]
+
+
 @pytest.mark.integration
 def test_the_drop_in_constructor_works_outside_a_loop_with_queued_writes(
     tmp_path: Path, workflow_id: str, make_settings: Factory
@@ -506,7 +519,7 @@ async def test_a_durable_writer_never_replays_an_outbox_another_deliverer_holds(
 async def test_log_turn_sends_the_ledger_append_before_the_scratchpad_write(
     real_redis: Any, local_blob: Any, make_memory: Factory
 ) -> None:
-    """The local write overlaps the round trip: it runs after the append is on the wire."""
+    """The ledger append goes first: the scratchpad never holds a turn the ledger was not sent."""
     mem = make_memory(redis=real_redis, blob=local_blob)
     await mem.log_turn(0, "warm", "up", "x")  # the script loaded, the file created
     events: list[str] = []

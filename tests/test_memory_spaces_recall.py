@@ -10,7 +10,7 @@ import pytest
 
 from jarvismem.errors import NamespaceContextMissingError, RecallStoreMissingError
 from jarvismem.recall.policy import MemoryPolicy
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.runtime import MemoryRuntime, RecallSetup
 from jarvismem.settings import Settings, load_settings
 from tests.conftest import REAL_REDIS_URL, Factory
 
@@ -112,7 +112,7 @@ async def test_namespace_from_context_is_required_and_isolates_tenants(
     redis_client: Any, make_memory: Factory
 ) -> None:
     policy = MemoryPolicy.parse({"namespace_from": "tenant_id"})
-    mem = make_memory(redis=redis_client, policy=policy)
+    mem = make_memory(redis=redis_client, recall=RecallSetup(policy=policy))
     with pytest.raises(NamespaceContextMissingError):
         await mem.remember("no tenant given")
     await mem.remember("ACME renews in March", context={"tenant_id": "acme"})
@@ -143,7 +143,10 @@ async def test_capture_writes_the_conversation_only_when_the_policy_says_so(
 ) -> None:
     manual = make_memory(redis=redis_client)
     assert await manual.capture("hi", "hello") is None
-    conv = make_memory(redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"}))
+    conv = make_memory(
+        redis=redis_client,
+        recall=RecallSetup(policy=MemoryPolicy.parse({"capture": "conversation"})),
+    )
     entry = await conv.capture("what is 2+2?", "4")
     assert entry is not None and entry.content == "User: what is 2+2?\nAssistant: 4"
 
@@ -159,7 +162,10 @@ async def test_the_seeds_headline_turn_and_its_source_markers_through_the_facade
     redis_client: Any, make_memory: Factory
 ) -> None:
     # The seed's example: a preference remembered, then a turn that shares no word with it.
-    mem = make_memory(redis=redis_client, policy=MemoryPolicy.parse({"capture": "conversation"}))
+    mem = make_memory(
+        redis=redis_client,
+        recall=RecallSetup(policy=MemoryPolicy.parse({"capture": "conversation"})),
+    )
     remembered = await mem.remember("User prefers the name Alex.")
     assert remembered.metadata["source"] == "manual"
     pre = await mem.preflight("You are a helpful assistant.", "hello")

@@ -304,3 +304,13 @@ def test_a_payload_policy_is_frozen() -> None:
     policy = PayloadPolicy()
     with pytest.raises(AttributeError):
         policy.max_chars = 1  # type: ignore[misc]
+
+
+def test_policies_with_different_redactors_clean_the_same_keys_each_their_own_way() -> None:
+    # Each policy remembers its cleaned keys; one policy's answers never leak into another's.
+    hide = PayloadPolicy(redact=lambda text: text.replace("acct-42", "[REDACTED]"))
+    keep = PayloadPolicy()
+    value = {"acct-42": "x", "note": "acct-42"}
+    for _ in range(2):  # the second pass answers keys from each policy's memory
+        assert hide.clean(value) == {"[REDACTED]": "x", "note": "[REDACTED]"}
+        assert keep.clean(value) == {"acct-42": "x", "note": "acct-42"}

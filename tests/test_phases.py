@@ -20,8 +20,10 @@ from tests import phases
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFTEST = """
+import pytest
 from tests import phases
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     phases.configure(config)
 
@@ -130,6 +132,16 @@ def test_a_selection_without_serial_tests_lists_none(suite: Path) -> None:
 def test_without_a_phase_every_test_runs(suite: Path) -> None:
     proc = _run(suite, None)
     assert len(_passed(proc)) == 3, proc.stdout
+
+
+def test_a_junit_report_of_each_phase_is_kept_not_overwritten(suite: Path) -> None:
+    assert _run(suite, "parallel", "--junitxml=report.xml").returncode == 0
+    proc = _run(suite, "serial", "--junitxml=report.xml")
+    assert proc.returncode == 0, proc.stdout
+    parallel = (suite / "report.xml").read_text()
+    serial = (suite / "report.serial.xml").read_text()
+    assert 'name="test_plain"' in parallel and 'name="test_alone"' not in parallel
+    assert 'name="test_alone"' in serial and 'name="test_plain"' not in serial
 
 
 def test_an_unknown_phase_is_a_usage_error(suite: Path) -> None:

@@ -92,7 +92,9 @@ def _run(root: Path, ports: dict[str, str], *args: str) -> subprocess.CompletedP
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        # A guard against a hang, not a speed bound: scripts/test starts Redis and
+        # Azurite and pytest twice, which a loaded 2-core machine stretches past 60 s.
+        timeout=240,
     )
 
 

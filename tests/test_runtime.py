@@ -11,10 +11,10 @@ import pytest
 from pydantic import SecretStr
 
 from jarvismem import runtime as runtime_module
-from jarvismem.engine import clients as clients_module
+from jarvismem.backends import redis as redis_backend_module
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.memory import UnifiedMemory
-from jarvismem.runtime import MemoryRuntime, default_settings, get_athena_client
+from jarvismem.runtime import Lifecycle, MemoryRuntime, default_settings, get_athena_client
 from jarvismem.settings import Settings, load_settings
 from tests.conftest import REAL_REDIS_URL, Factory
 
@@ -24,7 +24,7 @@ DEAD_REDIS = "redis://127.0.0.1:1/0"
 def test_a_runtime_is_configured_from_the_environment_by_default() -> None:
     rt = MemoryRuntime()
     assert rt.settings is default_settings() is default_settings()
-    bounded = MemoryRuntime(recent_workflows=3, live_athena_agents=2)
+    bounded = MemoryRuntime(lifecycle=Lifecycle(recent_workflows=3, live_athena_agents=2))
     assert bounded.recent_workflows == 3
 
 
@@ -109,30 +109,42 @@ def test_get_athena_client_is_none_without_url() -> None:
     assert get_athena_client(load_settings(_env_file=None, athena_url=None)) is None
 
 
-async def test_get_athena_client_caches_one_client_per_url_and_key() -> None:
+async def test_get_athena_client_is_one_client_per_process() -> None:
     settings = load_settings(_env_file=None, athena_url="http://athena.test:8080")
-    first = get_athena_client(settings)
-    assert first is not None
-    assert get_athena_client(settings) is first
-    other = get_athena_client(
-        load_settings(_env_file=None, athena_url="http://athena.test:8080", athena_api_key="k" * 12)
-    )
-    assert other is not None and other is not first
-    await first.aclose()
-    replacement = get_athena_client(settings)
-    assert replacement is not None and replacement is not first
-    await runtime_module.close_athena_clients()
-    assert replacement.is_closed and other.is_closed
-    assert get_athena_client(settings) is not replacement
-    await runtime_module.close_athena_clients()
+    try:
+        first = get_athena_client(settings)
+        assert first is not None
+        assert get_athena_client(settings) is first
+        # Another server or credentials while it is open: refused, never a second pool.
+        with pytest.raises(ConfigError, match="another URL or credentials"):
+            get_athena_client(
+                load_settings(
+                    _env_file=None, athena_url="http://athena.test:8080", athena_api_key="k" * 12
+                )
+            )
+        await first.aclose()
+        replacement = get_athena_client(settings)
+        assert replacement is not None and replacement is not first
+        await runtime_module.close_athena_clients()
+        assert replacement.is_closed
+        other = get_athena_client(load_settings(_env_file=None, athena_url="http://other.test"))
+        assert other is not None and other.base_url == "http://other.test"
+    finally:
+        await runtime_module.close_athena_clients()
 
 
-def test_the_cache_key_never_holds_a_secret() -> None:
+async def test_the_refusal_never_shows_a_secret() -> None:
     secret = "s3cret-api-key-value"
-    get_athena_client(
-        load_settings(_env_file=None, athena_url="http://athena.test", athena_api_key=secret)
-    )
-    assert all(secret not in "".join(key) for key in runtime_module._athena_clients)
+    try:
+        get_athena_client(load_settings(_env_file=None, athena_url="http://athena.test"))
+        with pytest.raises(ConfigError) as caught:
+            keyed = load_settings(
+                _env_file=None, athena_url="http://athena.test", athena_api_key=secret
+            )
+            get_athena_client(keyed)
+        assert secret not in str(caught.value) and secret not in repr(runtime_module.__dict__)
+    finally:
+        await runtime_module.close_athena_clients()
 
 
 # --- start-up a new user meets -------------------------------------------------------
@@ -147,7 +159,7 @@ async def test_from_env_with_refused_credentials_fails_fast_instead_of_starting_
         raise ConfigError("Redis refused the credentials (NOAUTH/WRONGPASS) at redis://h:1/0")
 
     # A misconfiguration is not an outage: no degraded start hides it.
-    monkeypatch.setattr(clients_module, "connect_redis", refuse)
+    monkeypatch.setattr(redis_backend_module, "connect_redis", refuse)
     with pytest.raises(ConfigError, match="refused the credentials"):
         await MemoryRuntime.from_env(settings.model_copy(update={"redis_url": DEAD_REDIS}))
 
@@ -310,7 +322,7 @@ async def test_one_workflow_state_and_one_outbox_per_workflow(
 async def test_a_runtime_serves_views_and_keeps_only_recent_workflows(
     redis_client: Any, make_runtime: Factory
 ) -> None:
-    runtime = make_runtime(redis=redis_client, recent_workflows=8)
+    runtime = make_runtime(redis=redis_client, lifecycle=Lifecycle(recent_workflows=8))
     for i in range(40):
         await UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=runtime).log_turn(1, "t", "a", "r")
     gc.collect()
@@ -324,7 +336,9 @@ async def test_held_idle_views_do_not_pin_their_workflow_state(
 ) -> None:
     # A kernel may hold a view per waiting workflow: thousands of them. The views
     # must not keep every workflow's state (writers, outboxes, tiers) alive.
-    runtime = make_runtime(redis=redis_client, blob=blob_storage, recent_workflows=8)
+    runtime = make_runtime(
+        redis=redis_client, blob=blob_storage, lifecycle=Lifecycle(recent_workflows=8)
+    )
     views = [UnifiedMemory(f"wf-{i}", "s1", "a1", runtime=runtime) for i in range(40)]
     for view in views:
         await view.log_turn(1, "t", "a", "r")

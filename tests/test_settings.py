@@ -12,7 +12,13 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from jarvismem.errors import ConfigError
-from jarvismem.settings import Settings, load_settings, validation_problems
+from jarvismem.settings import (
+    SETTING_GROUPS,
+    OncePerMessage,
+    Settings,
+    load_settings,
+    validation_problems,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_EXAMPLE = ROOT / ".env.example"
@@ -306,12 +312,17 @@ def test_an_error_about_the_whole_object_names_the_subject() -> None:
 # --- likely typos are named, not ignored ---------------------------------------------
 
 
+def _forget_warnings_given() -> None:
+    """An earlier test may have given the same warning: start from a clean filter."""
+    for f in logging.getLogger("jarvismem.settings").filters:
+        if isinstance(f, OncePerMessage):
+            f.seen.clear()
+
+
 def test_a_typo_in_the_env_file_gets_a_did_you_mean_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from jarvismem import settings as settings_module
-
-    settings_module._warned.clear()
+    _forget_warnings_given()
     env = tmp_path / ".env"
     env.write_text(
         "# comment\nREDIS_ULR=redis://127.0.0.1:6379/0\nexport STORAGE_BACKED=local\n"
@@ -334,9 +345,7 @@ def test_a_typo_in_the_env_file_gets_a_did_you_mean_warning(
 def test_a_typo_in_the_environment_is_named_only_for_our_prefixes(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from jarvismem import settings as settings_module
-
-    settings_module._warned.clear()
+    _forget_warnings_given()
     monkeypatch.setenv("JARVISMEM_NAMESPCE", "x")
     monkeypatch.setenv("REDIS_HOST", "other-programs-variable")
     monkeypatch.setenv("JARVISMEM_REQUIRE_INTEGRATION", "0")
@@ -417,3 +426,49 @@ def test_a_sentinel_url_is_accepted_but_not_with_cluster_mode() -> None:
     assert load_settings(_env_file=None, redis_url=url).redis_url == url
     with pytest.raises(ConfigError, match="REDIS_CLUSTER=true cannot be combined"):
         load_settings(_env_file=None, redis_url=url, redis_cluster=True)
+
+
+def test_only_marked_records_are_given_once(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("jarvismem.settings")
+    with caplog.at_level(logging.WARNING, logger="jarvismem.settings"):
+        for _ in range(2):
+            logger.warning("said each time")
+            logger.warning("said once %s", "only", extra={"once": True})
+    assert [r.getMessage() for r in caplog.records] == [
+        "said each time",
+        "said once only",
+        "said each time",
+    ]
+
+
+# --- groups: read-only views over the flat fields --------------------------------------------
+
+
+def test_every_setting_is_in_exactly_one_group() -> None:
+    grouped = [a for names in SETTING_GROUPS.values() for a in names.values()]
+    fields = [a for a in grouped if a in Settings.model_fields]
+    assert sorted(fields) == sorted(Settings.model_fields)
+    assert len(fields) == len(set(fields))
+    settings = load_settings(_env_file=None)
+    for group, names in SETTING_GROUPS.items():
+        view = getattr(settings, group)
+        assert dir(view) == sorted(names)
+        for name, attribute in names.items():
+            assert getattr(view, name) == getattr(settings, attribute), (group, name)
+
+
+def test_a_group_reads_through_and_cannot_be_written() -> None:
+    settings = load_settings(
+        _env_file=None, redis_url="redis://u:pw@h:1/0", athena_api_key=SECRET_KEY
+    )
+    assert settings.redis.url == settings.redis_url == "redis://u:pw@h:1/0"
+    assert settings.athena.api_key.get_secret_value() == SECRET_KEY
+    settings.llm_model = "other"  # the flat names are the settings: a view follows them
+    assert settings.llm.model == "other"
+    with pytest.raises(AttributeError, match="read-only"):
+        settings.redis.url = "redis://elsewhere"
+    with pytest.raises(AttributeError, match="has no 'adress'"):
+        _ = settings.redis.adress
+    shown = repr(settings.redis) + repr(settings.athena)
+    assert "pw" not in shown and SECRET_KEY not in shown
+    assert settings.redis.env_names()[0] == "REDIS_URL"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import redis
 
-from jarvismem.backends.redis import create_redis
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.backends.redis_connect import create_redis
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from jarvismem.settings import Settings
 from tests.conftest import REAL_REDIS_URL, Factory, real_redis_available, require_backend
 
@@ -64,7 +64,7 @@ def durable_runtime(
     def build(redis_url: str, **extra: Any) -> MemoryRuntime:
         settings = durable_settings(redis_url, **extra)
         runtime: MemoryRuntime = make_runtime(
-            settings=settings, redis=create_redis(settings), owns_clients=True
+            settings=settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
         )
         return runtime
 

@@ -28,12 +28,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from jarvismem.backends.outbox import Outbox
-from jarvismem.backends.redis import create_redis
+from jarvismem.backends.redis_connect import create_redis
 from jarvismem.errors import BackendUnavailableError, CheckpointConflictError
 from jarvismem.keys import KeySpace
 from jarvismem.memory import UnifiedMemory
 from jarvismem.records import encode_fields
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from jarvismem.settings import load_settings
 from jarvismem.tiers.checkpoints import CLOCK, new_op_id
 from tests.harness.netfaults import LostReplyProxy
@@ -537,7 +537,9 @@ async def test_a_conditional_save_whose_reply_was_lost_is_not_a_conflict(
 ) -> None:
     async with LostReplyProxy("127.0.0.1", 6379) as proxy:
         settings = durable_settings(f"redis://127.0.0.1:{proxy.port}/0", tier_timeout_episodic=5.0)
-        rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+        rt = MemoryRuntime(
+            settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
+        )
         mem = rt.memory(workflow_id, "s1", "a")
         assert await mem.save_checkpoint('{"n": 1}', expected_rev=0) == 1
         proxy.lose_next_reply(b"EVALSHA")
@@ -579,7 +581,9 @@ async def test_an_outbox_left_by_an_earlier_version_is_adopted_and_replayed(
         await old.put(turn_record("s1", "a", turn))
     await old.ack((await old.peek(1))[0][0])  # turn 1 was delivered before the upgrade
     await old.close()
-    rt = MemoryRuntime(settings, redis=create_redis(settings), owns_clients=True)
+    rt = MemoryRuntime(
+        settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
+    )
     bundle = await rt.memory(workflow_id, "s1", "a").rehydrate_bundle()
     assert [t["turn_id"] for t in bundle["recent_turns"]] == ["2"]
     assert not legacy.exists() and rt.outbox("redis", workflow_id).path.exists()

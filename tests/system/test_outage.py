@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from jarvismem.backends.redis import create_redis
+from jarvismem.backends.redis_connect import create_redis
 from jarvismem.memory import UnifiedMemory
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from jarvismem.settings import Settings
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import AZURITE_CONNECTION_STRING, Factory, require_backend
@@ -79,7 +79,7 @@ def redis_runtime(make_runtime: Factory) -> Callable[[Settings], MemoryRuntime]:
 
     def build(settings: Settings) -> MemoryRuntime:
         runtime: MemoryRuntime = make_runtime(
-            settings=settings, redis=create_redis(settings), owns_clients=True
+            settings=settings, redis=create_redis(settings), lifecycle=Lifecycle(owns_clients=True)
         )
         return runtime
 
@@ -169,11 +169,18 @@ async def test_a_full_outbox_drops_counts_warns_and_reports_in_health(
     rt = redis_runtime(settings)
     mem = rt.memory(workflow_id, "s1", "a1")
     await mem.log_turn(1, "t", "a", "r")
+    writer = rt.workflow(workflow_id).redis_writer
+    assert writer is not None
+
+    async def landed() -> bool:
+        # Under load turn 1's first round trip (connect, script load) may outlast
+        # the 0.5 s tier timeout and queue; the counts below need it in Redis.
+        return not writer.degraded and await ledger_turns(mem) == ["1"]
+
+    await eventually(landed, "turn 1 in Redis before the kill")
     redis_server.kill()
     for turn in range(2, 12):
         await mem.log_turn(turn, "t", "a", "r")  # 4 queued, 6 dropped, none raises
-    writer = rt.workflow(workflow_id).redis_writer
-    assert writer is not None
     health = await mem.health()
     box = health["outboxes"][writer.name]
     assert (box["pending"], box["dropped"]) == (4, 6)
@@ -271,7 +278,7 @@ async def test_scratchpad_appends_made_while_azurite_is_down_are_replayed_in_ord
 
     settings = outage_settings()
     blob = AzureBlobStorage(azurite.connection_string, "outage" + uuid.uuid4().hex[:12])
-    rt = make_runtime(settings=settings, blob=blob, owns_clients=True)
+    rt = make_runtime(settings=settings, blob=blob, lifecycle=Lifecycle(owns_clients=True))
     mem = rt.memory(workflow_id, "s1", "a1")
     assert mem.working is not None
     for turn in range(1, 4):

@@ -13,6 +13,7 @@ from typing import Any
 from jarvismem.recall.models import MemoryEntry
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.redaction import REDACTED
+from jarvismem.runtime import RecallSetup
 from jarvismem.settings import Settings
 from jarvismem.spaces.store import SpacesStore
 from tests.conftest import Factory, MakeSettings
@@ -202,7 +203,7 @@ async def _plant_entry(mem: Any, content: str) -> None:
 async def test_an_entry_stored_before_a_pattern_existed_does_not_reach_the_prompt(
     fake_redis: Any, make_memory: Factory
 ) -> None:
-    mem = make_memory(redis=fake_redis, policy=MemoryPolicy(max_entries=5))
+    mem = make_memory(redis=fake_redis, recall=RecallSetup(policy=MemoryPolicy(max_entries=5)))
     await _plant_entry(mem, f"deploy key for billing: {STRIPE_LIVE} (billing deploy)")
     await _plant_entry(mem, f"billing deploy uses this key {PEM_RSA}")
     recalled = await mem.recall("billing deploy key")
@@ -218,7 +219,7 @@ async def test_an_entry_stored_before_a_pattern_existed_does_not_reach_the_promp
 async def test_spaces_and_summary_stored_unredacted_are_redacted_in_the_prompt(
     fake_redis: Any, make_memory: Factory
 ) -> None:
-    mem = make_memory(redis=fake_redis, policy=MemoryPolicy(enabled=False))
+    mem = make_memory(redis=fake_redis, recall=RecallSetup(policy=MemoryPolicy(enabled=False)))
     # A store without a redactor: what an older version wrote.
     raw = SpacesStore(
         fake_redis, mem.runtime.keyspace, mem.workflow_id, mem.agent_id, ttl_seconds=None

@@ -20,7 +20,7 @@ import pytest
 
 from jarvismem.backends.athena import AthenaClient
 from jarvismem.errors import AthenaError, BackendUnavailableError, JarvisMemError
-from jarvismem.runtime import MemoryRuntime
+from jarvismem.runtime import Lifecycle, MemoryRuntime
 from jarvismem.testing.fake_athena import FakeAthenaServer
 from tests.conftest import Factory
 from tests.harness.redis_server import free_port
@@ -275,14 +275,14 @@ async def test_no_secret_reaches_logs_health_or_exceptions_when_backends_fail(
     # The same settings with Redis left out (so the runtime can start) and every
     # other backend dead: health and a failing turn must not leak either.
     from jarvismem.backends.blob import create_blob_storage
-    from jarvismem.backends.redis import create_redis
+    from jarvismem.backends.redis_connect import create_redis
 
     rt = MemoryRuntime(
         s,
         redis=create_redis(s),
         blob=create_blob_storage(s),
         athena=AthenaClient.from_settings(s),
-        owns_clients=True,
+        lifecycle=Lifecycle(owns_clients=True),
     )
     mem = rt.memory("wf", "s1", "a1")
     await mem.log_turn(1, "t", "a", "r")
@@ -380,12 +380,12 @@ def tls_redis(tmp_path: Path) -> Any:
 async def test_rediss_url_makes_a_real_tls_round_trip(
     tls_redis: Any, make_settings: Factory, make_runtime: Factory
 ) -> None:
-    from jarvismem.backends.redis import connect_redis
+    from jarvismem.backends.redis_connect import connect_redis
 
     port, cert = tls_redis
     s = make_settings(redis_url=f"rediss://127.0.0.1:{port}/0", redis_ssl_ca_certs=cert)
     client = await connect_redis(s)
-    rt = make_runtime(settings=s, redis=client, owns_clients=True)
+    rt = make_runtime(settings=s, redis=client, lifecycle=Lifecycle(owns_clients=True))
     mem = rt.memory("wf-tls", "s1", "a1")
     await mem.log_turn(1, "over tls", "a", "r")
     assert [t["thought"] for t in await mem.episodic.tail(1)] == ["over tls"]  # type: ignore[union-attr]
@@ -395,7 +395,7 @@ async def test_rediss_url_makes_a_real_tls_round_trip(
 async def test_rediss_refuses_a_server_whose_certificate_is_not_trusted(
     tls_redis: Any, make_settings: Factory
 ) -> None:
-    from jarvismem.backends.redis import connect_redis
+    from jarvismem.backends.redis_connect import connect_redis
 
     port, _ = tls_redis
     s = make_settings(redis_url=f"rediss://127.0.0.1:{port}/0", redis_connect_retries=0)

@@ -102,7 +102,7 @@ def make_runtime(
     settings: Settings, redis: Any, blob: BlobStorage | None, athena: Any = None
 ) -> MemoryRuntime:
     """A runtime over the benchmark's shared clients (it does not close them)."""
-    return MemoryRuntime(settings, redis=redis, blob=blob, athena=athena, owns_clients=False)
+    return MemoryRuntime(settings, redis=redis, blob=blob, athena=athena)
 
 
 async def fill_ledger(

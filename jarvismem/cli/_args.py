@@ -43,3 +43,15 @@ def seconds(value: str) -> float:
     if not number >= 0 or number == float("inf"):
         raise argparse.ArgumentTypeError(expected)
     return number
+
+
+def port(value: str) -> int:
+    """A TCP port given on the command line: 0 (any free one) to 65535."""
+    expected = f"expected a port number from 0 to 65535, got {value!r}"
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(expected) from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(expected)
+    return number

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,12 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from jarvismem.cli._output import Output
-from jarvismem.errors import ConfigError, WorkflowNotFoundError
-from jarvismem.keys import validate_id
+from jarvismem.errors import ConfigError
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.settings import Settings, load_settings
-from jarvismem.tiers.episodic import WorkflowIndex
-from jarvismem.workflows import workflow_exists
 
 
 @dataclass
@@ -80,27 +76,6 @@ class CliContext:
             yield rt
         finally:
             await rt.close()
-
-
-async def require_workflow(rt: MemoryRuntime, workflow_id: str) -> str:
-    """``workflow_id`` validated, or :class:`WorkflowNotFoundError` when it names nothing.
-
-    The one check of every command that reads or writes a single workflow
-    (``tail``, ``bundle``, ``spaces``, ``export``, ``compact``): a mistyped id
-    is refused before anything is written, with the close ids of the
-    namespace's workflow index as suggestions. What counts as existing is
-    :func:`jarvismem.workflows.workflow_exists`'s (Redis keys, blobs, queued
-    writes); when that cannot be told (a backend down), the command goes on
-    and meets the outage itself.
-    """
-    workflow = validate_id(workflow_id, "workflow_id")
-    if await workflow_exists(rt, workflow) is not False:
-        return workflow
-    known: list[str] = []
-    if rt.redis is not None:
-        known = list(await WorkflowIndex(rt.backend, rt.keyspace).entries())
-    close = difflib.get_close_matches(workflow, known, n=3, cutoff=0.6)
-    raise WorkflowNotFoundError(workflow, rt.keyspace.namespace, tuple(close))
 
 
 def resolve_env_file(value: str | None) -> Path | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.cli._args import count, seconds
-from jarvismem.cli._context import CliContext, require_workflow
+from jarvismem.cli._context import CliContext
 from jarvismem.cli._leftovers import find_leftovers
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
@@ -20,6 +20,7 @@ from jarvismem.records import as_text, decode_entry
 from jarvismem.render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.spaces.store import SpacesStore
+from jarvismem.workflows import require_workflow
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -14,14 +14,15 @@ It needs the ``mcp`` extra; without it the command says how to install it
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 from typing import Any
 
+from jarvismem.cli._args import port
 from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import error_line
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
+from jarvismem.ui.security import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +34,6 @@ INSTALL_HINT = (
 
 _HTTP_PORT = 8765
 """The HTTP transport's port when none is given (one that local tools seldom take)."""
-
-
-def _port(value: str) -> int:
-    """A TCP port given on the command line: 0 (any free one) to 65535."""
-    expected = f"expected a port number from 0 to 65535, got {value!r}"
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(expected) from None
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(expected)
-    return number
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -80,7 +69,7 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--port",
-        type=_port,
+        type=port,
         default=_HTTP_PORT,
         metavar="N",
         help=f"with --transport http: the port (default {_HTTP_PORT}; 0 takes a free one)",
@@ -99,15 +88,6 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     # Ctrl-C is how a server is stopped by hand: not an interruption.
     p.set_defaults(handler=mcp, interrupt_exit=0)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def mcp(ctx: CliContext) -> int:
@@ -148,7 +128,7 @@ async def mcp(ctx: CliContext) -> int:
                 log.info("serving MCP over stdio: %s", _describe(info))
                 await server_mod.serve_stdio(server)
                 return 0
-            if not _loopback(a.host):
+            if not is_loopback(a.host):
                 error_line(
                     f"warning: listening on {a.host}, not a loopback address; the MCP server "
                     "has no authentication: anyone who reaches the port reads this memory"

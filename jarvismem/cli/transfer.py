@@ -17,11 +17,12 @@ from typing import Any
 
 import aiofiles
 
-from jarvismem.cli._context import CliContext, require_workflow
+from jarvismem.cli._context import CliContext
 from jarvismem.cli._output import ProgressBar
 from jarvismem.errors import ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.transfer import export_workflow, import_workflow
+from jarvismem.workflows import require_workflow
 
 
 def register(sub: Any, common: argparse.ArgumentParser) -> None:

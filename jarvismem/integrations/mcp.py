@@ -14,13 +14,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -29,6 +27,7 @@ from pydantic import Field
 from jarvismem import __version__
 from jarvismem.defaults import LEDGER_TAIL, RECALL_CONTENT_MAX_CHARS, SEARCH_LIMIT
 from jarvismem.errors import AthenaUnavailableError, ConfigError, JarvisMemError
+from jarvismem.integrations.asgi import listen_socket, serve_asgi
 from jarvismem.keys import validate_id
 from jarvismem.memory import UnifiedMemory
 from jarvismem.recall.policy import MemoryPolicy
@@ -439,63 +438,11 @@ async def serve_stdio(server: MCPServer) -> None:
     await server.run_stdio_async()
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: any free port).
-
-    Bound here rather than by uvicorn so that the real port is known (and
-    printed) before the first request, and a port in use is a clear error.
-    """
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = infos[0][0]
-        sock = socket.create_server((host, port), family=family, backlog=128)
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
-    sock.setblocking(False)
-    return sock
-
-
 def http_url(sock: socket.socket) -> str:
     """The MCP endpoint's URL for a socket from :func:`listen_socket`."""
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/mcp"
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn, with SIGINT/SIGTERM ending the serve call instead of the process,
-    and a callback once it serves.
-
-    uvicorn's own handling re-raises the signal once it has stopped, which would
-    end the process before the caller closes its runtime (and drains outboxes).
-    """
-
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None] | None) -> None:
-        super().__init__(config)
-        self._on_ready = on_ready
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.handle_exit, sig, None)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                pass  # not the main thread (a test), or a platform without it
-        try:
-            yield
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        # Within capture_signals: a signal sent once "ready" is seen stops serving cleanly.
-        if self._on_ready is not None and not self.should_exit:
-            self._on_ready()
 
 
 async def serve_http(
@@ -508,33 +455,11 @@ async def serve_http(
 ) -> None:
     """Serve ``server`` over streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen_socket`).
 
-    Runs until SIGINT/SIGTERM, or until ``stop`` is set. ``on_ready`` is called
-    once requests are served and those signals are handled (a client could
-    connect earlier: the socket listens already, so it would wait in the
-    backlog). ``log_level``: uvicorn's (its access log only at ``info`` and
-    below). When the socket is on a loopback address, requests with another
-    Host header are refused (DNS-rebinding protection).
+    Runs until SIGINT/SIGTERM, or until ``stop`` is set (see
+    :func:`~jarvismem.integrations.asgi.serve_asgi`). When the socket is on a
+    loopback address, requests with another Host header are refused
+    (DNS-rebinding protection).
     """
     host = sock.getsockname()[0]
     app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # keep the process's logging (the CLI's one-line format on stderr)
-        log_level=log_level,
-        access_log=log_level in ("info", "debug", "trace"),
-        lifespan="on",
-    )
-    web = _Uvicorn(config, on_ready)
-    watcher = None if stop is None else asyncio.create_task(_exit_on(web, stop))
-    try:
-        await web.serve(sockets=[sock])
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-
-
-async def _exit_on(web: uvicorn.Server, stop: asyncio.Event) -> None:
-    await stop.wait()
-    web.should_exit = True
+    await serve_asgi(app, sock, log_level=log_level, on_ready=on_ready, stop=stop)

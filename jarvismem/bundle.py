@@ -24,6 +24,7 @@ from jarvismem.tiers.pending import (
     newer_checkpoint,
     outstanding_records,
     queued_checkpoint,
+    queued_records,
     queued_turns,
 )
 from jarvismem.tiers.working import WorkingScratchpad
@@ -106,6 +107,7 @@ async def read_bundle(
     athena: Callable[[], Awaitable[AthenaMemory | None]] | None = None,
     spaces: SpacesStore | None = None,
     athena_query: str | None = None,
+    replay: bool = True,
 ) -> Bundle:
     """Read the bundle of one step from the tiers given, all at once.
 
@@ -122,6 +124,9 @@ async def read_bundle(
         athena_query: the current goal (the user's latest message, the task):
             Athena's mid-term chains are then the ones relevant to it (a vector
             search), not only the newest. None or blank: the newest.
+        replay: give the outboxes' deliverer a moment to replay queued writes
+            first (a kernel's read). False reads the queued records as they
+            stand and starts nothing: the inspector's read, which never writes.
     """
     if isinstance(ledger_tail, bool) or not isinstance(ledger_tail, int) or ledger_tail < 0:
         raise ValueError("ledger_tail must be a non-negative int")
@@ -134,7 +139,10 @@ async def read_bundle(
     # them, then merge what is still queued with what the backends return.
     queued: list[dict[str, Any]] = []
     for writer in wf.writers:
-        records = await outstanding_records(writer, writer.timeout)
+        if replay:
+            records = await outstanding_records(writer, writer.timeout)
+        else:
+            records = await queued_records(writer)
         if records:
             tier = writer.name.split("[")[0] + "_outbox"
             degraded[tier] = f"{len(records)} write(s) still queued locally"

@@ -219,6 +219,7 @@ class MemoryRuntime:
         require_redis: bool = False,
         warn_degraded: bool = True,
         connect_retries: int | None = None,
+        background: bool = True,
         **overrides: Any,
     ) -> Self:
         """Build and connect every configured backend from settings/environment.
@@ -234,7 +235,9 @@ class MemoryRuntime:
         and raises :class:`~jarvismem.errors.BackendUnavailableError` (tools
         that can do nothing without Redis). ``warn_degraded=False`` logs the
         degraded start at INFO instead of WARNING, for callers that report each
-        backend's state themselves (``jarvismem status``).
+        backend's state themselves (``jarvismem status``). ``background=False``
+        starts no outbox poller (a reader that must not replay, such as
+        ``jarvismem ui``).
         """
         if settings is None:
             settings = load_settings(**overrides) if overrides else default_settings()
@@ -245,7 +248,11 @@ class MemoryRuntime:
             connect_retries=connect_retries,
         )
         return cls(
-            settings, redis=redis, blob=blob, athena=athena, lifecycle=Lifecycle(owns_clients=True)
+            settings,
+            redis=redis,
+            blob=blob,
+            athena=athena,
+            lifecycle=Lifecycle(owns_clients=True, background=background),
         )
 
     def memory(self, workflow_id: str, step_id: str, agent_id: str) -> UnifiedMemory:

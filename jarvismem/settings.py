@@ -177,6 +177,7 @@ SETTING_GROUPS: Mapping[str, Mapping[str, str]] = MappingProxyType(
             key_names="redaction_key_names",
             checkpoints="redact_checkpoints",
         ),
+        "ui": _group(token="jarvismem_ui_token"),
     }
 )
 """Group -> (name in the group -> attribute of :class:`Settings`). Every field is in
@@ -518,6 +519,11 @@ class Settings(BaseSettings):
         "byte (for callers who need exact state).",
     )
     log_level: str = Field("INFO", description="Logging level of the CLI.")
+    jarvismem_ui_token: SecretStr | None = Field(
+        None,
+        description="Token `jarvismem ui` requires of every request (Authorization: Bearer, "
+        "or ?token= once, then a cookie). Required to bind anywhere but loopback.",
+    )
 
     @field_validator("jarvismem_namespace", "athena_tenant_id", "athena_user_id")
     @classmethod
@@ -696,6 +702,11 @@ class Settings(BaseSettings):
     def redaction(self) -> SettingsView:
         """``REDACTION_*``, ``REDACT_CHECKPOINTS``: ``settings.redaction.enabled``..."""
         return SettingsView(self, "redaction")
+
+    @property
+    def ui(self) -> SettingsView:
+        """``JARVISMEM_UI_TOKEN``: ``settings.ui.token``."""
+        return SettingsView(self, "ui")
 
     @property
     def ttl_seconds(self) -> int:

@@ -12,6 +12,7 @@ and the delete reports ``raced``. Docs: docs/cli.md.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 from jarvismem.backends.outbox import Outbox
 from jarvismem.backends.outbox.format import sibling
 from jarvismem.backends.redis import RedisBackend
-from jarvismem.errors import BackendUnavailableError, InvalidIdError
+from jarvismem.errors import BackendUnavailableError, InvalidIdError, WorkflowNotFoundError
 from jarvismem.keys import validate_id
 from jarvismem.memory import MemoryRuntime
 from jarvismem.records import as_text
@@ -31,6 +32,7 @@ __all__ = [
     "WorkflowInfo",
     "delete_workflow",
     "list_workflows",
+    "require_workflow",
     "workflow_exists",
 ]
 
@@ -66,7 +68,11 @@ class WorkflowInfo:
 
 
 async def list_workflows(
-    runtime: MemoryRuntime, *, rebuild: bool = False, include_blobs: bool = True
+    runtime: MemoryRuntime,
+    *,
+    rebuild: bool = False,
+    include_blobs: bool = True,
+    prune: bool = True,
 ) -> list[WorkflowInfo]:
     """Every workflow of the runtime's namespace, most recently active first.
 
@@ -74,7 +80,8 @@ async def list_workflows(
     SCAN of the whole keyspace: for data written before the index existed or
     by an import). ``include_blobs``: also list workflows that have blobs only.
     Index entries whose ledger is gone and that are older than the ledger TTL
-    are dropped from the index as they are found.
+    are dropped from the index as they are found (``prune=False``: listed as
+    they are, nothing written; the inspector's read).
     """
     ks = runtime.keyspace
     indexed: dict[str, int] = {}
@@ -108,7 +115,7 @@ async def list_workflows(
                 # unknown, not zero.
                 turns = entries = None
             if last_ms is None and score is not None:
-                if not stats.turns and score < stale_before and index is not None:
+                if prune and not stats.turns and score < stale_before and index is not None:
                     # Its ledger expired (TTL): nothing left in Redis to list.
                     await index.remove(workflow)
                     if workflow not in with_blobs:
@@ -290,3 +297,24 @@ async def _count_pending(files: list[Path]) -> int:
 def _remove_files(files: list[Path]) -> None:
     for path in files:
         path.unlink(missing_ok=True)
+
+
+async def require_workflow(rt: MemoryRuntime, workflow_id: str) -> str:
+    """``workflow_id`` validated, or :class:`WorkflowNotFoundError` when it names nothing.
+
+    The one check of every command that reads or writes a single workflow
+    (``tail``, ``bundle``, ``spaces``, ``export``, ``compact``): a mistyped id
+    is refused before anything is written, with the close ids of the
+    namespace's workflow index as suggestions. What counts as existing is
+    :func:`jarvismem.workflows.workflow_exists`'s (Redis keys, blobs, queued
+    writes); when that cannot be told (a backend down), the command goes on
+    and meets the outage itself.
+    """
+    workflow = validate_id(workflow_id, "workflow_id")
+    if await workflow_exists(rt, workflow) is not False:
+        return workflow
+    known: list[str] = []
+    if rt.redis is not None:
+        known = list(await WorkflowIndex(rt.backend, rt.keyspace).entries())
+    close = difflib.get_close_matches(workflow, known, n=3, cutoff=0.6)
+    raise WorkflowNotFoundError(workflow, rt.keyspace.namespace, tuple(close))

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("jarvismem", "jarvismem.transfer", "jarvismem.transfer.", "jarvismem.demo",
      "jarvismem.demo.", "jarvismem.testing", "jarvismem.testing.",
      "jarvismem.integrations", "jarvismem.integrations."),
-    ("jarvismem.cli", "jarvismem.cli.", "jarvismem.__main__"),
+    ("jarvismem.cli", "jarvismem.cli.", "jarvismem.ui", "jarvismem.ui.", "jarvismem.__main__"),
 ]  # fmt: skip
 
 # Backend client libraries: only backends/ speaks to them (and translates their
@@ -59,6 +59,11 @@ OPTIONAL_EXTRAS = (
     "mcp",
     "jarvismem.integrations.mcp",
     "opentelemetry",
+    "uvicorn",
+    "starlette",
+    "jinja2",
+    "jarvismem.integrations.asgi",
+    "jarvismem.ui.app",
 )
 
 # Start-up cost (docs/performance.md, "Start-up"): the client of an optional backend,

@@ -46,6 +46,7 @@ COMMAND_MODULES = (
     "manage",
     "server",
     "mcp",
+    "ui",
     "completion",
 )
 """The modules under jarvismem.cli that register commands, in the order ``--help`` lists them."""

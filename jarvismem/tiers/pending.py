@@ -33,6 +33,20 @@ async def outstanding_records(writer: DurableWriter, timeout: float) -> list[dic
     return await writer.pending_records()
 
 
+async def queued_records(writer: DurableWriter) -> list[dict[str, Any]]:
+    """Records queued in ``writer``'s outbox as its files stand, starting no replay.
+
+    For readers that must not write (the inspector): :func:`outstanding_records`
+    first lets the deliverer replay, which is a write to the backend.
+    """
+    box = writer.outbox
+    await box.refresh()
+    if not len(box):
+        return []
+    queued = await box.peek(len(box))
+    return [record for seq, record in queued if box.misdirected_to(seq) is None]
+
+
 def queued_checkpoint(records: Iterable[dict[str, Any]], step_id: str) -> Checkpoint | None:
     """The newest checkpoint of ``step_id`` among queued records (rev 0: not stored yet)."""
     best: Checkpoint | None = None

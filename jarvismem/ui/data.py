@@ -1,0 +1,270 @@
+"""What the inspector shows, as JSON-able dicts: one source for each page and its JSON.
+
+Every function here only reads. It starts no replay (queued records are read
+as their files stand), prunes no index entry and creates no Athena session:
+the inspector may be pointed at a production namespace while kernels run.
+Ids are validated by :mod:`jarvismem.keys` before any key or path is built.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jarvismem.backends.outbox import scan_outboxes
+from jarvismem.bundle import read_bundle
+from jarvismem.errors import ConfigError
+from jarvismem.keys import validate_id
+from jarvismem.runtime import MemoryRuntime
+from jarvismem.tiers.pending import queued_records, queued_turns
+from jarvismem.workflows import list_workflows, require_workflow
+
+PAGE_SIZE = 50
+"""Ledger entries on one timeline page."""
+
+SCAN_LIMIT = 5000
+"""Most ledger entries one filtered timeline page reads before it returns a cursor.
+
+A filter that matches rarely must not turn one page into a scan of a million
+entries: the page says where it stopped and the next one goes on from there.
+"""
+
+RECALL_LIMIT = 10
+
+
+def _stream_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def workflows(rt: MemoryRuntime, query: str = "") -> dict[str, Any]:
+    """The namespace's workflows, most recently active first; ``query`` filters ids."""
+    rows = [row.as_dict() for row in await list_workflows(rt, prune=False)]
+    needle = query.strip().lower()
+    if needle:
+        rows = [row for row in rows if needle in row["workflow_id"].lower()]
+    return {"namespace": rt.settings.jarvismem_namespace, "query": query, "workflows": rows}
+
+
+async def timeline(
+    rt: MemoryRuntime,
+    workflow_id: str,
+    *,
+    after: str | None = None,
+    step: str | None = None,
+    agent: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> dict[str, Any]:
+    """One page of a workflow's ledger, oldest first, after the cursor ``after``.
+
+    Reads forward from ``after`` with ``XRANGE`` (never the whole stream): at
+    most :data:`SCAN_LIMIT` entries when ``step``/``agent`` filter. ``next`` is
+    the cursor of the following page (None at the ledger's end). Each entry says
+    whether the long-term summary covers it (``summarized``); turns still queued
+    in this machine's outbox follow the last page (``queued``).
+    """
+    workflow = await require_workflow(rt, workflow_id)
+    if after is not None and after != "0-0":
+        _check_cursor(after)
+    step = None if not step else validate_id(step, "step_id")
+    agent = None if not agent else validate_id(agent, "agent_id")
+    if rt.backend is None:
+        raise ConfigError("the timeline needs Redis; set REDIS_URL")
+    wf = rt.workflow(workflow)
+    assert wf.ledger is not None
+    covered_to = await _summary_end(rt, workflow)
+    entries: list[dict[str, Any]] = []
+    cursor = after
+    scanned = 0
+    at_end = False
+    while len(entries) < limit and scanned < SCAN_LIMIT:
+        want = min(max(limit * 4, 100), SCAN_LIMIT - scanned) if (step or agent) else limit
+        batch = await wf.ledger.range_after(cursor, want)
+        scanned += len(batch)
+        read_all = True
+        for n, entry in enumerate(batch):
+            cursor = str(entry["id"])
+            if (step and entry.get("step_id") != step) or (
+                agent and entry.get("agent_id") != agent
+            ):
+                continue
+            entry["summarized"] = covered_to is not None and _stream_key(cursor) <= covered_to
+            entries.append(entry)
+            if len(entries) >= limit:
+                read_all = n == len(batch) - 1
+                break
+        if len(batch) < want:
+            at_end = read_all
+            break
+    queued: list[dict[str, Any]] = []
+    if at_end and wf.redis_writer is not None:
+        queued = [
+            t
+            for t in queued_turns(await queued_records(wf.redis_writer))
+            if (not step or t.get("step_id") == step) and (not agent or t.get("agent_id") == agent)
+        ]
+    return {
+        "workflow_id": workflow,
+        "filters": {"step": step, "agent": agent},
+        "after": after,
+        "entries": entries,
+        "next": None if at_end else cursor,
+        "scanned": scanned,
+        "summary_covers_to": None if covered_to is None else f"{covered_to[0]}-{covered_to[1]}",
+        "queued": queued,
+    }
+
+
+def _check_cursor(value: str) -> None:
+    try:
+        ms, seq = _stream_key(value)
+    except ValueError:
+        raise ValueError(f"bad cursor {value!r}: a ledger id such as 1700000000000-0") from None
+    if ms < 0 or seq < 0 or value.count("-") != 1:
+        raise ValueError(f"bad cursor {value!r}: a ledger id such as 1700000000000-0")
+
+
+async def _summary_end(rt: MemoryRuntime, workflow: str) -> tuple[int, int] | None:
+    """The last ledger id the long-term summary covers, or None."""
+    ltm = rt.workflow(workflow).ltm
+    if ltm is None:
+        return None
+    base = await ltm.read_base()
+    if base.record is None or not base.record.to_id:
+        return None
+    return _stream_key(base.record.to_id)
+
+
+async def newer_entries(
+    rt: MemoryRuntime,
+    workflow_id: str,
+    after: str,
+    *,
+    step: str | None = None,
+    agent: str | None = None,
+) -> list[dict[str, Any]]:
+    """Entries logged after ``after`` (the live tail's poll), filtered like the timeline."""
+    page = await timeline(rt, workflow_id, after=after, step=step, agent=agent)
+    return list(page["entries"])
+
+
+async def last_id(rt: MemoryRuntime, workflow_id: str) -> str:
+    """The newest ledger id of a workflow (``0-0`` when empty): the live tail's start."""
+    workflow = await require_workflow(rt, workflow_id)
+    ledger = rt.workflow(workflow).ledger
+    if ledger is None:
+        return "0-0"
+    newest = await ledger.tail(1)
+    return str(newest[-1]["id"]) if newest else "0-0"
+
+
+async def step_state(
+    rt: MemoryRuntime, workflow_id: str, step_id: str, agent_id: str, ledger_tail: int = 10
+) -> dict[str, Any]:
+    """A step's checkpoint, its scratchpad and the bundle a fresh process would get now.
+
+    The bundle is :func:`~jarvismem.bundle.read_bundle`'s, as ``rehydrate_bundle``
+    reads it, except that queued writes are shown, not replayed, and Athena is not
+    asked (opening an Athena session is a write; the health page shows Athena).
+    """
+    workflow = await require_workflow(rt, workflow_id)
+    step = validate_id(step_id, "step_id")
+    agent = validate_id(agent_id, "agent_id")
+    mem = rt.memory(workflow, step, agent)
+    bundle = await read_bundle(
+        rt.workflow(workflow),
+        step,
+        ledger_tail,
+        settings=rt.settings,
+        working=mem.working,
+        spaces=mem.spaces,
+        replay=False,
+    )
+    checkpoint = None
+    if rt.backend is not None:
+        record = await rt.workflow(workflow).checkpoints(step).load()
+        if record is not None:
+            checkpoint = {"state": _json_or_text(record.state), "rev": record.rev, "ts": record.ts}
+    return {
+        "workflow_id": workflow,
+        "step_id": step,
+        "agent_id": agent,
+        "checkpoint": checkpoint,
+        "scratchpad": bundle["scratchpad"],
+        "bundle": dict(bundle),
+    }
+
+
+def _json_or_text(text: str) -> Any:
+    """A checkpoint's state parsed for pretty printing when it is JSON, else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def summary(rt: MemoryRuntime, workflow_id: str) -> dict[str, Any]:
+    """The long-term summary: text, generation, ledger range covered, last compaction."""
+    workflow = await require_workflow(rt, workflow_id)
+    wf = rt.workflow(workflow)
+    if wf.ltm is None or wf.compactor is None:
+        return {"workflow_id": workflow, "active": False, "summary": None, "compaction": None}
+    base = await wf.ltm.read_base()
+    record = base.record
+    return {
+        "workflow_id": workflow,
+        "active": True,
+        "generation": base.gen,
+        "summary": None if record is None else record.model_dump(),
+        "compaction": await wf.compactor.state(),
+    }
+
+
+async def spaces(rt: MemoryRuntime, workflow_id: str, agent_id: str) -> dict[str, Any]:
+    """An agent's cognitive spaces (world, tasks, custom spaces) with their revisions."""
+    workflow = await require_workflow(rt, workflow_id)
+    agent = validate_id(agent_id, "agent_id")
+    store = rt.memory(workflow, "inspect", agent).spaces
+    if store is None:
+        raise ConfigError("spaces need Redis; set REDIS_URL")
+    exists = await store.exists()
+    snapshot = await store.snapshot() if exists else {}
+    return {"workflow_id": workflow, "agent_id": agent, "exists": exists, **snapshot}
+
+
+async def recall(
+    rt: MemoryRuntime, workflow_id: str, agent_id: str, query: str, limit: int = RECALL_LIMIT
+) -> dict[str, Any]:
+    """Ranked hits for ``query`` over the agent's facts, each with its score and source.
+
+    ``source``: ``match`` (the store scored it: BM25, or BM25 and vectors fused
+    when an embedder is configured) or ``recency fill`` (score 0: the newest
+    other facts fill the list up to the policy's size).
+    """
+    workflow = await require_workflow(rt, workflow_id)
+    agent = validate_id(agent_id, "agent_id")
+    store = rt.recall_store
+    kind = "none" if store is None else type(store).__name__
+    hits: list[dict[str, Any]] = []
+    if query.strip():
+        mem = rt.memory(workflow, "inspect", agent)
+        for result in await mem.recall(query, limit=limit):
+            entry = result.entry.model_dump(mode="json")
+            source = "recency fill" if result.score == 0 else "match"
+            hits.append({"score": result.score, "source": source, "entry": entry})
+    return {
+        "workflow_id": workflow,
+        "agent_id": agent,
+        "query": query,
+        "store": kind,
+        "policy": rt.policy.model_dump(mode="json") if rt.policy is not None else None,
+        "hits": hits,
+    }
+
+
+async def health(rt: MemoryRuntime) -> dict[str, Any]:
+    """Every backend's state and every outbox on this machine (queued, dead-lettered)."""
+    report = await rt.health()
+    report["local_outboxes"] = await scan_outboxes(Path(rt.settings.outbox_path))
+    return report

@@ -92,6 +92,9 @@ async def serve_asgi(
         log_level=log_level,
         access_log=log_level in ("info", "debug", "trace"),
         lifespan="on",
+        # An open live tail (server-sent events) never ends by itself: give open
+        # responses this long after SIGINT, then close them.
+        timeout_graceful_shutdown=2,
     )
     web = _Uvicorn(config, on_ready)
     watcher = None if stop is None else asyncio.create_task(_exit_on(web, stop))

@@ -14,7 +14,7 @@ from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.bundle import read_bundle
-from jarvismem.errors import ConfigError
+from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import validate_id
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.tiers.pending import queued_records, queued_turns
@@ -73,30 +73,35 @@ async def timeline(
         raise ConfigError("the timeline needs Redis; set REDIS_URL")
     wf = rt.workflow(workflow)
     assert wf.ledger is not None
-    covered_to = await _summary_end(rt, workflow)
     entries: list[dict[str, Any]] = []
     cursor = after
     scanned = 0
     at_end = False
-    while len(entries) < limit and scanned < SCAN_LIMIT:
-        want = min(max(limit * 4, 100), SCAN_LIMIT - scanned) if (step or agent) else limit
-        batch = await wf.ledger.range_after(cursor, want)
-        scanned += len(batch)
-        read_all = True
-        for n, entry in enumerate(batch):
-            cursor = str(entry["id"])
-            if (step and entry.get("step_id") != step) or (
-                agent and entry.get("agent_id") != agent
-            ):
-                continue
-            entry["summarized"] = covered_to is not None and _stream_key(cursor) <= covered_to
-            entries.append(entry)
-            if len(entries) >= limit:
-                read_all = n == len(batch) - 1
+    unavailable = None
+    try:
+        covered_to = await _summary_end(rt, workflow)
+        while len(entries) < limit and scanned < SCAN_LIMIT:
+            want = min(max(limit * 4, 100), SCAN_LIMIT - scanned) if (step or agent) else limit
+            batch = await wf.ledger.range_after(cursor, want)
+            scanned += len(batch)
+            read_all = True
+            for n, entry in enumerate(batch):
+                cursor = str(entry["id"])
+                if (step and entry.get("step_id") != step) or (
+                    agent and entry.get("agent_id") != agent
+                ):
+                    continue
+                entry["summarized"] = covered_to is not None and _stream_key(cursor) <= covered_to
+                entries.append(entry)
+                if len(entries) >= limit:
+                    read_all = n == len(batch) - 1
+                    break
+            if len(batch) < want:
+                at_end = read_all
                 break
-        if len(batch) < want:
-            at_end = read_all
-            break
+    except BackendUnavailableError as exc:
+        # Redis is down: show what this machine's outbox holds, and say why the rest is not.
+        covered_to, at_end, unavailable = None, True, str(exc)
     queued: list[dict[str, Any]] = []
     if at_end and wf.redis_writer is not None:
         queued = [
@@ -113,6 +118,7 @@ async def timeline(
         "scanned": scanned,
         "summary_covers_to": None if covered_to is None else f"{covered_to[0]}-{covered_to[1]}",
         "queued": queued,
+        "unavailable": unavailable,
     }
 
 

@@ -1,0 +1,149 @@
+"""The inspector's data: paging without full scans, filters, summary coverage, outages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvismem.errors import InvalidIdError, WorkflowNotFoundError
+from jarvismem.runtime import Lifecycle
+from jarvismem.ui import data
+
+pytestmark = pytest.mark.integration
+
+
+async def _log(rt: Any, workflow: str, turns: int, agents: tuple[str, ...] = ("a1",)) -> None:
+    for i in range(1, turns + 1):
+        agent = agents[i % len(agents)]
+        mem = rt.memory(workflow, f"s{i % 2}", agent)
+        await mem.log_turn(i, f"thought {i}", {"step": i}, f"result {i}", 10)
+
+
+async def test_pages_walk_the_ledger_oldest_first_each_entry_once(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-page", 120)
+    seen: list[int] = []
+    after = None
+    pages = 0
+    while True:
+        page = await data.timeline(real_runtime, "wf-page", after=after, limit=50)
+        seen += [int(e["turn_id"]) for e in page["entries"]]
+        pages += 1
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert seen == list(range(1, 121))
+    assert pages == 3
+
+
+async def test_an_agent_filter_keeps_only_that_agents_turns(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-filter", 30, agents=("planner", "coder", "coder"))
+    page = await data.timeline(real_runtime, "wf-filter", agent="planner")
+    assert page["entries"], page
+    assert {e["agent_id"] for e in page["entries"]} == {"planner"}
+    assert [int(e["turn_id"]) for e in page["entries"]] == list(range(3, 31, 3))
+
+
+async def test_a_rare_match_stops_at_the_scan_limit_with_a_cursor(
+    real_runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A filter matching nothing must not read the whole ledger in one page.
+    monkeypatch.setattr(data, "SCAN_LIMIT", 100)
+    await _log(real_runtime, "wf-rare", 250)
+    page = await data.timeline(real_runtime, "wf-rare", agent="nobody", limit=10)
+    assert page["entries"] == []
+    assert page["scanned"] == 100
+    assert page["next"] is not None
+    rest = await data.timeline(real_runtime, "wf-rare", agent="nobody", after=page["next"])
+    assert rest["scanned"] == 100 and rest["next"] is not None
+
+
+async def test_turns_the_summary_covers_are_marked(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-sum", 10)
+    result = await real_runtime.workflow("wf-sum").compactor.compact()
+    assert result.compacted
+    await _log_more(real_runtime, "wf-sum", 11, 13)
+    page = await data.timeline(real_runtime, "wf-sum")
+    flags = [(int(e["turn_id"]), e["summarized"]) for e in page["entries"]]
+    assert flags == [(i, i <= 10) for i in range(1, 14)]
+    assert page["summary_covers_to"] == page["entries"][9]["id"]
+    summary = await data.summary(real_runtime, "wf-sum")
+    assert summary["summary"]["turns"] == 10 and summary["summary"]["text"]
+
+
+async def _log_more(rt: Any, workflow: str, first: int, last: int) -> None:
+    mem = rt.memory(workflow, "s1", "a1")
+    for i in range(first, last + 1):
+        await mem.log_turn(i, f"thought {i}", "act", "res", 10)
+
+
+@pytest.mark.parametrize("bad", ["../etc", "a b", "x\x00y", "", "a" * 300, "wf:*"])
+async def test_hostile_ids_are_refused_before_any_read(real_runtime: Any, bad: str) -> None:
+    with pytest.raises((InvalidIdError, ValueError)):
+        await data.timeline(real_runtime, bad)
+    await _log(real_runtime, "wf-ok", 1)
+    with pytest.raises((InvalidIdError, ValueError)):
+        await data.step_state(real_runtime, "wf-ok", bad or "..", "a1")
+    with pytest.raises((InvalidIdError, ValueError)):
+        await data.spaces(real_runtime, "wf-ok", bad or "..")
+
+
+async def test_a_bad_cursor_and_an_unknown_workflow_are_clear_errors(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-known", 1)
+    with pytest.raises(ValueError, match="bad cursor"):
+        await data.timeline(real_runtime, "wf-known", after="12-x")
+    with pytest.raises(WorkflowNotFoundError):
+        await data.timeline(real_runtime, "wf-unknown")
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under ``root`` with its size, mtime and bytes."""
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            st = path.stat()
+            out[str(path)] = (st.st_size, st.st_mtime_ns, path.read_bytes())
+    return out
+
+
+async def _keys(redis: Any, namespace: str) -> dict[bytes, bytes]:
+    found = {}
+    async for key in redis.scan_iter(match=f"*{namespace}*", count=1000):
+        found[key] = await redis.dump(key)
+    return found
+
+
+async def test_every_page_leaves_redis_and_the_disk_as_they_were(
+    real_runtime: Any, real_redis: Any, local_blob: Any, make_runtime: Any, tmp_path: Path
+) -> None:
+    rt = real_runtime
+    await _log(rt, "wf-ro", 12, agents=("a1", "a2"))
+    mem = rt.memory("wf-ro", "s1", "a1")
+    await mem.save_checkpoint('{"k": 1}')
+    await mem.remember("the deploy goes through staging")
+    await rt.workflow("wf-ro").compactor.compact()
+    await rt.close()  # the kernel is gone; what it left is what the inspector reads
+
+    # Built as `jarvismem ui` builds it: no outbox poller.
+    viewer = make_runtime(redis=real_redis, blob=local_blob, lifecycle=Lifecycle(background=False))
+    namespace = rt.settings.jarvismem_namespace
+    before_keys = await _keys(real_redis, namespace)
+    before_files = _tree(tmp_path)
+    try:
+        await data.workflows(viewer)
+        for after in (None, "0-0"):
+            await data.timeline(viewer, "wf-ro", after=after)
+        await data.timeline(viewer, "wf-ro", agent="a2")
+        await data.step_state(viewer, "wf-ro", "s1", "a1")
+        await data.summary(viewer, "wf-ro")
+        await data.spaces(viewer, "wf-ro", "a1")
+        await data.recall(viewer, "wf-ro", "a1", "deploy staging")
+        await data.health(viewer)
+        await data.last_id(viewer, "wf-ro")
+    finally:
+        await viewer.close()
+    assert await _keys(real_redis, namespace) == before_keys
+    assert _tree(tmp_path) == before_files

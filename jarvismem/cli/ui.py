@@ -70,8 +70,9 @@ async def ui(ctx: CliContext) -> int:
             app = create_app(rt, token=token, loopback=is_loopback(a.host))
             host, port = sock.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
+            url = f"http://{shown}:{port}/"
             info = {
-                "url": f"http://{shown}:{port}/",
+                "url": url,
                 "namespace": rt.keyspace.namespace,
                 "token_required": token is not None,
             }
@@ -79,7 +80,7 @@ async def ui(ctx: CliContext) -> int:
             def ready() -> None:
                 ctx.out.result(info, lambda d: f"jarvismem inspector at {d['url']} (read-only)")
                 if a.open:
-                    webbrowser.open(info["url"])
+                    webbrowser.open(url)
 
             verbosity = int(getattr(a, "verbose", 0) or 0)
             level = "warning" if verbosity == 0 else "info" if verbosity == 1 else "debug"

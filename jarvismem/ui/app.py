@@ -112,15 +112,17 @@ async def _workflows(request: Request, rt: MemoryRuntime) -> tuple[str, dict[str
     return "workflows", await data.workflows(rt, request.query_params.get("q", ""))
 
 
-def _filters(request: Request) -> dict[str, str | None]:
+def _filters(request: Request) -> tuple[str | None, str | None]:
+    """The timeline's ``step`` and ``agent`` filters (None when empty)."""
     q = request.query_params
-    return {"step": q.get("step") or None, "agent": q.get("agent") or None}
+    return q.get("step") or None, q.get("agent") or None
 
 
 async def _timeline(request: Request, rt: MemoryRuntime) -> tuple[str, dict[str, Any]]:
     q = request.query_params
+    step, agent = _filters(request)
     page = await data.timeline(
-        rt, request.path_params["workflow"], after=q.get("after") or None, **_filters(request)
+        rt, request.path_params["workflow"], after=q.get("after") or None, step=step, agent=agent
     )
     page["tail_from"] = page["entries"][-1]["id"] if page["entries"] else (q.get("after") or None)
     if page["tail_from"] is None:
@@ -165,12 +167,14 @@ async def _tail(request: Request) -> Response:
     """Server-sent events: each new ledger entry (filtered like the page) as one event."""
     rt: MemoryRuntime = request.app.state.runtime
     workflow = request.path_params["workflow"]
-    filters = _filters(request)
+    step, agent = _filters(request)
     after = request.query_params.get("after") or None
     try:
         if after is None:
             after = await data.last_id(rt, workflow)
-        await data.timeline(rt, workflow, after=after, limit=1, **filters)  # checks ids
+        await data.timeline(
+            rt, workflow, after=after, limit=1, step=step, agent=agent
+        )  # checks ids
     except (JarvisMemError, ValueError) as exc:
         return PlainTextResponse(str(exc), status_code=_status_of(exc))
 
@@ -179,7 +183,7 @@ async def _tail(request: Request) -> Response:
         yield ": tail open\n\n"
         while not await request.is_disconnected():
             try:
-                page = await data.timeline(rt, workflow, after=cursor, **filters)
+                page = await data.timeline(rt, workflow, after=cursor, step=step, agent=agent)
             except BackendUnavailableError:
                 yield "event: outage\ndata: {}\n\n"
                 await asyncio.sleep(TAIL_POLL_SECONDS * 4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -112,12 +113,15 @@ async def fill_ledger(
     turns: list[Turn],
     count: int,
     max_len: int = 0,
+    agents: int = 1,
 ) -> None:
     """Append ``count`` turns to the workflow's stream with pipelined XADDs.
 
     ``max_len`` > 0 trims as the ledger's retention does (``MAXLEN ~ max_len``), so
     a fill of a million turns leaves the stream a million turns of appends have
-    left behind, not a million entries retention would never keep.
+    left behind, not a million entries retention would never keep. ``agents``:
+    turn ``i`` is logged by ``agent-{1 + i % agents}`` (1: every turn by ``agent-1``),
+    so a filter on one agent matches one entry in ``agents``.
     """
     key = keyspace.ledger(workflow_id)
     batch = 2000
@@ -134,6 +138,8 @@ async def fill_ledger(
             for i in range(start, min(count, start + batch)):
                 fields = dict(encoded[i % len(encoded)])
                 fields["turn_id"] = str(i)
+                if agents > 1:
+                    fields["agent_id"] = json.dumps(f"agent-{1 + i % agents}")  # as encode_fields
                 pipe.xadd(key, fields, **trim)
             await pipe.execute()
 

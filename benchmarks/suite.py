@@ -55,6 +55,7 @@ from benchmarks.reference import reference_scenario
 from benchmarks.startup import startup_scenario
 from benchmarks.stats import Target, bucket_series, latency_summary, render_report
 from benchmarks.topology import main as topology_main
+from benchmarks.ui import ui_scenario
 from jarvismem.backends.blob.base import BlobStorage
 from jarvismem.backends.blob.local import LocalBlobStorage
 from jarvismem.backends.llm.worker import default_worker
@@ -71,7 +72,7 @@ AZURITE_CONNECTION_STRING = (
 
 T = TypeVar("T")
 
-SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL", "STARTUP")
+SCENARIOS = ("S0", "S1", "S2", "S3", "S4", "S5", "S6", "S7", "S8", "OTEL", "STARTUP", "UI")
 
 
 @dataclass
@@ -110,6 +111,8 @@ class BenchConfig:
     otel_turns: int = 500
     otel_rounds: int = 12
     raw_conc_per_task: int = 200
+    ui_entries: int = 1_000_000
+    ui_reps: int = 30
     only: tuple[str, ...] = SCENARIOS
     with_reference: bool = False
     plots_dir: str | None = None
@@ -146,6 +149,8 @@ class BenchConfig:
             "otel_turns": 100,
             "otel_rounds": 3,
             "raw_conc_per_task": 20,
+            "ui_entries": 20_000,
+            "ui_reps": 10,
         }
         values.update(overrides)
         return cls(**values)
@@ -662,6 +667,8 @@ class Bench:
                 await self.timed("OTEL", otel_scenario(self, local))
             if "STARTUP" in only:
                 await self.timed("STARTUP", startup_scenario(self))
+            if "UI" in only:
+                await self.timed("UI", ui_scenario(self, local))
             if cfg.with_reference:
                 await self.timed("reference", reference_scenario(self, local))
         finally:

@@ -28,10 +28,17 @@ def listen_socket(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family = infos[0][0]
-        sock = socket.create_server((host, port), family=family, backlog=128)
+        created = socket.create_server((host, port), family=family, backlog=128)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
+    # create_server leaves the socket's protocol number 0, and asyncio sets
+    # TCP_NODELAY on accepted connections only when it reads IPPROTO_TCP there:
+    # without it, a response whose head and body go out in two writes waits
+    # ~40 ms for the client's delayed ACK on every request of a kept-open
+    # connection (measured: a timeline page 52 ms -> 5 ms). Re-wrapping the
+    # descriptor makes Python read the real protocol back from the kernel.
+    sock = socket.socket(fileno=created.detach())
     sock.setblocking(False)
     return sock
 

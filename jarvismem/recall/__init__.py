@@ -2,7 +2,7 @@
 
 * :class:`MemoryPolicy`: whether/how recall and capture happen.
 * Models: :class:`MemoryEntry`, :class:`RecallRequest`, :class:`WriteRequest`,
-  :class:`RecallResult`.
+  :class:`RecallResult` (with its :data:`RecallSource`).
 * Stores (:class:`RecallStore` protocol): :class:`InMemoryRecallStore`,
   :class:`RedisRecallStore` (BM25, the embedded default), :class:`AthenaRecallStore`.
 * Prompt: :func:`build_messages`, :func:`preflight`, :func:`recall_for_turn`,
@@ -10,7 +10,13 @@
 """
 
 from jarvismem.recall.athena_store import AthenaRecallStore, similarity_from_distance
-from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
+from jarvismem.recall.models import (
+    MemoryEntry,
+    RecallRequest,
+    RecallResult,
+    RecallSource,
+    WriteRequest,
+)
 from jarvismem.recall.policy import MemoryPolicy
 from jarvismem.recall.prompt import (
     Preflight,
@@ -32,6 +38,7 @@ __all__ = [
     "Preflight",
     "RecallRequest",
     "RecallResult",
+    "RecallSource",
     "RecallStore",
     "RedisRecallStore",
     "WriteRequest",

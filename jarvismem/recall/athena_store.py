@@ -128,7 +128,9 @@ class AthenaRecallStore:
             )
             if score < request.min_score:
                 continue
-            scored.append((score, position, RecallResult(entry=entry, score=score)))
+            scored.append(
+                (score, position, RecallResult(entry=entry, score=score, source="athena"))
+            )
         # Higher similarity first; the server's order breaks ties (it is not sorted).
         scored.sort(key=lambda item: (-item[0], item[1]))
         return [result for _, _, result in scored[: request.limit]]

@@ -64,7 +64,13 @@ from jarvismem.backends.embeddings.protocol import Embedder
 from jarvismem.defaults import RECALL_NAMESPACE
 from jarvismem.errors import InvalidPayloadError, JarvisMemError
 from jarvismem.keys import KeySpace
-from jarvismem.recall.models import MemoryEntry, RecallRequest, RecallResult, WriteRequest
+from jarvismem.recall.models import (
+    MemoryEntry,
+    RecallRequest,
+    RecallResult,
+    RecallSource,
+    WriteRequest,
+)
 from jarvismem.recall.stores import DeletableRecallStore, RecallStore, passes
 from jarvismem.recall.vectors import InMemoryVectorStore, VectorHit, VectorStore
 from jarvismem.resilience import Backoff
@@ -350,7 +356,7 @@ class HybridRecallStore:
         )
         taken = {r.entry.id for r in matches}
         fill = [
-            RecallResult(entry=r.entry, score=0.0)
+            RecallResult(entry=r.entry, score=0.0, source="recency")
             for r in found
             if r.score == 0 and r.entry.id not in taken and passes(r.entry, request.filter)
         ]
@@ -411,4 +417,13 @@ def fuse(
     for entry_id in ordered:
         if entry_id not in entries:
             entries[entry_id] = hits[entry_id].entry
-    return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]
+    return [
+        RecallResult(entry=entries[i], score=scores[i], source=_source(i in bm25, i in cosine))
+        for i in ordered[:limit]
+    ]
+
+
+def _source(lexical: bool, semantic: bool) -> RecallSource:
+    if lexical and semantic:
+        return "lexical+vector"
+    return "lexical" if lexical else "vector"

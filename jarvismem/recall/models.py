@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -217,10 +217,21 @@ class WriteRequest(_Scoped):
         return text
 
 
+RecallSource = Literal["lexical", "vector", "lexical+vector", "recency", "athena"]
+"""How a store found a result: ``lexical`` (BM25 on its words), ``vector`` (by meaning
+only), ``lexical+vector`` (both signals, fused), ``recency`` (the recency fill, score 0),
+``athena`` (the Athena server's search)."""
+
+
 class RecallResult(BaseModel):
-    """A recalled entry and its relevance: higher ``score`` = more relevant (>= 0)."""
+    """A recalled entry and its relevance: higher ``score`` = more relevant (>= 0).
+
+    ``source``: how the store found it (:data:`RecallSource`); None when a store does
+    not say (one written outside jarvismem).
+    """
 
     model_config = ConfigDict(frozen=True)
 
     entry: MemoryEntry
     score: float = Field(ge=0)
+    source: RecallSource | None = None

@@ -114,14 +114,16 @@ def rank(
         (i for i in scores if i in entries),
         key=lambda i: (-scores[i], -entries[i].updated_at, i),
     )
-    return [RecallResult(entry=entries[i], score=scores[i]) for i in ordered[:limit]]
+    return [
+        RecallResult(entry=entries[i], score=scores[i], source="lexical") for i in ordered[:limit]
+    ]
 
 
 def newest(entries: Iterable[MemoryEntry], limit: int) -> list[RecallResult]:
     """The ``limit`` most recently written entries (``updated_at``, then id), newest
     first, each with score 0: the recency fill."""
     ordered = sorted(entries, key=lambda e: (-e.updated_at, e.id))
-    return [RecallResult(entry=e, score=0.0) for e in ordered[:limit]]
+    return [RecallResult(entry=e, score=0.0, source="recency") for e in ordered[:limit]]
 
 
 def passes(entry: MemoryEntry, wanted: Mapping[str, str] | None) -> bool:
@@ -221,7 +223,7 @@ class _ScopeIndex:
                 if len(results) + len(fill) >= request.limit:
                     break
                 if entry.id not in scores and passes(entry, wanted):
-                    fill.append(RecallResult(entry=entry, score=0.0))
+                    fill.append(RecallResult(entry=entry, score=0.0, source="recency"))
             results.extend(fill)
         return results
 

@@ -197,6 +197,20 @@ class RecallStoreConformance:
             c for c in reversed(CORPUS) if c != CORPUS[1]
         ]
 
+    async def test_a_result_that_names_its_source_names_the_right_one(
+        self, recall_store: RecallStore
+    ) -> None:
+        # ``source`` is optional (None: the store does not say); when given, a match is
+        # never called the fill and the fill (score 0) is never called a match.
+        agent = unique_name()
+        await self._corpus(recall_store, agent)
+        found = await recall_store.recall(
+            RecallRequest(agent_id=agent, query="falcon deadline", limit=len(CORPUS))
+        )
+        for result in found:
+            if result.source is not None:
+                assert (result.source == "recency") == (result.score == 0), result
+
     async def test_the_fill_never_repeats_a_match_and_takes_upserts_as_newest(
         self, recall_store: RecallStore
     ) -> None:

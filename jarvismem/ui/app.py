@@ -156,6 +156,7 @@ async def _recall(request: Request, rt: MemoryRuntime) -> tuple[str, dict[str, A
         request.path_params["workflow"],
         request.path_params["agent"],
         request.query_params.get("q", ""),
+        step=request.query_params.get("step") or None,
     )
 
 

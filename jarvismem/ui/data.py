@@ -8,14 +8,18 @@ Ids are validated by :mod:`jarvismem.keys` before any key or path is built.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
-from jarvismem.bundle import read_bundle
+from jarvismem.bundle import Bundle, read_bundle
+from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import validate_id
+from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.tiers.pending import queued_records, queued_turns
 from jarvismem.workflows import list_workflows, require_workflow
@@ -32,6 +36,12 @@ entries: the page says where it stopped and the next one goes on from there.
 
 RECALL_LIMIT = 10
 
+RECENT_SAMPLE = 100
+"""Ledger entries read at the end of a workflow for its recent steps and agents."""
+
+DETAILED_ROWS = 200
+"""Workflow rows given their recent steps and agents (one ledger read each)."""
+
 
 def _stream_key(entry_id: str) -> tuple[int, int]:
     ms, _, seq = entry_id.partition("-")
@@ -39,11 +49,32 @@ def _stream_key(entry_id: str) -> tuple[int, int]:
 
 
 async def workflows(rt: MemoryRuntime, query: str = "") -> dict[str, Any]:
-    """The namespace's workflows, most recently active first; ``query`` filters ids."""
+    """The namespace's workflows, most recently active first; ``query`` filters ids.
+
+    Each row also names the steps and agents of its last :data:`RECENT_SAMPLE`
+    ledger entries (``recent_steps``, ``recent_agents``): the ledger is never scanned
+    whole, so these are the recent ones, for the first :data:`DETAILED_ROWS` rows.
+    """
     rows = [row.as_dict() for row in await list_workflows(rt, prune=False)]
     needle = query.strip().lower()
     if needle:
         rows = [row for row in rows if needle in row["workflow_id"].lower()]
+    gate = asyncio.Semaphore(16)
+
+    async def detail(row: dict[str, Any]) -> None:
+        row["recent_steps"] = row["recent_agents"] = None
+        if rt.backend is None or not row.get("entries"):
+            return
+        ledger = rt.workflow(row["workflow_id"]).ledger
+        assert ledger is not None
+        async with gate:
+            recent = await ledger.tail(RECENT_SAMPLE)
+        row["recent_steps"] = sorted({str(e.get("step_id")) for e in recent})
+        row["recent_agents"] = sorted({str(e.get("agent_id")) for e in recent})
+
+    await asyncio.gather(*(detail(row) for row in rows[:DETAILED_ROWS]))
+    for row in rows[DETAILED_ROWS:]:
+        row["recent_steps"] = row["recent_agents"] = None
     return {"namespace": rt.settings.jarvismem_namespace, "query": query, "workflows": rows}
 
 
@@ -165,28 +196,36 @@ async def last_id(rt: MemoryRuntime, workflow_id: str) -> str:
     return str(newest[-1]["id"]) if newest else "0-0"
 
 
-async def step_state(
-    rt: MemoryRuntime, workflow_id: str, step_id: str, agent_id: str, ledger_tail: int = 10
-) -> dict[str, Any]:
-    """A step's checkpoint, its scratchpad and the bundle a fresh process would get now.
+async def _bundle(
+    rt: MemoryRuntime, workflow: str, step: str, agent: str, ledger_tail: int, query: str | None
+) -> Bundle:
+    """The bundle ``rehydrate_bundle`` would return, read without writing anything.
 
-    The bundle is :func:`~jarvismem.bundle.read_bundle`'s, as ``rehydrate_bundle``
-    reads it, except that queued writes are shown, not replayed, and Athena is not
-    asked (opening an Athena session is a write; the health page shows Athena).
+    Queued writes are shown, not replayed (``replay=False``); Athena is read through
+    the agent's known session only (reads never create one).
     """
-    workflow = await require_workflow(rt, workflow_id)
-    step = validate_id(step_id, "step_id")
-    agent = validate_id(agent_id, "agent_id")
     mem = rt.memory(workflow, step, agent)
-    bundle = await read_bundle(
+    return await read_bundle(
         rt.workflow(workflow),
         step,
         ledger_tail,
         settings=rt.settings,
         working=mem.working,
+        athena=None if rt.athena is None else partial(rt.athena_memory, agent),
         spaces=mem.spaces,
+        athena_query=query,
         replay=False,
     )
+
+
+async def step_state(
+    rt: MemoryRuntime, workflow_id: str, step_id: str, agent_id: str, ledger_tail: int = 10
+) -> dict[str, Any]:
+    """A step's checkpoint, its scratchpad and the bundle a fresh process would get now."""
+    workflow = await require_workflow(rt, workflow_id)
+    step = validate_id(step_id, "step_id")
+    agent = validate_id(agent_id, "agent_id")
+    bundle = await _bundle(rt, workflow, step, agent, ledger_tail, None)
     checkpoint = None
     if rt.backend is not None:
         record = await rt.workflow(workflow).checkpoints(step).load()
@@ -239,34 +278,72 @@ async def spaces(rt: MemoryRuntime, workflow_id: str, agent_id: str) -> dict[str
     return {"workflow_id": workflow, "agent_id": agent, "exists": exists, **snapshot}
 
 
-async def recall(
-    rt: MemoryRuntime, workflow_id: str, agent_id: str, query: str, limit: int = RECALL_LIMIT
-) -> dict[str, Any]:
-    """Ranked hits for ``query`` over the agent's facts, each with its score and source.
+PREFLIGHT_INSTRUCTIONS = "(the agent's system instructions)"
+"""Stands in for the instructions on the recall page's preflight: only memory is shown."""
 
-    ``source``: ``match`` (the store scored it: BM25, or BM25 and vectors fused
-    when an embedder is configured) or ``recency fill`` (score 0: the newest
-    other facts fill the list up to the policy's size).
+
+async def recall(
+    rt: MemoryRuntime,
+    workflow_id: str,
+    agent_id: str,
+    query: str,
+    *,
+    step: str | None = None,
+    limit: int = RECALL_LIMIT,
+) -> dict[str, Any]:
+    """Ranked hits for ``query`` over the agent's facts, and what ``preflight`` would inject.
+
+    Each hit has its score and ``source``: ``lexical``, ``vector``,
+    ``lexical+vector`` (fused), ``recency`` (the fill, score 0) or ``athena``.
+    ``preflight``: the messages of the next LLM call for ``query`` as the user
+    message, with the bundle of ``step`` (default: the agent's latest step in the
+    ledger) and these hits, and which hits were used or dropped.
     """
     workflow = await require_workflow(rt, workflow_id)
     agent = validate_id(agent_id, "agent_id")
+    step = None if not step else validate_id(step, "step_id")
     store = rt.recall_store
-    kind = "none" if store is None else type(store).__name__
-    hits: list[dict[str, Any]] = []
-    if query.strip():
-        mem = rt.memory(workflow, "inspect", agent)
-        for result in await mem.recall(query, limit=limit):
-            entry = result.entry.model_dump(mode="json")
-            source = "recency fill" if result.score == 0 else "match"
-            hits.append({"score": result.score, "source": source, "entry": entry})
-    return {
+    out: dict[str, Any] = {
         "workflow_id": workflow,
         "agent_id": agent,
         "query": query,
-        "store": kind,
+        "store": "none" if store is None else type(store).__name__,
         "policy": rt.policy.model_dump(mode="json") if rt.policy is not None else None,
-        "hits": hits,
+        "hits": [],
+        "preflight": None,
     }
+    if not query.strip():
+        return out
+    step = step or await _latest_step(rt, workflow, agent) or "inspect"
+    results = await rt.memory(workflow, step, agent).recall(query, limit=limit)
+    out["hits"] = [
+        {"score": r.score, "source": r.source, "entry": r.entry.model_dump(mode="json")}
+        for r in results
+    ]
+    bundle = await _bundle(rt, workflow, step, agent, LEDGER_TAIL, query)
+    injected = build_preflight(
+        PREFLIGHT_INSTRUCTIONS,
+        query,
+        bundle=bundle,
+        recalled=results,
+        policy=rt.policy,
+        budget_chars=PROMPT_BUDGET_CHARS,
+        redactor=rt.redactor,
+        is_secret_key=rt.is_secret_key,
+    )
+    out["preflight"] = {"step_id": step, **injected.model_dump(mode="json")}
+    return out
+
+
+async def _latest_step(rt: MemoryRuntime, workflow: str, agent: str) -> str | None:
+    """The step of the agent's newest turn among the ledger's last entries, if any."""
+    ledger = rt.workflow(workflow).ledger
+    if ledger is None:
+        return None
+    for entry in reversed(await ledger.tail(RECENT_SAMPLE)):
+        if entry.get("agent_id") == agent and isinstance(entry.get("step_id"), str):
+            return str(entry["step_id"])
+    return None
 
 
 async def health(rt: MemoryRuntime) -> dict[str, Any]:

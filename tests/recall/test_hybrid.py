@@ -135,6 +135,9 @@ async def test_an_entry_matching_both_ways_beats_one_matching_one_way() -> None:
     assert await store.flush(10)
     found = await store.recall(RecallRequest(agent_id=AGENT, query="pizza", limit=3))
     assert found[0].entry.content == "pizza night with friends"
+    by_content = {r.entry.content: r.source for r in found}
+    assert by_content["pizza night with friends"] == "lexical+vector"
+    assert by_content["pasta dinner at home"] == "vector"
     assert [r.score for r in found] == sorted((r.score for r in found), reverse=True)
     await store.aclose()
 
@@ -423,6 +426,8 @@ async def test_matches_by_meaning_come_before_the_recency_fill() -> None:
     found = await strict.recall(RecallRequest(agent_id=AGENT, query="automobile", limit=3))
     assert [r.entry.content for r in found] == ["I drove my sedan", "cold tea", "grey weather"]
     assert found[0].score > 0 and [r.score for r in found[1:]] == [0.0, 0.0]
+    # Each result says how it was found: the sedan by meaning only, the rest as the fill.
+    assert [r.source for r in found] == ["vector", "recency", "recency"]
     only = await strict.recall(
         RecallRequest(agent_id=AGENT, query="automobile", limit=3, min_score=1e-9)
     )

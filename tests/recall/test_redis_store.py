@@ -97,6 +97,21 @@ async def test_redis_fallback_reads_only_the_newest_entries(
     assert recent == [e.id for e in reversed(written)]
 
 
+async def test_redis_results_say_they_are_a_word_match_or_the_fill(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    store = RedisRecallStore(redis_client, keyspace)
+    await store.write(WriteRequest(agent_id="a1", content="the falcon project is late"))
+    await store.write(WriteRequest(agent_id="a1", content="lunch at noon"))
+    found = await store.recall(RecallRequest(agent_id="a1", query="falcon", limit=2))
+    assert [(r.entry.content, r.source) for r in found] == [
+        ("the falcon project is late", "lexical"),
+        ("lunch at noon", "recency"),
+    ]
+    nothing = await store.recall(RecallRequest(agent_id="a1", query="zebra", limit=1))
+    assert [r.source for r in nothing] == ["recency"]
+
+
 async def test_redis_recency_list_is_capped_and_forgets_deleted_entries(
     redis_client: Any, keyspace: KeySpace, monkeypatch: pytest.MonkeyPatch
 ) -> None:

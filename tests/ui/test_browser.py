@@ -149,5 +149,8 @@ async def test_a_recall_query_shows_ranked_hits_with_scores(
         hits = _rows(browser, "#hits tbody tr.hit")
         assert "staging cluster" in hits[0]
         score = float(hits[0].split()[1])
-        assert score > 0 and "match" in hits[0]
+        assert score > 0 and "lexical" in hits[0]
+        assert all("recency" in hit for hit in hits[1:]), hits
+        injected = browser.find_element(By.ID, "preflight").text
+        assert "staging cluster" in injected and "how do deploys reach staging" in injected
         screenshot(browser, "recall")

@@ -60,6 +60,36 @@ async def test_a_rare_match_stops_at_the_scan_limit_with_a_cursor(
     assert rest["scanned"] == 100 and rest["next"] is not None
 
 
+async def test_recall_names_each_hits_source_and_what_preflight_injects(
+    real_runtime: Any,
+) -> None:
+    await _log(real_runtime, "wf-recall", 3, agents=("a1",))
+    mem = real_runtime.memory("wf-recall", "s1", "a1")
+    await mem.remember("the falcon project ships on friday")
+    await mem.remember("lunch is at noon")
+    page = await data.recall(real_runtime, "wf-recall", "a1", "when does falcon ship")
+    assert [(h["entry"]["content"], h["source"]) for h in page["hits"]][:2] == [
+        ("the falcon project ships on friday", "lexical"),
+        ("lunch is at noon", "recency"),
+    ]
+    pre = page["preflight"]
+    assert pre["step_id"] in ("s0", "s1")  # the agent's latest step in the ledger
+    text = "\n".join(m["content"] for m in pre["messages"])
+    assert "the falcon project ships on friday" in text
+    assert pre["messages"][-1] == {"role": "user", "content": "when does falcon ship"}
+    assert (await data.recall(real_runtime, "wf-recall", "a1", "  "))["preflight"] is None
+
+
+async def test_the_workflow_list_names_recent_steps_and_agents(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-who", 6, agents=("planner", "coder"))
+    rows = {r["workflow_id"]: r for r in (await data.workflows(real_runtime))["workflows"]}
+    assert rows["wf-who"]["recent_agents"] == ["coder", "planner"]
+    assert rows["wf-who"]["recent_steps"] == ["s0", "s1"]
+    assert rows["wf-who"]["turns"] == 6
+    only = await data.workflows(real_runtime, "WHO")
+    assert [r["workflow_id"] for r in only["workflows"]] == ["wf-who"]
+
+
 async def test_turns_the_summary_covers_are_marked(real_runtime: Any) -> None:
     await _log(real_runtime, "wf-sum", 10)
     result = await real_runtime.workflow("wf-sum").compactor.compact()

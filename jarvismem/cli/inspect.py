@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.cli._args import count, seconds
 from jarvismem.cli._context import CliContext
-from jarvismem.cli._leftovers import find_leftovers
 from jarvismem.cli._output import ProgressBar, error_line
 from jarvismem.defaults import LEDGER_TAIL
 from jarvismem.errors import ConfigError
@@ -19,7 +16,7 @@ from jarvismem.keys import validate_id
 from jarvismem.records import as_text, decode_entry
 from jarvismem.render import render_bundle, render_entry, render_health, render_spaces
 from jarvismem.runtime import MemoryRuntime
-from jarvismem.spaces.store import SpacesStore
+from jarvismem.ui import data
 from jarvismem.workflows import require_workflow
 
 
@@ -100,54 +97,17 @@ def register(sub: Any, common: argparse.ArgumentParser) -> None:
 async def status(ctx: CliContext) -> int:
     """Exit 1 when a configured backend does not answer or cannot be written."""
     async with ctx.probe_runtime() as rt:
-        health = await rt.health(write_check=bool(getattr(ctx.args, "write_check", False)))
-        # Outboxes are per machine: show what any process here left behind.
-        local = await scan_outboxes(Path(rt.settings.outbox_path))
-        leftovers = find_leftovers(rt, local)
-    health["local_outboxes"] = local
-    for box in local:
-        if box.get("pending") or box.get("dead_lettered") or box.get("error"):
-            health["ok"], health["degraded"] = False, True
-            health["reasons"].append(_outbox_reason(box))
-    # Queued for an address this configuration does not use: no process here
-    # will replay them by itself; say how to.
-    health["leftover_outboxes"] = leftovers
-    health.setdefault("warnings", [])
-    for box in leftovers:
-        health["warnings"].append(_leftover_warning(box))
-    unreachable = [
-        name
-        for name, b in health["backends"].items()
-        if b.get("configured") and not b.get("reachable")
-    ]
-    not_writable = [name for name, b in health["backends"].items() if b.get("writable") is False]
-    health["unreachable"] = unreachable
-    health["not_writable"] = not_writable
+        # The same report as the inspector's health page (jarvismem.ui.data).
+        health = await data.health(rt, write_check=bool(getattr(ctx.args, "write_check", False)))
     ctx.out.result(health, render_health)
     for warning in health["warnings"]:
         sys.stderr.write(f"jarvismem: warning: {' '.join(warning.split())}\n")
+    unreachable, not_writable = health["unreachable"], health["not_writable"]
     if unreachable:
         error_line(f"configured backend(s) not reachable: {', '.join(unreachable)}")
     if not_writable:
         error_line(f"configured backend(s) not writable: {', '.join(not_writable)}")
     return 1 if unreachable or not_writable else 0
-
-
-def _leftover_warning(box: dict[str, Any]) -> str:
-    where = box.get("address") or "an unrecorded address"
-    return (
-        f"outbox {box['path']} holds {box['pending']} record(s) queued for {where}, "
-        f"not the configured {box['kind']} address; replay them with: {box['replay']}"
-    )
-
-
-def _outbox_reason(box: dict[str, Any]) -> str:
-    if box.get("error"):
-        return f"outbox {box['path']}: unreadable ({box['error']})"
-    parts = [f"{box['pending']} queued"]
-    if box.get("dead_lettered"):
-        parts.append(f"{box['dead_lettered']} dead-lettered")
-    return f"outbox {box['path']}: " + ", ".join(parts)
 
 
 # --- tail ---------------------------------------------------------------------------------
@@ -296,22 +256,15 @@ async def spaces(ctx: CliContext) -> int:
     agent = validate_id(a.agent, "agent_id")
     async with ctx.runtime() as rt:
         _require_redis(rt)
-        assert rt.redis is not None
-        await require_workflow(rt, workflow)
-        store = SpacesStore(
-            rt.backend, rt.keyspace, workflow, agent, ttl_seconds=rt.settings.ttl_seconds
-        )
-        # A container never written (of a workflow that exists) reads as a fresh one
-        # with a new random id on every call: say there is none instead (exit 0,
-        # like `tail` on an empty ledger).
-        exists = await store.exists()
-        snapshot = await store.snapshot() if exists else {}
-    data = {"workflow_id": workflow, "agent_id": agent, "exists": exists, **snapshot}
+        # The inspector's spaces page reads the same dict (jarvismem.ui.data). A
+        # container never written reads as {"exists": false}, like `tail` on an
+        # empty ledger (exit 0).
+        spaces_data = await data.spaces(rt, workflow, agent)
 
     def human(d: dict[str, Any]) -> str:
         if not d["exists"]:
             return f"(no spaces for agent {agent} in workflow {workflow})"
         return f"spaces of {agent} in {workflow}\n" + render_spaces(d)
 
-    ctx.out.result(data, human)
+    ctx.out.result(spaces_data, human)
     return 0

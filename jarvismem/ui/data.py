@@ -16,6 +16,7 @@ from typing import Any
 
 from jarvismem.backends.outbox import scan_outboxes
 from jarvismem.bundle import Bundle, read_bundle
+from jarvismem.cli._leftovers import find_leftovers
 from jarvismem.defaults import LEDGER_TAIL, PROMPT_BUDGET_CHARS
 from jarvismem.errors import BackendUnavailableError, ConfigError
 from jarvismem.keys import validate_id
@@ -346,8 +347,49 @@ async def _latest_step(rt: MemoryRuntime, workflow: str, agent: str) -> str | No
     return None
 
 
-async def health(rt: MemoryRuntime) -> dict[str, Any]:
-    """Every backend's state and every outbox on this machine (queued, dead-lettered)."""
-    report = await rt.health()
-    report["local_outboxes"] = await scan_outboxes(Path(rt.settings.outbox_path))
+async def health(rt: MemoryRuntime, *, write_check: bool = False) -> dict[str, Any]:
+    """Every backend's state and every outbox on this machine: ``jarvismem status``'s report.
+
+    ``rt.health()`` plus ``local_outboxes`` (every outbox file under OUTBOX_PATH
+    with its queued, dead-lettered and dropped counts: what any process here left),
+    ``leftover_outboxes`` (queued for an address this configuration does not use,
+    with the command that replays them) and ``warnings``; an outbox holding
+    records makes the report degraded. ``unreachable``/``not_writable``: the
+    configured backends that failed. ``write_check``: also prove write access
+    (``jarvismem status --write-check``; never from the inspector).
+    """
+    report = await rt.health(write_check=write_check)
+    local = await scan_outboxes(Path(rt.settings.outbox_path))
+    report["local_outboxes"] = local
+    for box in local:
+        if box.get("pending") or box.get("dead_lettered") or box.get("error"):
+            report["ok"], report["degraded"] = False, True
+            report["reasons"].append(_outbox_reason(box))
+    leftovers = find_leftovers(rt, local)
+    report["leftover_outboxes"] = leftovers
+    report.setdefault("warnings", [])
+    for box in leftovers:
+        report["warnings"].append(_leftover_warning(box))
+    backends = report["backends"].items()
+    report["unreachable"] = [
+        n for n, b in backends if b.get("configured") and not b.get("reachable")
+    ]
+    report["not_writable"] = [n for n, b in backends if b.get("writable") is False]
     return report
+
+
+def _leftover_warning(box: dict[str, Any]) -> str:
+    where = box.get("address") or "an unrecorded address"
+    return (
+        f"outbox {box['path']} holds {box['pending']} record(s) queued for {where}, "
+        f"not the configured {box['kind']} address; replay them with: {box['replay']}"
+    )
+
+
+def _outbox_reason(box: dict[str, Any]) -> str:
+    if box.get("error"):
+        return f"outbox {box['path']}: unreadable ({box['error']})"
+    parts = [f"{box['pending']} queued"]
+    if box.get("dead_lettered"):
+        parts.append(f"{box['dead_lettered']} dead-lettered")
+    return f"outbox {box['path']}: " + ", ".join(parts)

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from jarvismem.cli.inspect import _follow, _outbox_reason
+from jarvismem.cli.inspect import _follow
+from jarvismem.ui.data import _outbox_reason
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime

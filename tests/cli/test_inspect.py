@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from jarvismem.cli.inspect import _follow
-from jarvismem.ui.data import _outbox_reason
 from jarvismem.keys import KeySpace
 from jarvismem.records import encode_entry
 from jarvismem.runtime import MemoryRuntime
+from jarvismem.ui.data import _outbox_reason
 from tests.cli.conftest import Cli, seed_turns
 from tests.conftest import AUTH_PASSWORD
 from tests.harness.redis_server import free_port

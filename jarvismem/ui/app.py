@@ -41,6 +41,7 @@ from jarvismem.errors import (
     JarvisMemError,
     WorkflowNotFoundError,
 )
+from jarvismem.keys import validate_id
 from jarvismem.render import fmt_ts
 from jarvismem.runtime import MemoryRuntime
 from jarvismem.ui import data
@@ -173,9 +174,9 @@ async def _tail(request: Request) -> Response:
     try:
         if after is None:
             after = await data.last_id(rt, workflow)
-        await data.timeline(
-            rt, workflow, after=after, limit=1, step=step, agent=agent
-        )  # checks ids
+        # Checks the ids and the cursor once; the polls then read the ledger only.
+        await data.timeline(rt, workflow, after=after, limit=1, step=step, agent=agent)
+        workflow = validate_id(workflow, "workflow_id")
     except (JarvisMemError, ValueError) as exc:
         return PlainTextResponse(str(exc), status_code=_status_of(exc))
 
@@ -184,16 +185,16 @@ async def _tail(request: Request) -> Response:
         yield ": tail open\n\n"
         while not await request.is_disconnected():
             try:
-                page = await data.timeline(rt, workflow, after=cursor, step=step, agent=agent)
+                entries, cursor, more = await data.newer_entries(
+                    rt, workflow, cursor, step=step, agent=agent
+                )
             except BackendUnavailableError:
                 yield "event: outage\ndata: {}\n\n"
                 await asyncio.sleep(TAIL_POLL_SECONDS * 4)
                 continue
-            for entry in page["entries"]:
+            for entry in entries:
                 yield f"data: {json.dumps(entry, default=str)}\n\n"
-            # A filtered page may stop at its scan limit before any match: go on from there.
-            cursor = page["next"] or (page["entries"][-1]["id"] if page["entries"] else cursor)
-            if page["next"] is None:
+            if not more:
                 await asyncio.sleep(TAIL_POLL_SECONDS)
 
     return StreamingResponse(

@@ -174,17 +174,36 @@ async def _summary_end(rt: MemoryRuntime, workflow: str) -> tuple[int, int] | No
     return _stream_key(base.record.to_id)
 
 
+TAIL_READ = 200
+"""Most ledger entries one live-tail poll reads."""
+
+
 async def newer_entries(
     rt: MemoryRuntime,
-    workflow_id: str,
+    workflow: str,
     after: str,
     *,
     step: str | None = None,
     agent: str | None = None,
-) -> list[dict[str, Any]]:
-    """Entries logged after ``after`` (the live tail's poll), filtered like the timeline."""
-    page = await timeline(rt, workflow_id, after=after, step=step, agent=agent)
-    return list(page["entries"])
+) -> tuple[list[dict[str, Any]], str, bool]:
+    """The live tail's poll: entries after ``after`` matching the filters, the next
+    cursor, and whether the read was full (more may be waiting: poll again at once).
+
+    ``workflow``, ``step`` and ``agent`` were validated when the tail opened. At most
+    :data:`TAIL_READ` entries are read; the cursor moves past every entry read,
+    matching or not, so a filter that matches rarely never re-reads the same ones.
+    """
+    ledger = rt.workflow(workflow).ledger
+    if ledger is None:
+        return [], after, False
+    batch = await ledger.range_after(after, TAIL_READ)
+    cursor = str(batch[-1]["id"]) if batch else after
+    matching = [
+        e
+        for e in batch
+        if (not step or e.get("step_id") == step) and (not agent or e.get("agent_id") == agent)
+    ]
+    return matching, cursor, len(batch) == TAIL_READ
 
 
 async def last_id(rt: MemoryRuntime, workflow_id: str) -> str:

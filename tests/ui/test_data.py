@@ -177,3 +177,35 @@ async def test_every_page_leaves_redis_and_the_disk_as_they_were(
         await viewer.close()
     assert await _keys(real_redis, namespace) == before_keys
     assert _tree(tmp_path) == before_files
+
+
+async def test_the_live_tail_moves_past_entries_its_filter_skips(real_runtime: Any) -> None:
+    await _log(real_runtime, "wf-tail", 5, agents=("a1", "a2"))
+    start = "0-0"
+    found, cursor, more = await data.newer_entries(real_runtime, "wf-tail", start, agent="a2")
+    assert [int(e["turn_id"]) for e in found] == [1, 3, 5] and not more
+    assert cursor == (await data.timeline(real_runtime, "wf-tail"))["entries"][-1]["id"]
+    # Nothing new: the next poll reads nothing, and a new turn of the other agent
+    # moves the cursor without being shown.
+    assert await data.newer_entries(real_runtime, "wf-tail", cursor, agent="a2") == (
+        [],
+        cursor,
+        False,
+    )
+    await real_runtime.memory("wf-tail", "s1", "a1").log_turn(6, "t", "a", "r", 1)
+    found, moved, _ = await data.newer_entries(real_runtime, "wf-tail", cursor, agent="a2")
+    assert found == [] and moved != cursor
+
+
+async def test_a_burst_larger_than_one_read_says_more_is_waiting(
+    real_runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(data, "TAIL_READ", 4)
+    await _log(real_runtime, "wf-burst", 10)
+    seen: list[int] = []
+    cursor, more, polls = "0-0", True, 0
+    while more:
+        found, cursor, more = await data.newer_entries(real_runtime, "wf-burst", cursor)
+        seen += [int(e["turn_id"]) for e in found]
+        polls += 1
+    assert seen == list(range(1, 11)) and polls == 3

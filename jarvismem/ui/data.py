@@ -119,9 +119,7 @@ async def timeline(
             read_all = True
             for n, entry in enumerate(batch):
                 cursor = str(entry["id"])
-                if (step and entry.get("step_id") != step) or (
-                    agent and entry.get("agent_id") != agent
-                ):
+                if not _matches(entry, step, agent):
                     continue
                 entry["summarized"] = covered_to is not None and _stream_key(cursor) <= covered_to
                 entries.append(entry)
@@ -136,11 +134,8 @@ async def timeline(
         covered_to, at_end, unavailable = None, True, str(exc)
     queued: list[dict[str, Any]] = []
     if at_end and wf.redis_writer is not None:
-        queued = [
-            t
-            for t in queued_turns(await queued_records(wf.redis_writer))
-            if (not step or t.get("step_id") == step) and (not agent or t.get("agent_id") == agent)
-        ]
+        records = await queued_records(wf.redis_writer)
+        queued = [turn for turn in queued_turns(records) if _matches(turn, step, agent)]
     return {
         "workflow_id": workflow,
         "filters": {"step": step, "agent": agent},
@@ -152,6 +147,13 @@ async def timeline(
         "queued": queued,
         "unavailable": unavailable,
     }
+
+
+def _matches(entry: dict[str, Any], step: str | None, agent: str | None) -> bool:
+    """Whether a ledger entry passes the timeline's step and agent filters (None: any)."""
+    return (not step or entry.get("step_id") == step) and (
+        not agent or entry.get("agent_id") == agent
+    )
 
 
 def _check_cursor(value: str) -> None:
@@ -198,11 +200,7 @@ async def newer_entries(
         return [], after, False
     batch = await ledger.range_after(after, TAIL_READ)
     cursor = str(batch[-1]["id"]) if batch else after
-    matching = [
-        e
-        for e in batch
-        if (not step or e.get("step_id") == step) and (not agent or e.get("agent_id") == agent)
-    ]
+    matching = [entry for entry in batch if _matches(entry, step, agent)]
     return matching, cursor, len(batch) == TAIL_READ
 
 

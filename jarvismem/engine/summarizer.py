@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from jarvismem.backends.llm import Summarizer, create_summarizer
 from jarvismem.defaults import SUMMARY_MAX_CHARS
@@ -48,6 +49,20 @@ class OnDemandSummarizer:
     def made(self) -> Summarizer | None:
         """The summarizer kept now (None: not made yet, or made per use)."""
         return self._made
+
+    @property
+    def worker(self) -> Any:
+        """The kept summarizer's worker process (the extractive summarizer's), or None.
+
+        :meth:`LongTermMemory.compress <jarvismem.tiers.longterm.LongTermMemory.compress>`
+        redacts the rendered ledger entries there, off the event loop, when the
+        summarizer has one; a summarizer made per use has none to lend.
+        """
+        if not self._keep:
+            return None
+        if self._made is None:
+            self._made = create_summarizer(self._settings)
+        return getattr(self._made, "worker", None)
 
     @asynccontextmanager
     async def using(self) -> AsyncIterator[Summarizer]:

@@ -46,3 +46,30 @@ async def test_a_summarizer_made_per_use_is_closed_after_it(
 
 def test_without_an_llm_it_is_the_extractive_summarizer(settings: Settings) -> None:
     assert OnDemandSummarizer(settings, keep=True).name == "extractive"
+
+
+async def test_a_runtimes_compaction_redacts_the_rendered_entries_in_the_worker(
+    fake_redis: Any, local_blob: Any, make_runtime: Any, monkeypatch: Any
+) -> None:
+    # The extractive summarizer's worker process also redacts the rendered ledger
+    # entries (jarvismem.tiers.longterm.LongTermMemory._render), so the event loop
+    # does not: the runtime's summarizer must lend its worker to compress().
+    from jarvismem.backends.llm.worker import SummaryWorker
+
+    rt = make_runtime(redis=fake_redis, blob=local_blob)
+    mem = rt.memory("wf-offload", "s1", "a1")
+    for i in range(1, 13):
+        await mem.log_turn(i, f"thought {i} password=hunter2{i}", "act", "result", 10)
+    run = SummaryWorker.run
+    calls: list[str] = []
+
+    async def record(self: SummaryWorker, call: Any, *args: Any) -> Any:
+        calls.append(call.__name__)
+        return await run(self, call, *args)
+
+    monkeypatch.setattr(SummaryWorker, "run", record)
+    result = await rt.workflow("wf-offload").compactor.compact()
+    assert result.compacted and result.entries == 12
+    assert calls.count("redact") == 1 and calls.count("summarize") >= 1, calls
+    summary = (await rt.workflow("wf-offload").ltm.read_base()).record
+    assert summary is not None and "hunter2" not in summary.text

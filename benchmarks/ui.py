@@ -9,7 +9,8 @@ runtime (default configuration) is served on loopback by uvicorn
 
 - ``GET /w/<wf>``: the first page as HTML (50 entries);
 - ``GET /w/<wf>?agent=agent-2``: filtered on an agent of one entry in three;
-- ``GET /w/<wf>?format=json``: the same first page as JSON.
+- ``GET /w/<wf>?format=json``: the same first page as JSON;
+- ``GET /w/<wf>?before=+``: the newest page (read backward with XREVRANGE) as HTML.
 
 Beside them, the floor: ``XRANGE key - + COUNT 50`` with ``redis.asyncio``
 (same client, same run), and the ratio page / floor. Target: the HTML first
@@ -86,6 +87,7 @@ async def ui_scenario(bench: Bench, blob: BlobStorage) -> None:
                         ("HTML", {}),
                         (f"HTML, ?agent= one in {AGENTS}", {"agent": FILTER_AGENT}),
                         ("JSON", {"format": "json"}),
+                        ("HTML, newest page", {"before": "+"}),
                     )
                     medians: dict[str, float] = {}
                     for label, params in rows:

@@ -303,12 +303,20 @@ class EpisodicLedger:
 
     # --- reads ---------------------------------------------------------------------------
 
-    async def tail(self, count: int = LEDGER_TAIL) -> list[dict[str, Any]]:
-        """The last ``count`` entries, oldest first. One XREVRANGE."""
+    async def tail(
+        self, count: int = LEDGER_TAIL, before: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The last ``count`` entries (strictly before the id ``before``, if given),
+        oldest first. One XREVRANGE."""
         if count <= 0:
             return []
         rows = await self.redis.call(
-            "xrevrange", self.key, count=count, what=f"ledger of {self.workflow_id}: tail"
+            "xrevrange",
+            self.key,
+            max="+" if before is None else f"({before}",
+            min="-",
+            count=count,
+            what=f"ledger of {self.workflow_id}: tail",
         )
         return [decode_entry(sid, fields) for sid, fields in reversed(rows)]
 

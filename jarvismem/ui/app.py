@@ -123,11 +123,13 @@ async def _timeline(request: Request, rt: MemoryRuntime) -> tuple[str, dict[str,
     q = request.query_params
     step, agent = _filters(request)
     page = await data.timeline(
-        rt, request.path_params["workflow"], after=q.get("after") or None, step=step, agent=agent
+        rt,
+        request.path_params["workflow"],
+        after=q.get("after") or None,
+        before=q.get("before") or None,
+        step=step,
+        agent=agent,
     )
-    page["tail_from"] = page["entries"][-1]["id"] if page["entries"] else (q.get("after") or None)
-    if page["tail_from"] is None:
-        page["tail_from"] = "0-0"
     return "timeline", page
 
 

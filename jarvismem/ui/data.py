@@ -84,37 +84,54 @@ async def timeline(
     workflow_id: str,
     *,
     after: str | None = None,
+    before: str | None = None,
     step: str | None = None,
     agent: str | None = None,
     limit: int = PAGE_SIZE,
 ) -> dict[str, Any]:
-    """One page of a workflow's ledger, oldest first, after the cursor ``after``.
+    """One page of a workflow's ledger, shown oldest first, from a cursor.
 
-    Reads forward from ``after`` with ``XRANGE`` (never the whole stream): at
-    most :data:`SCAN_LIMIT` entries when ``step``/``agent`` filter. ``next`` is
-    the cursor of the following page (None at the ledger's end). Each entry says
-    whether the long-term summary covers it (``summarized``); turns still queued
-    in this machine's outbox follow the last page (``queued``).
+    ``after``: the page that starts just after that id (None: the first page), read
+    forward with ``XRANGE``; ``before``: the page that ends just before that id, or
+    ``"+"`` for the newest page, read backward with ``XREVRANGE``. Never the whole
+    stream: with ``step``/``agent`` filters a page reads at most :data:`SCAN_LIMIT`
+    entries, then hands back its cursor. ``next``/``prev``: the ``after`` of the
+    newer page and the ``before`` of the older one (None at that end). Each entry
+    says whether the long-term summary covers it (``summarized``). On the newest
+    page, ``live_from`` is where the live tail starts and the turns still queued in
+    this machine's outbox follow (``queued``).
     """
     workflow = await require_workflow(rt, workflow_id)
-    if after is not None and after != "0-0":
-        _check_cursor(after)
+    if after is not None and before is not None:
+        raise ValueError("give after or before, not both")
+    for cursor_value in (after, before):
+        if cursor_value not in (None, "0-0", "+"):
+            _check_cursor(cursor_value)
+    if after == "+":
+        raise ValueError("bad cursor '+': only before=+ (the newest page) takes it")
     step = None if not step else validate_id(step, "step_id")
     agent = None if not agent else validate_id(agent, "agent_id")
     if rt.backend is None:
         raise ConfigError("the timeline needs Redis; set REDIS_URL")
-    wf = rt.workflow(workflow)
-    assert wf.ledger is not None
+    ledger = rt.workflow(workflow).ledger
+    assert ledger is not None
+    backward = before is not None
+    cursor = (None if before == "+" else before) if backward else after
+    newest_seen: str | None = None
     entries: list[dict[str, Any]] = []
-    cursor = after
     scanned = 0
-    at_end = False
+    exhausted = False
     unavailable = None
     try:
         covered_to = await _summary_end(rt, workflow)
         while len(entries) < limit and scanned < SCAN_LIMIT:
             want = min(max(limit * 4, 100), SCAN_LIMIT - scanned) if (step or agent) else limit
-            batch = await wf.ledger.range_after(cursor, want)
+            if backward:
+                batch = list(reversed(await ledger.tail(want, before=cursor)))  # newest first
+            else:
+                batch = await ledger.range_after(cursor, want)
+            if backward and newest_seen is None and batch:
+                newest_seen = str(batch[0]["id"])
             scanned += len(batch)
             read_all = True
             for n, entry in enumerate(batch):
@@ -127,21 +144,37 @@ async def timeline(
                     read_all = n == len(batch) - 1
                     break
             if len(batch) < want:
-                at_end = read_all
+                exhausted = read_all
                 break
     except BackendUnavailableError as exc:
         # Redis is down: show what this machine's outbox holds, and say why the rest is not.
-        covered_to, at_end, unavailable = None, True, str(exc)
+        covered_to, unavailable = None, str(exc)
+        exhausted, backward, before, after = True, False, None, None
+    if backward:
+        entries.reverse()
+        at_end = before == "+"
+        newer = None if at_end else (str(entries[-1]["id"]) if entries else None)
+        older = None if exhausted else cursor
+        live_from = (newest_seen or "0-0") if at_end else None
+    else:
+        at_end = exhausted
+        newer = None if at_end else cursor
+        older = str(entries[0]["id"]) if entries and after not in (None, "0-0") else None
+        live_from = (cursor or "0-0") if at_end else None
     queued: list[dict[str, Any]] = []
-    if at_end and wf.redis_writer is not None:
-        records = await queued_records(wf.redis_writer)
+    writer = rt.workflow(workflow).redis_writer
+    if at_end and writer is not None:
+        records = await queued_records(writer)
         queued = [turn for turn in queued_turns(records) if _matches(turn, step, agent)]
     return {
         "workflow_id": workflow,
         "filters": {"step": step, "agent": agent},
         "after": after,
+        "before": before,
         "entries": entries,
-        "next": None if at_end else cursor,
+        "next": newer,
+        "prev": older,
+        "live_from": live_from,
         "scanned": scanned,
         "summary_covers_to": None if covered_to is None else f"{covered_to[0]}-{covered_to[1]}",
         "queued": queued,

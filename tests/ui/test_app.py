@@ -71,6 +71,13 @@ async def test_follow_a_workflow_into_its_timeline_filter_and_watch_the_tail(
         assert "summarized" in rows[0] and rows[-1].endswith("raw")
         screenshot(browser, "timeline")
 
+        # The newest page, read backward from the end: the same ten turns, oldest first.
+        await asyncio.to_thread(browser.find_element(By.ID, "newest").click)
+        await until(lambda: "before=%2B" in browser.current_url)
+        assert _rows(browser) == rows
+        assert not browser.find_elements(By.ID, "older")
+        await _open(browser, base + "/w/wf-browse")
+
         field = browser.find_element(By.ID, "f-agent")
         await asyncio.to_thread(field.send_keys, "planner")
         await asyncio.to_thread(browser.find_element(By.ID, "apply").click)

@@ -38,6 +38,35 @@ async def test_pages_walk_the_ledger_oldest_first_each_entry_once(real_runtime: 
     assert pages == 3
 
 
+async def test_the_newest_page_and_older_pages_walk_back_without_a_full_read(
+    real_runtime: Any,
+) -> None:
+    await _log(real_runtime, "wf-back", 120)
+    page = await data.timeline(real_runtime, "wf-back", before="+", limit=50)
+    newest_id = page["entries"][-1]["id"]
+    assert [int(e["turn_id"]) for e in page["entries"]] == list(range(71, 121))
+    assert page["scanned"] == 50 and page["next"] is None
+    assert page["live_from"] == page["entries"][-1]["id"]  # the live tail starts here
+    seen = [int(e["turn_id"]) for e in page["entries"]]
+    while page["prev"] is not None:
+        page = await data.timeline(real_runtime, "wf-back", before=page["prev"], limit=50)
+        assert page["live_from"] is None and page["next"] == page["entries"][-1]["id"]
+        seen = [int(e["turn_id"]) for e in page["entries"]] + seen
+    assert seen == list(range(1, 121))
+    # "newer" from an older page goes forward again from its last entry.
+    middle = await data.timeline(real_runtime, "wf-back", after=page["next"], limit=50)
+    assert [int(e["turn_id"]) for e in middle["entries"]] == list(range(21, 71))
+    assert middle["prev"] == middle["entries"][0]["id"]
+    # A filter that matches nothing still starts the live tail at the ledger's end,
+    # not at its start (which would replay every entry through the tail).
+    filtered = await data.timeline(real_runtime, "wf-back", before="+", agent="nobody")
+    assert filtered["entries"] == [] and filtered["live_from"] == newest_id
+    with pytest.raises(ValueError, match="not both"):
+        await data.timeline(real_runtime, "wf-back", after="1-0", before="+")
+    with pytest.raises(ValueError, match="bad cursor"):
+        await data.timeline(real_runtime, "wf-back", after="+")
+
+
 async def test_an_agent_filter_keeps_only_that_agents_turns(real_runtime: Any) -> None:
     await _log(real_runtime, "wf-filter", 30, agents=("planner", "coder", "coder"))
     page = await data.timeline(real_runtime, "wf-filter", agent="planner")

@@ -248,11 +248,16 @@ async def private_client(private_redis: RedisServerProcess) -> AsyncIterator[Any
 
 
 async def seeded(client: Any, keyspace: KeySpace, workflow_id: str, **kw: Any) -> SpacesStore:
-    store = make_store(client, keyspace, workflow_id, **kw)
-    await store.world_put("k", 1)
-    await store.tasks_add("first")
-    await store.put_space("scratch", ["x"])
-    return store
+    """A store built with ``kw`` over spaces seeded through one with the default timeout.
+
+    A short ``timeout`` is what a test puts under a stall; the seeding before it
+    must not trip over that bound on a loaded machine (it did, with 0.5 s in CI).
+    """
+    seeder = make_store(client, keyspace, workflow_id)
+    await seeder.world_put("k", 1)
+    await seeder.tasks_add("first")
+    await seeder.put_space("scratch", ["x"])
+    return make_store(client, keyspace, workflow_id, **kw)
 
 
 # Every public SpacesStore method that talks to Redis, as (name, call).
@@ -292,7 +297,8 @@ async def test_a_stalled_redis_gives_backend_unavailable_and_changes_nothing(
     call: Callable[[SpacesStore], Awaitable[Any]],
 ) -> None:
     store = await seeded(private_client, keyspace, workflow_id, timeout=0.5)
-    before = await state_of(store)
+    checker = make_store(private_client, keyspace, workflow_id)  # default timeout
+    before = await state_of(checker)
     private_redis.pause()
     try:
         with pytest.raises(BackendUnavailableError, match=f"spaces {name}"):
@@ -300,7 +306,7 @@ async def test_a_stalled_redis_gives_backend_unavailable_and_changes_nothing(
             await asyncio.wait_for(call(store), timeout=30)
     finally:
         private_redis.resume()
-    assert await state_of(store) == before
+    assert await state_of(checker) == before
 
 
 @pytest.mark.integration

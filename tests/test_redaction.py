@@ -358,14 +358,16 @@ ADVERSARIAL = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("text", list(ADVERSARIAL.values()), ids=list(ADVERSARIAL))
 def test_adversarial_64k_input_is_redacted_in_linear_time(text: str) -> None:
     """A bound on the regexes (no catastrophic backtracking), not a performance claim.
 
-    Measured as growth, so a busy machine does not fail it: eight times the
-    input takes about eight times as long when the patterns are linear, 64
-    times when one is quadratic (seconds on these 64 KiB inputs). Best of five
-    runs of each size.
+    Measured as growth: eight times the input takes about eight times as long
+    when the patterns are linear, 64 times when one is quadratic (seconds on
+    these 64 KiB inputs). Best of five runs of each size. Serial: even as a
+    ratio, a wall-clock bound beside a parallel run on 2 cores measured 27x once
+    (63 ms / 2.3 ms, a clean-clone CI run), so it runs alone after that run.
     """
     assert len(text) >= 60_000
     eighth = text[: len(text) // 8]

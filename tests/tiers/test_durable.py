@@ -468,26 +468,32 @@ async def test_a_write_the_disk_refuses_goes_live_behind_a_backlog_the_backend_t
     assert backend.applied == [0, 1, 2, 3]
 
 
-async def test_a_write_the_disk_refuses_never_overtakes_a_backlog_the_backend_still_refuses(
-    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    attempts = 0
+def count_applies(backend: FakeBackend, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count ``backend.apply`` calls from now on: ``[count]``, read as it grows."""
+    attempts = [0]
     real_apply = backend.apply
 
     async def counting_apply(record: dict[str, Any]) -> str:
-        nonlocal attempts
-        attempts += 1
+        attempts[0] += 1
         return await real_apply(record)
+
+    monkeypatch.setattr(backend, "apply", counting_apply)
+    return attempts
+
+
+async def test_a_write_the_disk_refuses_never_overtakes_a_backlog_the_backend_still_refuses(
+    make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts = count_applies(backend, monkeypatch)  # before the writer is made with it
 
     async def answers() -> bool:
         return True
 
-    monkeypatch.setattr(backend, "apply", counting_apply)  # what the writer is made with
     writer = await backlog_in_a_long_backoff(make_writer, backend, answers)
     monkeypatch.setattr(writer.outbox, "put", read_only_puts)
-    before = attempts
+    before = attempts[0]
     assert await writer.submit({"n": 2}) is None  # still refused: dropped and counted
-    assert attempts == before + 1  # one replay pass tried the head of the queue
+    assert attempts[0] == before + 1  # one replay pass tried the head of the queue
     assert backend.applied == []
     assert writer.health()["dropped"] == 1
     assert await writer.pending_records() == [{"n": 0}, {"n": 1}]
@@ -496,20 +502,12 @@ async def test_a_write_the_disk_refuses_never_overtakes_a_backlog_the_backend_st
 async def test_a_write_the_disk_refuses_is_dropped_without_a_replay_when_the_backend_is_down(
     make_writer: MakeWriter, backend: FakeBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    attempts = 0
-    real_apply = backend.apply
-
-    async def counting_apply(record: dict[str, Any]) -> str:
-        nonlocal attempts
-        attempts += 1
-        return await real_apply(record)
-
-    monkeypatch.setattr(backend, "apply", counting_apply)
+    attempts = count_applies(backend, monkeypatch)
     writer = await backlog_in_a_long_backoff(make_writer, backend, Probe(backend))
     monkeypatch.setattr(writer.outbox, "put", read_only_puts)
-    before = attempts
+    before = attempts[0]
     assert await writer.submit({"n": 2}) is None
-    assert attempts == before  # the probe says down: no replay pass, no live write
+    assert attempts[0] == before  # the probe says down: no replay pass, no live write
     assert writer.health()["dropped"] == 1
     assert await writer.pending_records() == [{"n": 0}, {"n": 1}]
 

@@ -1,7 +1,7 @@
 """S0: the floor — what one turn costs this design in Python with nothing else.
 
 A turn of the default configuration is, at bottom, one call of the ledger's Lua
-append script (deduplicated XADD + index) and one line appended to the
+append script (deduplicated XADD + index + compaction counters) and one line appended to the
 scratchpad's file. S0 does exactly that, driven straight from ``redis.asyncio``
 and ``os.write`` on an ``O_APPEND`` descriptor: no redaction, no payload checks,
 no outbox, no tiers, no telemetry. It is the best a Python process can do with
@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.fixtures import ledger_entry
 from jarvismem.keys import KeySpace
-from jarvismem.records import encode_fields
+from jarvismem.records import encode_fields, entry_tokens
 
-# The very script the ledger runs per turn (KEYS: ledger, index; ARGV: index field,
-# ttl, maxlen, field/value pairs): the floor must pay what the design pays.
+# The very script the ledger runs per turn (KEYS: ledger, index, compaction counters;
+# ARGV: index field, ttl, maxlen, tokens, field/value pairs): the floor must pay what
+# the design pays.
 from jarvismem.tiers.episodic import _APPEND_LUA
 
 if TYPE_CHECKING:
@@ -63,13 +64,13 @@ class _Coalescer:
             fut.set_result(reply)
 
 
-def _turn_args(bench: Bench, i: int, agent: str) -> tuple[list[str], bytes]:
-    """The script's field/value pairs and the scratchpad line of turn ``i``."""
+def _turn_args(bench: Bench, i: int, agent: str) -> tuple[list[str], int, bytes]:
+    """The script's field/value pairs, the turn's tokens and its scratchpad line."""
     t = bench.turns[i % len(bench.turns)]
     entry = ledger_entry(t, i, agent, time.time())
     fields = encode_fields(entry)
     line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
-    return fields, line
+    return fields, entry_tokens(entry), line
 
 
 async def s0(bench: Bench, agents: int | None, turns: int) -> dict[str, float]:
@@ -86,15 +87,15 @@ async def s0(bench: Bench, agents: int | None, turns: int) -> dict[str, float]:
 
     async def agent(a: int, count: int, start: int) -> None:
         wf = f"floor-{'seq' if agents is None else agents}-wf{a % bench.cfg.s2_workflows}"
-        keys = [ks.ledger(wf), ks.turn_index(wf)]
+        keys = [ks.ledger(wf), ks.turn_index(wf), ks.ltm_state(wf)]
         fd = os.open(folder / f"{wf}-agent-{a}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             for i in range(start, start + count):
-                fields, line = _turn_args(bench, i, f"agent-{a}")
-                args = [f"s:agent-{a}:{i}", str(TTL_SECONDS), "0", *fields]
+                fields, tokens, line = _turn_args(bench, i, f"agent-{a}")
+                args = [f"s:agent-{a}:{i}", str(TTL_SECONDS), "0", str(tokens), *fields]
                 t0 = clock()
                 if agents is None:
-                    await redis.evalsha(sha, 2, *keys, *args)
+                    await redis.evalsha(sha, len(keys), *keys, *args)
                 else:
                     await coalescer.call(keys, args)
                 os.write(fd, line)

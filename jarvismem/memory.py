@@ -59,7 +59,7 @@ from jarvismem.recall.prompt import (
 from jarvismem.recall.prompt import preflight as build_preflight
 from jarvismem.recall.redis_store import RedisRecallStore
 from jarvismem.recall.stores import RecallStore
-from jarvismem.records import encode_fields
+from jarvismem.records import encode_fields, entry_tokens
 from jarvismem.redaction import (
     REDACTED,
     Redactor,
@@ -643,6 +643,7 @@ class UnifiedMemory:
         ts = time.time()
         wf = self._wf
         args: list[str] | None = None
+        appended: Any = None
         # One write after the other, ledger first: the scratchpad never holds a
         # turn the ledger (or its outbox) does not. Running the local writes in a
         # task beside the ledger's round trip measured no faster (docs/performance.md).
@@ -658,9 +659,11 @@ class UnifiedMemory:
                 "tokens": tokens,
             }
             args = encode_fields(entry)
-            await wf.redis_writer.submit(
-                {"op": "turn", "args": args, "field": self._turn_prefix + turn}
-            )
+            record: dict[str, Any] = {"op": "turn", "args": args, "field": self._turn_prefix + turn}
+            if wf.compactor is not None:
+                # What the ledger's script adds to the compaction counters.
+                record["tokens"] = entry_tokens(entry)
+            appended = await wf.redis_writer.submit(record)
         if self.working is not None:
             if args is not None:
                 # The ledger's JSON of each field is reused for the scratchpad line.
@@ -675,9 +678,9 @@ class UnifiedMemory:
                 await self.working.append_turn(turn, turn_data, ts)
         if self.runtime.athena is not None:
             await self._athena_turn(turn, thought, action, result, user_message)
-        if wf.compactor is not None:
-            wf.compactor.note_turn(tokens or _estimate_tokens(thought, action, result))
-            wf.compactor.maybe_schedule()
+        counters = getattr(appended, "counters", None)  # None when queued or a duplicate
+        if wf.compactor is not None and counters is not None:
+            wf.compactor.note_counters(*counters)
 
     def _user_text(self, user_message: str | None) -> str | None:
         """A user message checked, redacted and bounded like a turn field; noted as the goal."""
@@ -1088,8 +1091,3 @@ def _check_append_limit(blob: BlobStorage | None, max_chars: int) -> None:
             f"{limit}-byte largest append of the {getattr(blob, 'name', 'given')} blob store; "
             f"use at most {max_field_chars_for(limit)}"
         )
-
-
-def _estimate_tokens(*values: Any) -> int:
-    """~4 characters per token: good enough to trigger compaction."""
-    return sum(len(v) if isinstance(v, str) else 16 for v in values) // 4 + 1

@@ -50,6 +50,30 @@ def as_text(value: Any) -> str:
 TURN_FIELDS = ("turn_id", "step_id", "agent_id", "ts", "thought", "action", "result", "tokens")
 """Fields of a turn entry, in stream order."""
 
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count of ``text``: one token per four characters, rounded up."""
+    return -(-len(text) // 4)
+
+
+def entry_tokens(entry: Mapping[str, Any]) -> int:
+    """Tokens a ledger entry counts for compaction: its ``tokens`` field, else an estimate.
+
+    The ledger adds this to the workflow's compaction counters when it appends
+    the entry, and compaction subtracts it again for each entry it folds in, so
+    both sides must compute it from the same values: a cleaned value and the
+    same value read back from the ledger give the same ``str``.
+    """
+    given = entry.get("tokens")
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return given
+    return sum(
+        estimate_tokens(v if isinstance(v, str) else str(v))
+        for v in (entry.get("thought"), entry.get("action"), entry.get("result"))
+        if v is not None
+    )
+
+
 # The fields that identify a turn for the exactly-once index.
 _TURN_IDENTITY = ("step_id", "agent_id", "turn_id")
 
@@ -207,6 +231,8 @@ __all__ = [
     "encode_entry",
     "encode_fields",
     "encode_record",
+    "entry_tokens",
+    "estimate_tokens",
     "parse_records",
     "turn_identity",
     "turn_record",

@@ -66,7 +66,11 @@ class _RedisApplier:
     async def __call__(self, record: dict[str, Any]) -> Any:
         op = record.get("op")
         if op == "turn":
-            return await self.ledger.append_encoded(record["args"], record["field"])
+            # "tokens": what the turn adds to the compaction counters (0 in records
+            # queued before the ledger counted).
+            return await self.ledger.append_encoded(
+                record["args"], record["field"], record.get("tokens", 0)
+            )
         if op == "checkpoint":
             # Replayed and live-queued saves alike: idempotent by op id, and
             # skipped when a newer save is stored (monotonic).
@@ -81,7 +85,9 @@ class _RedisApplier:
 
     async def turns(self, records: list[dict[str, Any]]) -> list[Any]:
         """A run of queued turns, replayed as one ledger script call (one round trip)."""
-        return await self.ledger.append_encoded_many([(r["args"], r["field"]) for r in records])
+        return await self.ledger.append_encoded_many(
+            [(r["args"], r["field"], r.get("tokens", 0)) for r in records]
+        )
 
 
 def _is_turn(record: dict[str, Any]) -> bool:
@@ -148,11 +154,19 @@ class WorkflowState:
         self._redis_applier: _RedisApplier | None = None
         s = settings
         keyspace = KeySpace(s.jarvismem_namespace)
+        compaction = CompactionPolicy.from_settings(s)
+        # Long-term memory needs both backends; its compactor runs when enabled.
+        compacting = redis is not None and blob is not None and compaction.enabled
         if redis is not None:
             if redis_outbox is None:
                 raise ValueError("a workflow with Redis needs its Redis outbox")
             self.ledger = EpisodicLedger(
-                redis, keyspace, workflow_id, ttl_seconds=s.ttl_seconds, max_len=s.ledger_max_len
+                redis,
+                keyspace,
+                workflow_id,
+                ttl_seconds=s.ttl_seconds,
+                max_len=s.ledger_max_len,
+                count_for_compaction=compacting,
             )
             self._redis_applier = _RedisApplier(redis, keyspace, s, workflow_id, self.ledger)
             self.redis_writer = self._new_redis_writer(redis_outbox, s)
@@ -180,7 +194,7 @@ class WorkflowState:
                 summarizer,
                 keyspace,
                 workflow_id,
-                CompactionPolicy.from_settings(s),
+                compaction,
             )
 
     def _new_redis_writer(self, outbox: Outbox, s: Settings) -> DurableWriter:

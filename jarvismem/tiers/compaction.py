@@ -1,11 +1,12 @@
 """Rolling long-term compaction: when to compress the ledger, and doing it safely.
 
-The facade calls :meth:`Compactor.note_turn` after every logged turn (a local
-counter bump, no I/O) and :meth:`Compactor.maybe_schedule`, which starts at most
-one background task per workflow in this process. That task pushes the counted
-turns/tokens to the shared counters in Redis (one round trip, off the hot path, so
-every process of the workflow adds to the same totals) and, when the
-:class:`CompactionPolicy` says so, runs :meth:`Compactor.compact`.
+The ledger counts: its append script adds each new entry (one turn, its
+tokens) to the workflow's shared counters in the same atomic call and returns
+the totals, so every process of the workflow adds to the same totals at no extra
+round trip, and a crash loses no count. The facade hands those totals to
+:meth:`Compactor.note_counters`, which starts at most one background
+:meth:`Compactor.compact` per workflow in this process when the
+:class:`CompactionPolicy` says so.
 
 :meth:`Compactor.compact` holds the workflow's compactor lock (one compactor per
 workflow across processes; renewed while working; expires by itself if the holder
@@ -27,10 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from jarvismem.errors import (
     LockNotAcquiredError,
 )
 from jarvismem.keys import KeySpace, validate_id
+from jarvismem.records import entry_tokens
 from jarvismem.settings import Settings
 from jarvismem.tiers.longterm import LongTermMemory
 
@@ -94,11 +95,6 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {turns, tokens}
 """
 
-COUNTER_PUSH_SECONDS = 5.0
-"""Longest a process keeps turns it counted before adding them to the workflow's
-shared counters (while it keeps logging turns); it also pushes once it holds half
-the policy's turns or tokens, and at once when its own count makes compaction due."""
-
 
 class LedgerPager(Protocol):
     """The part of :class:`~jarvismem.tiers.episodic.EpisodicLedger` compaction uses."""
@@ -106,26 +102,6 @@ class LedgerPager(Protocol):
     async def range_after(self, after_id: str | None, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` entries strictly after ``after_id``, oldest first."""
         ...
-
-
-def estimate_tokens(text: str) -> int:
-    """Rough token count of ``text``: one token per four characters."""
-    return math.ceil(len(text) / 4)
-
-
-def entry_tokens(entry: Mapping[str, Any]) -> int:
-    """Tokens an entry counted for: its ``tokens`` field, else an estimate.
-
-    Mirrors what the facade passes to :meth:`Compactor.note_turn`.
-    """
-    given = entry.get("tokens")
-    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
-        return given
-    return sum(
-        estimate_tokens(v if isinstance(v, str) else str(v))
-        for v in (entry.get("thought"), entry.get("action"), entry.get("result"))
-        if v is not None
-    )
 
 
 @dataclass
@@ -248,97 +224,38 @@ class Compactor:
         self._renew = self.redis.script(_RENEW_LUA)
         self._release = self.redis.script(_RELEASE_LUA)
         self._settle = self.redis.script(_SETTLE_LUA)
-        # Counted here, not yet added to the shared counters.
-        self._pending_turns = 0
-        self._pending_tokens = 0
         # Shared totals as last seen in Redis (None: not read yet in this process).
         self._known: tuple[int, int] | None = None
-        self._pushed_at = 0.0  # loop-independent clock of the last counter push
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- the policy ---------------------------------------------------------------------
 
     @property
     def turns_since_summary(self) -> int:
-        """Best local knowledge: shared total as last seen plus turns not yet pushed."""
-        return (self._known[0] if self._known else 0) + self._pending_turns
+        """The workflow's shared turn counter as this process last saw it (0: not yet)."""
+        return self._known[0] if self._known else 0
 
     @property
     def tokens_since_summary(self) -> int:
         """Same as :attr:`turns_since_summary`, for the token estimate."""
-        return (self._known[1] if self._known else 0) + self._pending_tokens
+        return self._known[1] if self._known else 0
 
     @property
     def due(self) -> bool:
         """Whether the policy calls for compaction, from what this process knows."""
         return self.policy.is_due(self.turns_since_summary, self.tokens_since_summary)
 
-    def note_turn(self, tokens_estimate: int) -> bool:
-        """Count one logged turn of ``tokens_estimate`` tokens; True when compaction is due.
+    def note_counters(self, turns: int, tokens: int) -> asyncio.Task[None] | None:
+        """The shared counters as an append just returned them; compacts when due.
 
-        No I/O and never awaits anything: the count reaches Redis from the
-        background task started by :meth:`maybe_schedule`.
+        No I/O. Starts the background compaction if the policy calls for it and
+        none of this compactor's runs is going (other runtimes and processes
+        are kept out by the workflow's compaction lock in Redis). Returns the
+        task, or None when nothing was started. Its failures are logged at
+        WARNING, never raised to the caller.
         """
-        self._pending_turns += 1
-        self._pending_tokens += max(0, int(tokens_estimate))
-        return self.due
-
-    def _should_push(self) -> bool:
-        if self._pending_turns == 0:
-            return False
-        if self._known is None or self.due:
-            return True
-        # Batch the shared-counter update (a task and a round trip each): this
-        # process's turns reach the others once they make half the policy, or
-        # COUNTER_PUSH_SECONDS after the last push, whichever comes first. It
-        # used to push every tenth of the policy: every 5 turns by default.
-        policy = self.policy
-        return (
-            self._pending_turns >= max(1, policy.every_turns // 2)
-            or self._pending_tokens >= max(1, policy.token_threshold // 2)
-            or time.monotonic() - self._pushed_at >= COUNTER_PUSH_SECONDS
-        )
-
-    async def flush_counters(self) -> tuple[int, int]:
-        """Add the locally counted turns/tokens to the shared counters (one round trip).
-
-        Returns the shared totals ``(turns, tokens)`` since the last summary.
-        """
-        turns, tokens = self._pending_turns, self._pending_tokens
-        self._pending_turns = self._pending_tokens = 0
-        try:
-
-            def build(pipe: Any) -> None:
-                pipe.hincrby(self.state_key, "turns", turns)
-                pipe.hincrby(self.state_key, "tokens", tokens)
-                pipe.expire(self.state_key, self.ltm.ttl_seconds)
-
-            total_turns, total_tokens, _ = await self.redis.pipeline(
-                build, what=f"compaction counters of {self.workflow_id}"
-            )
-        except BaseException:
-            # Not lost: counted again at the next push.
-            self._pending_turns += turns
-            self._pending_tokens += tokens
-            raise
-        self._known = (_int(total_turns), _int(total_tokens))
-        self._pushed_at = time.monotonic()
-        return self._known
-
-    def maybe_schedule(self) -> asyncio.Task[None] | None:
-        """Start the background task if there is work and none of this compactor's runs.
-
-        One compactor per workflow per runtime; other runtimes and processes
-        are kept out by the workflow's compaction lock in Redis.
-
-        The task pushes the local counters and, if the shared totals make
-        compaction due, compacts. Returns the task, or None when nothing was
-        started (disabled, nothing to do, or one already running). Its failures
-        are logged at WARNING, never raised to the caller.
-        """
-        if not self.policy.enabled:
-            return None
-        if not (self.due or self._should_push()):
+        self._known = (turns, tokens)
+        if not self.policy.enabled or not self.due:
             return None
         loop = asyncio.get_running_loop()
         if any(not t.done() and t.get_loop() is loop for t in self._tasks):
@@ -352,10 +269,6 @@ class Compactor:
 
     async def _background(self) -> None:
         try:
-            if self._pending_turns:
-                await self.flush_counters()
-            if not self.due:
-                return
             result = await self.compact()
             if result.failed:
                 log.warning(
@@ -455,8 +368,6 @@ class Compactor:
         progress: Callable[[int, int], None] | None,
     ) -> CompactionResult:
         policy = self.policy
-        if self._pending_turns:
-            await self.flush_counters()
         # The generation and blob versions read here are what the save is fenced on.
         base = await self.ltm.read_base()
         record = base.record
@@ -593,22 +504,13 @@ class Compactor:
         return out
 
     async def aclose(self) -> None:
-        """Cancel this compactor's background work and push the pending counters."""
+        """Cancel this compactor's background work (the counters are in Redis already)."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._pending_turns:
-            try:
-                await self.flush_counters()
-            except (BackendUnavailableError, BackendRejectedError) as exc:
-                log.warning(
-                    "compaction of %s: could not save counters on close (%s)",
-                    self.workflow_id,
-                    type(exc).__name__,
-                )
 
 
 __all__ = [
@@ -616,6 +518,4 @@ __all__ = [
     "CompactionResult",
     "Compactor",
     "LedgerPager",
-    "entry_tokens",
-    "estimate_tokens",
 ]

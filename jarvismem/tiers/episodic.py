@@ -41,15 +41,20 @@ from jarvismem.backends.redis_failures import is_transient_reply
 from jarvismem.defaults import CONTEXT_TTL_SECONDS, LEDGER_TAIL
 from jarvismem.errors import BackendRejectedError, BackendUnavailableError, InvalidIdError
 from jarvismem.keys import KeySpace, validate_id, validate_turn_id
-from jarvismem.records import decode_entry, encode_fields
+from jarvismem.records import decode_entry, encode_fields, entry_tokens
 
-# KEYS: ledger, turn index. ARGV: index field ("" = no dedupe), ttl seconds,
-# maxlen (0 = unbounded), then field/value pairs.
+# KEYS: ledger, turn index[, compaction counters]. ARGV: index field ("" = no
+# dedupe), ttl seconds, maxlen (0 = unbounded), tokens, then field/value pairs.
 # Returns {1, id} when appended, {0, id-of-the-earlier-copy} when a duplicate.
 # A duplicate still writes (refreshes the index's TTL): with replicated
 # durability the WAIT after it must cover the earlier copy, and WAIT waits for
 # the connection's last *write*; a script that wrote nothing would be confirmed
 # at once even if that copy never reached a replica.
+# With the counters key, a new entry also adds one turn and its tokens to the
+# workflow's compaction counters in the same atomic call (so no turn is counted
+# twice, or lost by a crash between two round trips) and the reply carries the
+# totals: {1, id, turns, tokens}. The counters are read before anything is
+# written, so a counters key of the wrong type fails the call before the XADD.
 _APPEND_LUA = """
 if ARGV[1] ~= '' then
   local existing = redis.call('HGET', KEYS[2], ARGV[1])
@@ -58,37 +63,57 @@ if ARGV[1] ~= '' then
     return {0, existing}
   end
 end
+local turns, tokens
+if KEYS[3] then
+  local now = redis.call('HMGET', KEYS[3], 'turns', 'tokens')
+  turns = (tonumber(now[1]) or 0) + 1
+  tokens = (tonumber(now[2]) or 0) + tonumber(ARGV[4])
+end
 local id
 if tonumber(ARGV[3]) > 0 then
-  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))
+  id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 5))
 else
-  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 5))
 end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 if ARGV[1] ~= '' then
   redis.call('HSET', KEYS[2], ARGV[1], id)
   redis.call('EXPIRE', KEYS[2], ARGV[2])
 end
+if KEYS[3] then
+  redis.call('HSET', KEYS[3], 'turns', turns, 'tokens', tokens)
+  redis.call('EXPIRE', KEYS[3], ARGV[2])
+  return {1, id, turns, tokens}
+end
 return {1, id}
 """
 
 # The same append for a run of turns (an outbox replay), in one script call: one
 # round trip (and one WAIT when replicated) for the run, applied atomically and in
-# order. KEYS: ledger, turn index. ARGV: ttl seconds, maxlen (0 = unbounded), then
-# per turn: index field ("" = no dedupe), the count n of its strings, n field/value
-# strings. Returns one reply per turn: {1, id} appended, {0, id} a duplicate,
-# {2, message} refused: a malformed entry (the other turns still apply), or a
-# refusal for now such as OOM, which the caller tells apart by the reply's code.
-# The TTLs are refreshed once, at the end: always a write (the index exists once a
-# deduplicated turn is in it), which the WAIT after it covers, as above.
+# order. KEYS: ledger, turn index[, compaction counters]. ARGV: ttl seconds, maxlen
+# (0 = unbounded), then per turn: index field ("" = no dedupe), its tokens, the
+# count n of its strings, n field/value strings. Returns one reply per turn: {1,
+# id} appended, {0, id} a duplicate, {2, message} refused: a malformed entry (the
+# other turns still apply), or a refusal for now such as OOM, which the caller
+# tells apart by the reply's code. The TTLs are refreshed once, at the end: always
+# a write (the index exists once a deduplicated turn is in it), which the WAIT
+# after it covers, as above. The appended turns are counted as in _APPEND_LUA.
 _APPEND_MANY_LUA = """
 local maxlen = tonumber(ARGV[2])
 local out = {}
+local turns, tokens
+if KEYS[3] then
+  local now = redis.call('HMGET', KEYS[3], 'turns', 'tokens')
+  turns = tonumber(now[1]) or 0
+  tokens = tonumber(now[2]) or 0
+end
+local added = 0
 local i = 3
 while i <= #ARGV do
   local field = ARGV[i]
-  local first = i + 2
-  local last = i + 1 + tonumber(ARGV[i + 1])
+  local weight = tonumber(ARGV[i + 1])
+  local first = i + 3
+  local last = i + 2 + tonumber(ARGV[i + 2])
   i = last + 1
   local existing = false
   if field ~= '' then
@@ -109,12 +134,20 @@ while i <= #ARGV do
       if field ~= '' then
         redis.call('HSET', KEYS[2], field, id)
       end
+      added = added + 1
+      if KEYS[3] then
+        tokens = tokens + weight
+      end
       out[#out + 1] = {1, id}
     end
   end
 end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[2], ARGV[1])
+if KEYS[3] and added > 0 then
+  redis.call('HSET', KEYS[3], 'turns', turns + added, 'tokens', tokens)
+  redis.call('EXPIRE', KEYS[3], ARGV[1])
+end
 return out
 """
 
@@ -139,10 +172,16 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Outcome of an append: the stream id and whether it was new."""
+    """Outcome of an append: the stream id and whether it was new.
+
+    ``counters``: the workflow's compaction counters (turns, tokens since the
+    last summary) right after a new entry was counted in them; None when the
+    ledger counts nothing (no compaction) or the entry was a duplicate.
+    """
 
     id: str
     created: bool
+    counters: tuple[int, int] | None = None
 
 
 class EpisodicLedger:
@@ -161,7 +200,11 @@ class EpisodicLedger:
         *,
         ttl_seconds: int = CONTEXT_TTL_SECONDS,
         max_len: int = 0,
+        count_for_compaction: bool = False,
     ) -> None:
+        """``count_for_compaction``: every new entry adds one turn and its tokens
+        (:func:`~jarvismem.records.entry_tokens`) to the workflow's compaction
+        counters, inside the append's own script."""
         # A redis-py client gets a backend of its own (primary durability).
         self.redis = RedisBackend.adopt(redis)
         self.workflow_id = validate_id(workflow_id, "workflow_id")
@@ -169,6 +212,9 @@ class EpisodicLedger:
         # Named once: every append is wrapped, and formatting per call shows in profiles.
         self._append_what = f"ledger of {workflow_id}: append"
         self.index_key = keyspace.turn_index(workflow_id)
+        self._keys = [self.key, self.index_key]
+        if count_for_compaction:
+            self._keys.append(keyspace.ltm_state(workflow_id))
         self.ttl_seconds = ttl_seconds
         self.max_len = max_len
         self._script = self.redis.script(_APPEND_LUA)
@@ -212,8 +258,13 @@ class EpisodicLedger:
         }
         return await self._append(entry, KeySpace.turn_field(step_id, agent_id, turn))
 
-    async def append_encoded(self, args: list[str], dedupe_field: str) -> AppendResult:
+    async def append_encoded(
+        self, args: list[str], dedupe_field: str, tokens: int = 0
+    ) -> AppendResult:
         """Append pre-encoded field/value pairs (``log_turn`` and the outbox replay).
+
+        ``tokens``: what the entry adds to the compaction counters (its
+        :func:`~jarvismem.records.entry_tokens`), when this ledger counts.
 
         Redis failures raise :class:`~jarvismem.errors.BackendUnavailableError`
         (the append may or may not have landed; appending again is safe for a
@@ -223,8 +274,8 @@ class EpisodicLedger:
         # round trip for many agents); errors come back translated.
         call = self.redis.evalsha(
             self._script,
-            [self.key, self.index_key],
-            [dedupe_field, self.ttl_seconds, self.max_len, *args],
+            self._keys,
+            [dedupe_field, self.ttl_seconds, self.max_len, tokens, *args],
             what=self._append_what,
         )
         if self._indexed and time.monotonic() >= self._index_due:
@@ -232,12 +283,13 @@ class EpisodicLedger:
             reply = (await asyncio.gather(call, self._touch_index()))[0]
         else:
             reply = await call
-        return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])))
+        counters = (int(reply[2]), int(reply[3])) if len(reply) > 3 else None
+        return AppendResult(id=_text(reply[1]), created=bool(int(reply[0])), counters=counters)
 
     async def append_encoded_many(
-        self, turns: Sequence[tuple[list[str], str]]
+        self, turns: Sequence[tuple[list[str], str, int]]
     ) -> list[AppendResult | BackendRejectedError | BackendUnavailableError]:
-        """Append a run of pre-encoded turns ``(args, dedupe_field)`` in order (a replay).
+        """Append a run of pre-encoded turns ``(args, dedupe_field, tokens)`` in order.
 
         One script call per :data:`REPLAY_CALL_BYTES` of turns instead of one per
         turn: a backlog drains in a few round trips. Each call is atomic, so a
@@ -252,11 +304,11 @@ class EpisodicLedger:
         outcomes: list[AppendResult | BackendRejectedError | BackendUnavailableError] = []
         for chunk in _chunks(turns, REPLAY_CALL_BYTES):
             args: list[Any] = [self.ttl_seconds, self.max_len]
-            for fields, dedupe_field in chunk:
-                args += [dedupe_field, len(fields), *fields]
+            for fields, dedupe_field, tokens in chunk:
+                args += [dedupe_field, tokens, len(fields), *fields]
             try:
                 replies = await self.redis.evalsha(
-                    self._many_script, [self.key, self.index_key], args, what=self._append_what
+                    self._many_script, self._keys, args, what=self._append_what
                 )
             except BackendUnavailableError as exc:
                 outcomes += [exc] * (len(turns) - len(outcomes))
@@ -299,7 +351,7 @@ class EpisodicLedger:
             log.debug("workflow index not updated for %s: %s", self.workflow_id, exc)
 
     async def _append(self, entry: Mapping[str, Any], dedupe_field: str) -> AppendResult:
-        return await self.append_encoded(encode_fields(entry), dedupe_field)
+        return await self.append_encoded(encode_fields(entry), dedupe_field, entry_tokens(entry))
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -364,12 +416,12 @@ class EpisodicLedger:
 
 
 def _chunks(
-    turns: Sequence[tuple[list[str], str]], max_bytes: int
-) -> list[Sequence[tuple[list[str], str]]]:
+    turns: Sequence[tuple[list[str], str, int]], max_bytes: int
+) -> list[Sequence[tuple[list[str], str, int]]]:
     """``turns`` split into runs of about ``max_bytes`` (at least one turn each), in order."""
-    out: list[Sequence[tuple[list[str], str]]] = []
+    out: list[Sequence[tuple[list[str], str, int]]] = []
     start, size = 0, 0
-    for i, (fields, field) in enumerate(turns):
+    for i, (fields, field, _) in enumerate(turns):
         weight = len(field) + sum(len(str(value)) for value in fields)
         if i > start and size + weight > max_bytes:
             out.append(turns[start:i])

@@ -136,9 +136,9 @@ async def test_a_backlog_of_queued_turns_replays_in_one_script_call(
         runs.append(len(turns))
         return await many(turns)
 
-    async def counted_one(args: Any, field: str) -> Any:
+    async def counted_one(args: Any, field: str, tokens: int = 0) -> Any:
         singles.append(field)
-        return await one(args, field)
+        return await one(args, field, tokens)
 
     ledger.append_encoded_many = counted_many  # type: ignore[method-assign]
     ledger.append_encoded = counted_one  # type: ignore[method-assign]

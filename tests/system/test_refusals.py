@@ -31,9 +31,9 @@ pytestmark = pytest.mark.integration
 OOM = ["--maxmemory", "1", "--maxmemory-policy", "noeviction"]
 
 
-def _turn(step: str, agent: str, turn: str) -> tuple[list[str], str]:
+def _turn(step: str, agent: str, turn: str) -> tuple[list[str], str, int]:
     entry = {"turn_id": turn, "step_id": step, "agent_id": agent, "ts": time.time()}
-    return encode_fields(entry), KeySpace.turn_field(step, agent, turn)
+    return encode_fields(entry), KeySpace.turn_field(step, agent, turn), 0
 
 
 async def test_a_replayed_run_refused_for_memory_is_an_outage_not_a_refusal(

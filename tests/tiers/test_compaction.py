@@ -25,7 +25,11 @@ from tests.tiers.conftest import TTL, RecordingSummarizer, make_ltm
 class Setup:
     def __init__(self, redis: Any, blob: Any, keyspace: KeySpace, wf: str) -> None:
         self.redis, self.keyspace, self.wf = redis, keyspace, wf
-        self.ledger = EpisodicLedger(redis, keyspace, wf, ttl_seconds=TTL)
+        # The workflow's ledger counts for compaction, as the runtime builds it.
+        self.ledger = EpisodicLedger(
+            redis, keyspace, wf, ttl_seconds=TTL, count_for_compaction=True
+        )
+        self.counters: tuple[int, int] | None = None
         self.ltm = make_ltm(redis, blob, keyspace, wf)
         self.summarizer = RecordingSummarizer()
 
@@ -55,6 +59,7 @@ class Setup:
                 tokens=tokens,
             )
             ids.append(res.id)
+            self.counters = res.counters
         return ids
 
 
@@ -70,14 +75,61 @@ def test_policy_due_at_n_turns() -> None:
     assert [policy.is_due(n, 0) for n in (0, 2, 3, 4)] == [False, False, True, True]
 
 
-async def test_note_turn_says_due_at_the_nth_turn(setup: Setup) -> None:
+async def test_each_new_turn_is_counted_by_its_append_and_a_duplicate_is_not(
+    setup: Setup,
+) -> None:
+    seen = []
+    for turn in (1, 2, 2, 3):  # turn 2 logged twice (a re-run after a crash)
+        res = await setup.ledger.append_turn(
+            step_id="s1",
+            agent_id="a1",
+            turn_id=turn,
+            thought="t",
+            action="a",
+            result="r",
+            tokens=40,
+        )
+        seen.append(res.counters)
+    assert seen == [(1, 40), (2, 80), None, (3, 120)]
+    state = await setup.compactor().state()
+    assert (state["turns"], state["tokens"]) == (3, 120)
+
+
+async def test_an_unsized_turn_counts_its_estimate(setup: Setup) -> None:
+    await setup.ledger.append_turn(
+        step_id="s1",
+        agent_id="a1",
+        turn_id=1,
+        thought="x" * 10,
+        action="y" * 4,
+        result={"k": 1},
+    )
+    # ceil(10/4) + ceil(4/4) + ceil(len("{'k': 1}")/4)
+    assert (await setup.compactor().state())["tokens"] == 3 + 1 + 2
+
+
+async def test_note_counters_compacts_at_the_nth_turn(setup: Setup) -> None:
     compactor = setup.compactor(every_turns=3)
-    assert [compactor.note_turn(1) for _ in range(3)] == [False, False, True]
+    await setup.log(1, 2)
+    assert setup.counters is not None and compactor.note_counters(*setup.counters) is None
+    await setup.log(3, 3)
+    assert setup.counters is not None
+    task = compactor.note_counters(*setup.counters)
+    assert task is not None
+    await task
+    record = await setup.ltm.load_summary_record()
+    assert record is not None and record.turns == 3
 
 
-async def test_note_turn_says_due_at_the_token_threshold(setup: Setup) -> None:
+async def test_note_counters_compacts_at_the_token_threshold(setup: Setup) -> None:
     compactor = setup.compactor(every_turns=1000, token_threshold=100)
-    assert [compactor.note_turn(40) for _ in range(3)] == [False, False, True]
+    await setup.log(1, 2, tokens=40)
+    assert setup.counters is not None and compactor.note_counters(*setup.counters) is None
+    await setup.log(3, 3, tokens=40)
+    assert setup.counters == (3, 120)
+    task = compactor.note_counters(*setup.counters)
+    assert task is not None
+    await task
 
 
 def test_policy_from_settings() -> None:
@@ -131,9 +183,6 @@ async def test_nothing_new_is_a_no_op(setup: Setup) -> None:
 async def test_compaction_resets_counters(setup: Setup) -> None:
     compactor = setup.compactor()
     await setup.log(1, 3, tokens=10)
-    for _ in range(3):
-        compactor.note_turn(10)
-    await compactor.flush_counters()
     assert (await compactor.state())["turns"] == 3
     await compactor.compact()
     state = await compactor.state()
@@ -206,24 +255,9 @@ async def test_progress_is_reported_per_page(setup: Setup) -> None:
     assert seen == [4, 6]
 
 
-async def test_maybe_schedule_compacts_in_the_background_when_due(setup: Setup) -> None:
-    await setup.log(1, 5)
-    compactor = setup.compactor(every_turns=5)
-    tasks = []
-    for _ in range(5):
-        compactor.note_turn(1)
-        task = compactor.maybe_schedule()
-        if task is not None:
-            tasks.append(task)
-            await task
-    record = await setup.ltm.load_summary_record()
-    assert record is not None and record.turns == 5
-
-
-async def test_maybe_schedule_does_nothing_when_disabled(setup: Setup) -> None:
+async def test_note_counters_does_nothing_when_disabled(setup: Setup) -> None:
     compactor = setup.compactor(every_turns=1, enabled=False)
-    compactor.note_turn(1)
-    assert compactor.maybe_schedule() is None
+    assert compactor.note_counters(5, 5) is None
 
 
 async def test_a_compactor_runs_one_background_task_and_a_second_one_compacts_nothing_more(
@@ -232,13 +266,11 @@ async def test_a_compactor_runs_one_background_task_and_a_second_one_compacts_no
     await setup.log(1, 2)
     setup.summarizer.gate = asyncio.Event()
     one, two = setup.compactor(every_turns=1), setup.compactor(every_turns=1)
-    one.note_turn(1)
-    two.note_turn(1)
-    task = one.maybe_schedule()
+    task = one.note_counters(2, 0)
     assert task is not None
-    assert one.maybe_schedule() is None  # its own task still runs
+    assert one.note_counters(2, 0) is None  # its own task still runs
     await setup.summarizer.started.wait()  # the first holds the workflow's lock now
-    other = two.maybe_schedule()  # another runtime's compactor of the same workflow
+    other = two.note_counters(2, 0)  # another runtime's compactor of the same workflow
     if other is not None:
         await other  # meets the lock and gives up, quietly
     setup.summarizer.gate.set()
@@ -252,21 +284,23 @@ async def test_background_failure_is_logged_not_raised(
     await setup.log(1, 2)
     setup.summarizer.fail = True
     compactor = setup.compactor(every_turns=1)
-    compactor.note_turn(1)
-    task = compactor.maybe_schedule()
+    task = compactor.note_counters(2, 0)
     assert task is not None
     with caplog.at_level(logging.WARNING):
         await task  # does not raise
     assert "summarizer down" in caplog.text
 
 
-async def test_aclose_pushes_pending_counters(setup: Setup) -> None:
-    compactor = setup.compactor(every_turns=100)
-    compactor.note_turn(3)
-    compactor.note_turn(4)
+async def test_aclose_cancels_a_running_compaction(setup: Setup) -> None:
+    await setup.log(1, 2)
+    setup.summarizer.gate = asyncio.Event()
+    compactor = setup.compactor(every_turns=1)
+    task = compactor.note_counters(2, 0)
+    assert task is not None
+    await setup.summarizer.started.wait()
     await compactor.aclose()
-    state = await setup.compactor().state()
-    assert (state["turns"], state["tokens"]) == (2, 7)
+    assert task.cancelled()
+    assert await setup.ltm.load_summary_record() is None
 
 
 # --- through the facade ---------------------------------------------------------------------------
@@ -318,11 +352,6 @@ async def test_compaction_on_an_unreachable_redis_raises_backend_unavailable(
         await compactor.compact()
     with pytest.raises(BackendUnavailableError, match=f"compaction state of {workflow_id}"):
         await compactor.state()
-    compactor.note_turn(5)
-    with pytest.raises(BackendUnavailableError, match=f"compaction counters of {workflow_id}"):
-        await compactor.flush_counters()
-    # Not lost: the counted turn is pushed again next time.
-    assert compactor._pending_turns == 1
 
 
 async def test_a_state_hash_redis_refuses_is_logged_when_recording_a_failure(
@@ -420,35 +449,24 @@ def test_policy_refuses_a_read_size_below_one() -> None:
         CompactionPolicy(read_size=0)
 
 
-async def test_counters_are_pushed_every_half_policy_and_still_trigger_across_processes(
-    setup: Setup, monkeypatch: pytest.MonkeyPatch
+async def test_two_processes_count_into_one_total_and_either_compacts_when_it_is_due(
+    redis_client: Any, local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
-    """Each push is a task and a round trip: at the default policy it used to come
-    every 5 turns. Two compactors (two processes of one workflow) that each count
-    fewer turns than the policy still compact once their pushed sum makes it due."""
-    await setup.log(1, 12)
-    one, two = setup.compactor(every_turns=10), setup.compactor(every_turns=10)
-    pushes: list[int] = []
-    for compactor in (one, two):
-        flush = compactor.flush_counters
-
-        async def counting(flush: Any = flush, compactor: Any = compactor) -> Any:
-            pushes.append(compactor._pending_turns)
-            return await flush()
-
-        monkeypatch.setattr(compactor, "flush_counters", counting)
-    for compactor in (one, two):
-        compactor.note_turn(1)
-        task = compactor.maybe_schedule()  # the first turn learns the shared totals
-        assert task is not None
-        await task
-    for _ in range(5):
-        for compactor in (one, two):
-            compactor.note_turn(1)
-            task = compactor.maybe_schedule()
-            if task is not None:
-                await task
-    # 1 + 5 turns each: the first push, then one at half the policy (5 turns).
-    assert pushes == [1, 1, 5, 5]
-    record = await setup.ltm.load_summary_record()
-    assert record is not None and record.turns == 12  # compacted: 12 ledger entries
+    """Two ledgers of one workflow (two processes) each append fewer turns than the
+    policy; the counters are shared in Redis, so whichever append makes the sum
+    due hands its compactor a due total."""
+    one = Setup(redis_client, local_blob, keyspace, workflow_id)
+    two = Setup(redis_client, local_blob, keyspace, workflow_id)
+    compactors = one.compactor(every_turns=10), two.compactor(every_turns=10)
+    tasks = []
+    for i in range(1, 11):
+        setup = (one, two)[i % 2]
+        await setup.log(i, i)
+        assert setup.counters is not None and setup.counters[0] == i
+        task = compactors[i % 2].note_counters(*setup.counters)
+        if task is not None:
+            tasks.append(task)
+            await task
+    assert len(tasks) == 1  # the tenth turn, whichever process logged it
+    record = await one.ltm.load_summary_record()
+    assert record is not None and record.turns == 10

@@ -557,8 +557,7 @@ async def test_a_retried_settle_subtracts_the_covered_turns_once(
     await flow.log(1, 3)
     compactor = flow.compactor(flow.ltm(redis=client), Summarizer(), redis=client)
     # Five turns counted, three of them in the ledger: two remain after compaction.
-    for _ in range(5):
-        compactor.note_turn(1)
+    await real_redis.hset(compactor.state_key, mapping={"turns": 5, "tokens": 0})
     proxy.lose_next_reply(compactor._settle.sha.encode())
     result = await compactor.compact()
     assert proxy.lost == 1 and result.compacted and result.entries == 3

@@ -323,11 +323,11 @@ async def test_a_duplicate_append_waits_for_the_replica_to_have_the_earlier_copy
 # --- a replayed run of turns: one script call, in order, exactly once ----------------------------
 
 
-def _turn(led: EpisodicLedger, n: int, agent: str = "a") -> tuple[list[str], str]:
+def _turn(led: EpisodicLedger, n: int, agent: str = "a") -> tuple[list[str], str, int]:
     fields = encode_fields(
         {"turn_id": str(n), "step_id": "s", "agent_id": agent, "thought": f"t{n}", "tokens": n}
     )
-    return fields, KeySpace.turn_field("s", agent, str(n))
+    return fields, KeySpace.turn_field("s", agent, str(n)), n
 
 
 async def test_a_run_of_turns_lands_in_order_once_each_in_one_round_trip(
@@ -356,6 +356,46 @@ async def test_a_run_of_turns_lands_in_order_once_each_in_one_round_trip(
     assert await led.length() == 5
 
 
+async def test_single_appends_and_a_replayed_run_count_the_same_for_compaction(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    """Every new turn adds one turn and its tokens to the workflow's compaction
+    counters inside its append script, live or replayed; a duplicate adds nothing."""
+    counters = []
+    for name in ("wf-one", "wf-many"):
+        led = EpisodicLedger(redis_client, keyspace, name, count_for_compaction=True)
+        if name == "wf-one":
+            results = [await led.append_encoded(*_turn(led, n)) for n in (1, 2, 2, 3)]
+            assert [r.counters for r in results] == [(1, 1), (2, 3), None, (3, 6)]
+        else:
+            await led.append_encoded(*_turn(led, 2))
+            await led.append_encoded_many([_turn(led, n) for n in (1, 2, 3)])
+        state = await redis_client.hgetall(keyspace.ltm_state(name))
+        counters.append((int(state[b"turns"]), int(state[b"tokens"])))
+    assert counters == [(3, 6), (3, 6)]
+    assert await redis_client.ttl(keyspace.ltm_state("wf-many")) > 0
+
+
+async def test_a_ledger_that_does_not_count_leaves_no_counters(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = ledger(redis_client, keyspace, workflow_id)
+    res = await led.append_encoded(*_turn(led, 1))
+    await led.append_encoded_many([_turn(led, 2)])
+    assert res.counters is None
+    assert not await redis_client.exists(keyspace.ltm_state(workflow_id))
+
+
+async def test_a_counters_key_of_the_wrong_type_fails_the_append_before_it_writes(
+    redis_client: Any, keyspace: KeySpace, workflow_id: str
+) -> None:
+    led = EpisodicLedger(redis_client, keyspace, workflow_id, count_for_compaction=True)
+    await redis_client.set(keyspace.ltm_state(workflow_id), "not a hash")
+    with pytest.raises(BackendRejectedError):
+        await led.append_encoded(*_turn(led, 1))
+    assert await led.length() == 0
+
+
 async def test_a_run_stores_what_single_appends_store(
     redis_client: Any, keyspace: KeySpace
 ) -> None:
@@ -374,7 +414,7 @@ async def test_a_malformed_turn_of_a_run_is_refused_alone(
     redis_client: Any, keyspace: KeySpace, workflow_id: str
 ) -> None:
     led = ledger(redis_client, keyspace, workflow_id)
-    outcomes = await led.append_encoded_many([_turn(led, 1), ([], "s|a|bad"), _turn(led, 3)])
+    outcomes = await led.append_encoded_many([_turn(led, 1), ([], "s|a|bad", 0), _turn(led, 3)])
     assert isinstance(outcomes[1], BackendRejectedError)
     assert isinstance(outcomes[0], AppendResult) and isinstance(outcomes[2], AppendResult)
     assert [e["turn_id"] for e in await led.full_history()] == ["1", "3"]

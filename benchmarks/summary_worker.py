@@ -58,7 +58,7 @@ def own_child() -> tuple[float, int]:
 
     worker = SummaryWorker()
     started = time.perf_counter()
-    worker.summarize(TEXT, None, 2000)
+    worker.summarize([TEXT], None, 2000)
     took = time.perf_counter() - started
     pid = worker.pid
     rss = _rss_kb(pid) if pid else 0

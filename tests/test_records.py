@@ -10,6 +10,7 @@ import pytest
 
 from jarvismem.errors import InvalidPayloadError
 from jarvismem.keys import KeySpace
+from jarvismem.payload import PayloadPolicy
 from jarvismem.records import (
     TURN,
     TURN_FIELDS,
@@ -17,6 +18,7 @@ from jarvismem.records import (
     encode_entry,
     encode_fields,
     encode_record,
+    entry_tokens,
     parse_records,
     turn_identity,
     turn_record,
@@ -181,3 +183,25 @@ def test_a_tail_read_drops_its_partial_first_line_silently(
 def test_invalid_utf8_lines_are_skipped() -> None:
     raw = b'\n{"a": "\xc3\x28"}' + encode_record({"type": "note", "data": "ok"})
     assert parse_records(raw, source="pad") == [{"type": "note", "data": "ok"}]
+
+
+def test_entry_tokens_takes_the_given_count_else_estimates_four_chars_a_token() -> None:
+    assert entry_tokens({"tokens": 7, "thought": "x" * 400}) == 7
+    assert entry_tokens({"tokens": 0, "thought": "x" * 9, "action": "ab"}) == 3 + 1
+    assert entry_tokens({"tokens": True, "thought": "abcd"}) == 1  # a bool is no count
+    assert entry_tokens({"result": {"k": [1, 2]}}) == 4  # str({'k': [1, 2]}) is 13 chars
+    assert entry_tokens({}) == 0
+
+
+def test_entry_tokens_of_a_cleaned_entry_and_of_its_read_back_agree() -> None:
+    """The ledger adds what log_turn counts; compaction subtracts what it reads back."""
+    policy = PayloadPolicy()
+    entry = {
+        "turn_id": "1",
+        "thought": policy.clean("plain text", "thought"),
+        "action": policy.clean({"tool": "search", 3: (1.5, None, True)}, "action"),
+        "result": policy.clean([10**30, 1e-7, "é"], "result"),
+        "tokens": 0,
+    }
+    stored = {k.encode(): v.encode() for k, v in encode_entry(entry).items()}
+    assert entry_tokens(decode_entry(b"1-0", stored)) == entry_tokens(entry) > 0

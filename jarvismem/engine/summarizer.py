@@ -51,12 +51,20 @@ class OnDemandSummarizer:
         return self._made
 
     @property
+    def bounded_input(self) -> bool:
+        """Whether the summarizer has a context window (an LLM's): compaction then
+        map-reduces its input in chunks; the extractive summarizer takes it whole."""
+        if self._made is not None:
+            return bool(getattr(self._made, "bounded_input", True))
+        return bool(self._settings.llm_base_url)
+
+    @property
     def worker(self) -> Any:
         """The kept summarizer's worker process (the extractive summarizer's), or None.
 
         :meth:`LongTermMemory.compress <jarvismem.tiers.longterm.LongTermMemory.compress>`
-        redacts the rendered ledger entries there, off the event loop, when the
-        summarizer has one; a summarizer made per use has none to lend.
+        redacts and summarizes the rendered ledger entries there, off the event
+        loop, in one call; a summarizer made per use has none to lend.
         """
         if not self._keep:
             return None

@@ -85,7 +85,7 @@ RENDER_SLICE_SECONDS = 0.0005
 """Longest stretch of rendering and redacting ledger entries :meth:`LongTermMemory.compress`
 does on the event loop before it yields to it."""
 
-# Entries rendered and redacted together between two checks of the time slice.
+# Entries rendered (and redacted) between two checks of the time slice.
 _RENDER_BATCH = 4
 
 SAVE_ATTEMPTS = 8
@@ -791,12 +791,16 @@ class LongTermMemory:
         the summary to ``4 * max_tokens`` characters and, for a ``generate()``
         client, the ``max_tokens`` of every call.
 
-        Entries are rendered one per line (:func:`render_entry`) and redacted. No
-        summarizer call ever gets more than ``chunk_chars`` of new text plus the
-        previous summary (itself cut to ``chunk_chars``): larger input is
-        map-reduced, each chunk summarized alone, then the partial summaries
-        summarized again until they fit. Returns at most ``max_chars`` characters.
-        ``LLMError`` from the summarizer propagates (the caller keeps its old summary).
+        Entries are rendered one per line (:func:`render_entry`) and redacted. A
+        summarizer with a context window (``bounded_input``, every LLM) never gets
+        more than ``chunk_chars`` of new text plus the previous summary (itself cut
+        to ``chunk_chars``) per call: larger input is map-reduced, each chunk
+        summarized alone, then the partial summaries summarized again until they
+        fit. The extractive summarizer (no window) gets the whole text in one call;
+        with its worker process and a redactor the worker can rebuild, the
+        redaction and the summary both run there, in one round trip. Returns at
+        most ``max_chars`` characters. ``LLMError`` from the summarizer propagates
+        (the caller keeps its old summary).
         """
         if chunk_chars < 100:
             raise InvalidPayloadError("chunk_chars must be >= 100")
@@ -810,71 +814,54 @@ class LongTermMemory:
         if max_tokens is not None:
             # ~4 characters per token: the summary JarvisCore's limit allows.
             max_chars = min(max_chars, 4 * max_tokens)
-        worker = getattr(llm, "worker", None)
-        lines = await self._render(entries, worker if isinstance(worker, SummaryWorker) else None)
         if previous is not None:
             previous = truncate(previous, chunk_chars)
-        if not any(line.strip() for line in lines):
+        if not entries:
             return truncate(previous or "", max_chars)
-        text = await self._reduce(lines, llm, chunk_chars)
+        bounded = getattr(llm, "bounded_input", True)
+        worker = getattr(llm, "worker", None)
+        names = getattr(self.redactor, "names", None)
+        if (
+            not bounded
+            and isinstance(worker, SummaryWorker)
+            and isinstance(names, tuple)
+            and worker.available()
+        ):
+            lines = await self._render(entries, redact=False)
+            try:
+                summary = await worker.run(worker.summarize, lines, previous, max_chars, names)
+                return truncate(summary, max_chars)
+            except WorkerUnavailable as exc:
+                # Nothing is lost: the same redaction and summary are computed here.
+                log.warning("summary worker unavailable, compacting in-process: %s", exc)
+        lines = await self._render(entries)
+        text = await self._reduce(lines, llm, chunk_chars) if bounded else "\n".join(lines)
         summary = await llm.summarize(text, previous_summary=previous, max_chars=max_chars)
         return truncate(summary, max_chars)
 
     async def _render(
-        self, entries: Sequence[Mapping[str, Any]], worker: SummaryWorker | None = None
+        self, entries: Sequence[Mapping[str, Any]], *, redact: bool = True
     ) -> list[str]:
-        """The entries as redacted lines, one per entry.
+        """The entries as lines, one per entry (redacted with ``redact``).
 
-        Rendered and redacted a batch of entries at a time, yielding to the
-        event loop whenever a slice of work took :data:`RENDER_SLICE_SECONDS`:
-        a page of a thousand turns never holds up the kernel's tasks. Each
-        batch is redacted as one text (the redactor's literal pre-check then
-        runs once per batch); an entry is one line, so a secret never spans
-        two batches.
-
-        With the summarizer's ``worker`` (the extractive summarizer's process) and a
-        redactor it can rebuild (:attr:`~jarvismem.redaction.PatternRedactor.names`),
-        the batches are redacted there, in one round trip: redaction is most of a
-        compaction's CPU left on the loop. The same batches, the same redactor, so
-        the same lines; if the worker cannot answer they are redacted here.
+        Each line is redacted alone: a pattern that runs to the end of its text
+        (a private key whose END line was truncated away) must not swallow the
+        turns after it. The summary worker redacts the same lines with the same
+        redactor, so both give the same lines. The work yields to the event loop
+        whenever a slice of it took :data:`RENDER_SLICE_SECONDS`: a page of a
+        thousand turns never holds up the kernel's tasks.
         """
-        redactor = self.redactor
-        names = getattr(redactor, "names", None)
-        offload = (
-            worker is not None
-            and isinstance(names, tuple)
-            and worker.available()
-            and len(entries) > _RENDER_BATCH
-        )
-        batches: list[str] = []
+        redactor = self.redactor if redact else None
         lines: list[str] = []
         await asyncio.sleep(0)  # a fresh turn of the loop: see the summarizer's slices
         slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
         for start in range(0, len(entries), _RENDER_BATCH):
-            batch = [render_entry(entry) for entry in entries[start : start + _RENDER_BATCH]]
-            if offload:
-                batches.append("\n".join(batch))
-            elif redactor is not None:
-                lines += redactor("\n".join(batch)).split("\n")
-            else:
-                lines += batch
+            batch = [render_entry(e) for e in entries[start : start + _RENDER_BATCH]]
+            lines += batch if redactor is None else map(redactor, batch)
             if time.perf_counter() >= slice_end:
                 await asyncio.sleep(0)
                 slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
-        if not offload:
-            return lines
-        assert worker is not None and redactor is not None and isinstance(names, tuple)
-        try:
-            redacted = await worker.run(worker.redact, batches, names)
-        except WorkerUnavailable as exc:
-            log.warning("summary worker unavailable, redacting in-process: %s", exc)
-            redacted = []
-            for text in batches:
-                redacted.append(redactor(text))
-                if time.perf_counter() >= slice_end:
-                    await asyncio.sleep(0)
-                    slice_end = time.perf_counter() + RENDER_SLICE_SECONDS
-        return [line for text in redacted for line in text.split("\n")]
+        return lines
 
     async def _reduce(self, lines: list[str], llm: Summarizer, chunk_chars: int) -> str:
         """Map-reduce ``lines`` until they fit in one chunk; returns that text."""

@@ -411,12 +411,57 @@ class _LineRecorder:
         return text[:max_chars]
 
 
-async def test_the_worker_redacts_the_same_lines_as_the_loop(
+async def test_a_truncated_private_key_does_not_swallow_the_next_turns(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    """The PEM pattern runs to the end of its text when the END line was cut off: each
+    rendered entry is redacted alone, or it ran on into the next turns' lines."""
+    from jarvismem.redaction import build_redactor
+
+    body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
+    entries = [
+        {"id": "1-0", "turn_id": "1", "thought": f"-----BEGIN RSA PRIVATE KEY----- {body}"},
+        {"id": "2-0", "turn_id": "2", "thought": "checked the deploy", "action": "next"},
+        {"id": "3-0", "turn_id": "3", "thought": "-----END RSA PRIVATE KEY----- seen"},
+    ]
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=build_redactor())
+    recorder = _LineRecorder()
+    await ltm.compress(entries, recorder, max_chars=10**5)
+    [text] = recorder.texts
+    assert body not in text
+    assert text.split("\n") == [
+        "[turn 1] [REDACTED]",
+        "[turn 2] checked the deploy → next",
+        "[turn 3] -----END RSA PRIVATE KEY----- seen",
+    ]
+
+
+async def test_an_unbounded_summarizer_gets_the_page_in_one_call_a_bounded_one_in_chunks(
+    local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
+) -> None:
+    ltm = make_ltm(None, local_blob, keyspace, workflow_id)
+    entries = turns(20, width=200)
+    bounded = _LineRecorder()
+    await ltm.compress(entries, bounded, chunk_chars=1000, max_chars=10**5)
+    unbounded = _LineRecorder()
+    unbounded.bounded_input = False  # type: ignore[attr-defined]
+    await ltm.compress(entries, unbounded, chunk_chars=1000, max_chars=10**5)
+    assert len(bounded.texts) > 2 and max(map(len, bounded.texts[:-1])) <= 1000
+    assert len(unbounded.texts) == 1
+    assert unbounded.texts[0].count("[turn ") == 20
+
+
+# Every line kept: the summary shows exactly the lines the summarizer was given.
+_ALL = 10**6
+
+
+async def test_the_worker_redacts_and_summarizes_as_the_loop_does(
     local_blob: LocalBlobStorage,
     keyspace: KeySpace,
     workflow_id: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from jarvismem.backends.llm import ExtractiveSummarizer
     from jarvismem.backends.llm.worker import SummaryWorker
     from jarvismem.redaction import PatternRedactor, build_redactor
     from tests.secret_corpus import SECRETS
@@ -428,8 +473,7 @@ async def test_the_worker_redacts_the_same_lines_as_the_loop(
         {"id": "99-0", "turn_id": "99", "thought": "zebra_pin=9876543210abc", "action": "a"},
     ]
     ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
-    on_loop = _LineRecorder()
-    await ltm.compress(entries, on_loop, chunk_chars=10**6)
+    here = await ltm.compress(entries, ExtractiveSummarizer(), chunk_chars=100, max_chars=_ALL)
     worker = SummaryWorker()
     try:
         # Prove the work left this process: the redactor here refuses to run.
@@ -437,17 +481,19 @@ async def test_the_worker_redacts_the_same_lines_as_the_loop(
             raise AssertionError("redacted in-process")
 
         monkeypatch.setattr(PatternRedactor, "__call__", refuse)
-        offloaded = _LineRecorder(worker)
-        await ltm.compress(entries, offloaded, chunk_chars=10**6)
+        offloaded = ExtractiveSummarizer(offload=True, worker=worker)
+        there = await ltm.compress(entries, offloaded, chunk_chars=100, max_chars=_ALL)
+        assert worker.starts == 1
     finally:
         worker.close()
-    assert offloaded.texts == on_loop.texts
-    assert "9876543210abc" not in offloaded.texts[0]
-    redacted_here = [s for _, _, s in SECRETS if s not in on_loop.texts[0]]
+    assert there == here
+    assert here.count("[turn ") == len(entries)  # every line kept, none chunked away
+    assert "9876543210abc" not in there
+    redacted_here = [s for _, _, s in SECRETS if s not in here]
     assert len(redacted_here) > len(SECRETS) // 2  # the comparison is not vacuous
 
 
-async def test_a_failing_worker_leaves_redaction_to_the_loop(
+async def test_a_failing_worker_leaves_redaction_and_summary_to_the_loop(
     local_blob: LocalBlobStorage,
     keyspace: KeySpace,
     workflow_id: str,
@@ -455,6 +501,7 @@ async def test_a_failing_worker_leaves_redaction_to_the_loop(
 ) -> None:
     import sys
 
+    from jarvismem.backends.llm import ExtractiveSummarizer
     from jarvismem.backends.llm.worker import SummaryWorker
     from jarvismem.redaction import build_redactor
     from tests.secret_corpus import SECRETS
@@ -462,27 +509,31 @@ async def test_a_failing_worker_leaves_redaction_to_the_loop(
     redactor = build_redactor()
     entries = _secret_entries()
     ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=redactor)
-    on_loop = _LineRecorder()
-    await ltm.compress(entries, on_loop, chunk_chars=10**6)
+    here = await ltm.compress(entries, ExtractiveSummarizer(), max_chars=_ALL)
     broken = SummaryWorker(command=[sys.executable, "-c", "import sys; sys.exit(1)"])
     with caplog.at_level(logging.WARNING):
-        fallback = _LineRecorder(broken)
-        await ltm.compress(entries, fallback, chunk_chars=10**6)
-    assert "redacting in-process" in caplog.text
-    assert fallback.texts == on_loop.texts
+        fallback = ExtractiveSummarizer(offload=True, worker=broken)
+        there = await ltm.compress(entries, fallback, max_chars=_ALL)
+    assert "compacting in-process" in caplog.text
+    assert there == here
     for _, _, secret in SECRETS:
-        assert secret not in fallback.texts[0]
+        assert secret not in there
 
 
 async def test_a_redactor_the_worker_cannot_rebuild_runs_on_the_loop(
     local_blob: LocalBlobStorage, keyspace: KeySpace, workflow_id: str
 ) -> None:
+    from jarvismem.backends.llm import ExtractiveSummarizer
     from jarvismem.backends.llm.worker import SummaryWorker
 
-    # A custom callable has no REDACTION_KEYS to rebuild it from: never sent away.
+    # A custom callable has no REDACTION_KEYS to rebuild it from: the lines are
+    # redacted here before any text leaves for the worker.
     ltm = make_ltm(None, local_blob, keyspace, workflow_id, redactor=lambda s: s.replace("x", "_"))
     worker = SummaryWorker()
-    summarizer = _LineRecorder(worker)
-    await ltm.compress(turns(20, width=5), summarizer, chunk_chars=10**6)
-    assert "x" not in summarizer.texts[0] and "_____" in summarizer.texts[0]
-    assert worker.starts == 0
+    try:
+        summary = await ltm.compress(
+            turns(20, width=5), ExtractiveSummarizer(offload=True, worker=worker), max_chars=_ALL
+        )
+    finally:
+        worker.close()
+    assert "x" not in summary and "_____" in summary

@@ -295,6 +295,11 @@ class ExtractiveSummarizer:
 
     name = "extractive"
 
+    bounded_input = False
+    """No context window: compaction gives it a whole page of entries in one call
+    rather than map-reducing chunks of ``COMPACTION_CHUNK_CHARS`` (the work is
+    linear either way; one pass ranks the page's lines against each other)."""
+
     def __init__(self, *, offload: bool = False, worker: SummaryWorker | None = None) -> None:
         self.offload = offload
         self._worker = worker
@@ -317,7 +322,7 @@ class ExtractiveSummarizer:
         worker = self.worker
         if worker is not None and worker.available():
             try:
-                return await worker.run(worker.summarize, text, previous_summary, max_chars)
+                return await worker.run(worker.summarize, [text], previous_summary, max_chars)
             except WorkerUnavailable as exc:
                 # Nothing is lost: the same summary is computed here, in slices.
                 log.warning("summary worker unavailable, summarizing in-process: %s", exc)

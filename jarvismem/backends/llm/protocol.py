@@ -11,7 +11,12 @@ __all__ = ["Summarizer"]
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Something that condenses text, optionally on top of an earlier summary."""
+    """Something that condenses text, optionally on top of an earlier summary.
+
+    An optional attribute ``bounded_input`` (taken as True when absent) says whether
+    the summarizer has a context window: compaction then feeds it at most
+    ``COMPACTION_CHUNK_CHARS`` of new text per call, map-reducing larger input.
+    """
 
     name: str
     """Short name recorded in a summary's provenance (``extractive``, ``llm:<model>``)."""

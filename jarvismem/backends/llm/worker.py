@@ -10,10 +10,11 @@ fresh interpreter running :mod:`~jarvismem.backends.llm.worker_child` (never by
 ``__main__``; docs/performance.md has the A/B against ``ProcessPoolExecutor``).
 
 The wire is the child's stdin and stdout: each frame a 4-byte big-endian length and a
-JSON body. A request is ``{"op": "summarize", "text": ..., "previous": ...,
-"max_chars": ...}`` or ``{"op": "redact", "names": [...], "texts": [...]}`` (the
-compaction's rendered ledger lines, redacted with ``redactor_for(names)``: the other
-large piece of CPU work of a compaction); a reply is ``{"ok": result}`` or
+JSON body. A request is ``{"op": "summarize", "texts": [...], "redact": [...] | null,
+"previous": ..., "max_chars": ...}``: the summary of the texts joined by newlines,
+each text first redacted with ``redactor_for(redact)`` when given (a compaction sends
+its rendered, not yet redacted ledger lines in batches, so the other large piece of
+its CPU work runs there too, in the same round trip); a reply is ``{"ok": result}`` or
 ``{"error": "..."}``. The child writes ``{"ready": pid}`` once
 it has imported the summarizer. It exits when its stdin closes (the parent exited,
 crashed, or closed it), so it never outlives its agent.
@@ -241,35 +242,34 @@ class SummaryWorker:
         async with turn:
             return await asyncio.to_thread(call, *args)
 
-    def summarize(self, text: str, previous_summary: str | None, max_chars: int) -> str:
-        """The extractive summary of ``text``, computed in the worker (blocking).
+    def summarize(
+        self,
+        texts: list[str],
+        previous_summary: str | None,
+        max_chars: int,
+        redact: tuple[str, ...] | None = None,
+    ) -> str:
+        """The extractive summary of ``texts`` joined by newlines, computed in the worker.
 
-        Raises :class:`WorkerUnavailable` when the worker cannot answer; the caller
-        then computes the same summary itself.
+        ``redact``: each text is first redacted there with ``redactor_for(redact)``
+        (a :class:`~jarvismem.redaction.PatternRedactor`'s ``names``), one text at a
+        time, as the caller would redact them. Blocking. Raises
+        :class:`WorkerUnavailable` when the worker cannot answer; the caller then
+        does the same work itself.
         """
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a list of str")
         reply = self._call(
-            {"op": "summarize", "text": text, "previous": previous_summary, "max_chars": max_chars},
-            len(text) + len(previous_summary or ""),
+            {
+                "op": "summarize",
+                "texts": texts,
+                "redact": None if redact is None else list(redact),
+                "previous": previous_summary,
+                "max_chars": max_chars,
+            },
+            sum(map(len, texts)) + len(previous_summary or ""),
         )
         if not isinstance(reply, str):
-            self._discard()
-            raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
-        return reply
-
-    def redact(self, texts: list[str], names: tuple[str, ...]) -> list[str]:
-        """``texts`` redacted by ``redactor_for(names)``, in the worker (blocking).
-
-        Raises :class:`WorkerUnavailable` when the worker cannot answer; the caller
-        then redacts them itself.
-        """
-        reply = self._call(
-            {"op": "redact", "names": list(names), "texts": texts}, sum(map(len, texts))
-        )
-        if not (
-            isinstance(reply, list)
-            and len(reply) == len(texts)
-            and all(isinstance(t, str) for t in reply)
-        ):
             self._discard()
             raise WorkerUnavailable(f"the summary worker sent an unexpected reply: {reply!r:.200}")
         return reply

@@ -42,12 +42,13 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
             return
         try:
             request = json.loads(body)
-            if request["op"] == "redact":
-                redact = redactor_for(tuple(request["names"]))
-                send({"ok": [redact(text) for text in request["texts"]]})
-            elif request["op"] == "summarize":
+            if request["op"] == "summarize":
+                texts = request["texts"]
+                if request["redact"] is not None:
+                    redact = redactor_for(tuple(request["redact"]))
+                    texts = [redact(text) for text in texts]
                 summary = summarizer.summarize_now(
-                    request["text"],
+                    "\n".join(texts),
                     previous_summary=request["previous"],
                     max_chars=request["max_chars"],
                 )

@@ -75,7 +75,7 @@ def test_worker_gives_the_in_process_summary(worker: SummaryWorker) -> None:
         text = _text(seed)
         for max_chars in (200, 1500, 4000):
             want = local.summarize_now(text, previous_summary=previous, max_chars=max_chars)
-            assert worker.summarize(text, previous, max_chars) == want
+            assert worker.summarize([text], previous, max_chars) == want
         previous = local.summarize_now(text, previous_summary=previous, max_chars=1500)
     assert worker.pid is not None and worker.pid != os.getpid()
     assert worker.starts == 1  # one process served every call
@@ -122,7 +122,7 @@ async def test_a_stalled_worker_times_out_is_killed_and_the_loop_summarizes(
 ) -> None:
     worker = SummaryWorker(call_timeout=0.5)
     try:
-        worker.summarize("warm up. the worker starts.", None, 100)
+        worker.summarize(["warm up. the worker starts."], None, 100)
         pid = worker.pid
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -155,7 +155,7 @@ async def test_a_worker_that_cannot_start_falls_back_and_backs_off(
     assert await summarizer.summarize(text, max_chars=700) == want
     assert worker.starts == 1
     with pytest.raises(WorkerUnavailable, match="recently"):
-        worker.summarize(text, None, 700)
+        worker.summarize([text], None, 700)
 
 
 async def test_a_worker_answering_garbage_is_killed_and_the_loop_summarizes() -> None:
@@ -177,7 +177,7 @@ async def test_a_worker_answering_garbage_is_killed_and_the_loop_summarizes() ->
 
 def test_an_error_in_the_worker_is_raised_the_same_in_process(worker: SummaryWorker) -> None:
     with pytest.raises(WorkerUnavailable, match="failed"):
-        worker.summarize("text", None, 0)  # max_chars < 1: the summarizer refuses it
+        worker.summarize(["text"], None, 0)  # max_chars < 1: the summarizer refuses it
     assert worker.pid is not None  # the worker survives a refused request
 
 
@@ -190,7 +190,7 @@ async def test_invalid_max_chars_is_refused_before_the_worker(worker: SummaryWor
 
 def _child_summary(queue: multiprocessing.Queue[object], text: str, parent_pid: int) -> None:
     worker = default_worker()
-    queue.put((worker.summarize(text, None, 500), worker.pid, parent_pid))
+    queue.put((worker.summarize([text], None, 500), worker.pid, parent_pid))
 
 
 def test_a_forked_process_gets_its_own_worker() -> None:
@@ -199,7 +199,7 @@ def test_a_forked_process_gets_its_own_worker() -> None:
     worker = default_worker()
     text = _text(6)
     want = ExtractiveSummarizer().summarize_now(text, max_chars=500)
-    assert worker.summarize(text, None, 500) == want
+    assert worker.summarize([text], None, 500) == want
     parent_worker = worker.pid
     ctx = multiprocessing.get_context("fork")
     queue: multiprocessing.Queue[object] = ctx.Queue()
@@ -214,12 +214,12 @@ def test_a_forked_process_gets_its_own_worker() -> None:
         assert summary == want
         assert child_worker not in (None, parent_worker)
     # The parent's worker still answers, and correctly.
-    assert worker.summarize(text, None, 500) == want
+    assert worker.summarize([text], None, 500) == want
     assert worker.pid == parent_worker
 
 
 def test_close_stops_the_worker(worker: SummaryWorker) -> None:
-    worker.summarize("start it.", None, 100)
+    worker.summarize(["start it."], None, 100)
     pid = worker.pid
     assert pid is not None
     worker.close()
@@ -264,7 +264,7 @@ def test_start_starts_once_and_the_first_summary_reuses_it(worker: SummaryWorker
     pid = worker.start()
     assert pid == worker.pid and pid != os.getpid()
     assert worker.start() == pid  # idempotent
-    assert worker.summarize("[turn 1] started early.", None, 100) == "[turn 1] started early."
+    assert worker.summarize(["[turn 1] started early."], None, 100) == "[turn 1] started early."
     assert worker.pid == pid and worker.starts == 1
 
 
@@ -275,28 +275,42 @@ def test_start_reports_a_worker_that_cannot_start() -> None:
     assert not worker.available()
 
 
-def test_a_redact_reply_of_the_wrong_length_kills_the_worker() -> None:
+def test_a_reply_that_is_not_a_summary_kills_the_worker() -> None:
     worker = fake_worker(
         "size = struct.unpack('>I', sys.stdin.buffer.read(4))[0]\n"
         "sys.stdin.buffer.read(size)\n"
-        "send({'ok': ['only one']})\n"
+        "send({'ok': ['a list']})\n"
         "sys.stdin.buffer.read()\n"
     )
     try:
         with pytest.raises(WorkerUnavailable, match="unexpected reply"):
-            worker.redact(["one", "two"], ("password",))
+            worker.summarize(["one", "two"], None, 100, ("password",))
         assert worker.pid is None
     finally:
         worker.close()
 
 
-def test_redact_in_the_worker_matches_the_redactor(worker: SummaryWorker) -> None:
+def test_the_worker_redacts_each_text_as_the_redactor_does_before_summarizing(
+    worker: SummaryWorker,
+) -> None:
+    from jarvismem.backends.llm import ExtractiveSummarizer
     from jarvismem.redaction import redactor_for
     from tests.secret_corpus import SECRETS
 
     texts = [text for _, text, _ in SECRETS]
     names = ("password", "zebra_pin")
-    assert worker.redact(texts, names) == [redactor_for(names)(t) for t in texts]
+    redact = redactor_for(names)
+    want = ExtractiveSummarizer().summarize_now(
+        "\n".join(redact(t) for t in texts), max_chars=10**6
+    )
+    got = worker.summarize(texts, None, 10**6, names)
+    assert got == want
+    assert sum(secret not in got for _, _, secret in SECRETS) > len(SECRETS) // 2
+
+
+def test_a_string_is_not_a_list_of_texts(worker: SummaryWorker) -> None:
+    with pytest.raises(TypeError, match="list of str"):
+        worker.summarize("one text", None, 100)  # type: ignore[arg-type]
 
 
 async def test_waiting_summaries_hold_no_executor_thread(

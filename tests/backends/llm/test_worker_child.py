@@ -18,7 +18,15 @@ def _read(stream: Any) -> Any:
 
 
 def _summarize(text: str, previous: str | None, max_chars: int) -> bytes:
-    return frame({"op": "summarize", "text": text, "previous": previous, "max_chars": max_chars})
+    return frame(
+        {
+            "op": "summarize",
+            "texts": [text],
+            "redact": None,
+            "previous": previous,
+            "max_chars": max_chars,
+        }
+    )
 
 
 def _child() -> subprocess.Popen[bytes]:
@@ -84,11 +92,15 @@ def test_the_child_redacts_with_the_named_redactor() -> None:
     proc = _child()
     assert proc.stdin is not None and proc.stdout is not None
     _read(proc.stdout)
-    proc.stdin.write(frame({"op": "redact", "names": list(names), "texts": texts}))
+    request = {"op": "summarize", "texts": texts, "redact": list(names)}
+    proc.stdin.write(frame({**request, "previous": None, "max_chars": 10**6}))
     proc.stdin.write(frame({"op": "shred", "texts": texts}))
     proc.stdin.flush()
     redactor = build_redactor(names)
-    assert _read(proc.stdout) == {"ok": [redactor(t) for t in texts]}
+    want = ExtractiveSummarizer().summarize_now(
+        "\n".join(redactor(t) for t in texts), max_chars=10**6
+    )
+    assert _read(proc.stdout) == {"ok": want}
     assert "unknown op 'shred'" in _read(proc.stdout)["error"]
     proc.stdin.close()
     assert proc.wait(timeout=30) == 0

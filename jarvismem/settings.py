@@ -411,7 +411,10 @@ class Settings(BaseSettings):
     compaction_chunk_chars: int = Field(
         defaults.COMPACTION_CHUNK_CHARS,
         ge=500,
-        description="Max new-text chars per LLM call (map-reduced above; the extractive summarizer takes a page whole).",
+        description=(
+            "Max new-text chars per LLM call (map-reduced above; "
+            "the extractive summarizer takes a page whole)."
+        ),
     )
     compaction_lock_ttl: float = Field(
         defaults.COMPACTION_LOCK_TTL, gt=0, description="Compactor lock expiry, s."

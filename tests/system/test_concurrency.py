@@ -30,6 +30,7 @@ from tests.conftest import AZURITE_CONNECTION_STRING, REAL_REDIS_URL, azurite_av
 pytestmark = pytest.mark.integration
 
 PROCESSES = 3
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,10 @@ def _settings(job: dict[str, Any]) -> Settings:
         storage_base_path=Path(job["root"]) / "blobs",
         azure_storage_connection_string=job.get("connection_string"),
         azure_storage_container=job.get("container", "jarvismem"),
-        compaction_enabled=False,
+        # "count": compaction on but never due, so its counters only ever grow.
+        compaction_enabled=bool(job.get("count")),
+        compaction_every_turns=10**9,
+        compaction_token_threshold=10**12,
         llm_base_url=job.get("llm_url"),
         llm_max_retries=0,
         redis_connect_retries=0,
@@ -209,6 +213,70 @@ async def test_processes_logging_the_same_turns_store_each_turn_once(
     ids = [e["turn_id"] for e in await ledger.full_history()]
     assert sorted(ids, key=int) == [str(t) for t in turns]
     await rt.close()
+
+
+async def _counters_and_ledger(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str
+) -> tuple[tuple[int, int], int, int]:
+    """The compaction counters, the ledger's length and its entries' token sum."""
+    from jarvismem.records import decode_entry, entry_tokens
+
+    state = await real_redis.hgetall(keyspace.ltm_state(workflow_id))
+    counters = (int(state.get(b"turns", 0)), int(state.get(b"tokens", 0)))
+    rows = await real_redis.xrange(keyspace.ledger(workflow_id))
+    tokens = sum(entry_tokens(decode_entry(sid, fields)) for sid, fields in rows)
+    return counters, len(rows), tokens
+
+
+async def test_processes_logging_overlapping_turns_count_each_stored_turn_once(
+    pool: ProcessPoolExecutor,
+    real_redis: Any,
+    keyspace: KeySpace,
+    workflow_id: str,
+    tmp_path: Path,
+) -> None:
+    """Every process's append adds to one pair of compaction counters inside the
+    append script: a turn another process stored first adds nothing."""
+    jobs = [
+        _job(keyspace, workflow_id, tmp_path, turns=list(range(p * 20, p * 20 + 40)), pad=p * 7)
+        for p in range(PROCESSES)
+    ]
+    await run_in_processes(pool, log_turns_job, [{**job, "count": True} for job in jobs])
+    counters, stored, tokens = await _counters_and_ledger(real_redis, keyspace, workflow_id)
+    assert stored == 20 * (PROCESSES + 1)  # overlapping ranges: each turn once
+    assert counters == (stored, tokens)
+
+
+async def test_a_process_killed_while_logging_leaves_the_counters_equal_to_the_ledger(
+    real_redis: Any, keyspace: KeySpace, workflow_id: str, tmp_path: Path
+) -> None:
+    """SIGKILL at any point: the count and the entry are one atomic script call, so
+    the counters never hold a turn the ledger lacks, nor miss one it holds."""
+    import os
+    import sys
+
+    job = _job(keyspace, workflow_id, tmp_path, turns=100_000, pad=50, count=True)
+    code = (
+        "import json, sys; from tests.system.test_concurrency import log_turns_job; "
+        "job = json.loads(sys.argv[1]); job['turns'] = list(range(job['turns'])); "
+        "log_turns_job(job)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    ledger = keyspace.ledger(workflow_id)
+    # The second run re-logs the turns the first stored (duplicates count nothing)
+    # and is killed further on.
+    for kill_at in (30, 250):
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, json.dumps(job), cwd=REPO_ROOT, env=env
+        )
+        deadline = time.monotonic() + 60
+        while await real_redis.xlen(ledger) < kill_at:
+            assert time.monotonic() < deadline and child.returncode is None
+            await asyncio.sleep(0.005)
+        child.kill()
+        await child.wait()
+        state = await real_redis.hgetall(keyspace.ltm_state(workflow_id))
+        assert int(state[b"turns"]) == await real_redis.xlen(ledger)
 
 
 async def test_concurrent_checkpoint_updates_with_revisions_lose_no_increment(

@@ -311,6 +311,9 @@ class MemoryRuntime:
             vectors=RedisVectorStore(self.backend, self.keyspace, timeout=s.tier_timeout_episodic),
             policy=HybridPolicy(batch_size=s.embeddings_batch),
             owns_embedder=True,
+            # A runtime without background work (the inspector) embeds nothing:
+            # its recalls read, they never write vectors.
+            background=self.background,
         )
         return self._hybrid
 

@@ -399,6 +399,8 @@ async def test_recall_embedder_setting_makes_the_runtime_recall_by_meaning(
     # End to end through the settings: RECALL_EMBEDDER=openai and EMBEDDINGS_BASE_URL
     # make the runtime's recall store hybrid, vectors in Redis, embeddings over HTTP
     # from the fake server (whose aliases give "automobile" and "sedan" one meaning).
+    import asyncio
+
     from jarvismem.recall.hybrid import HybridRecallStore
     from jarvismem.runtime import MemoryRuntime
     from jarvismem.testing.fake_llm import FakeLLMServer
@@ -432,6 +434,19 @@ async def test_recall_embedder_setting_makes_the_runtime_recall_by_meaning(
         assert await real_redis.hlen(vectors) == 3
         await rt.close()
         assert store._closed  # the runtime stopped the background embedding
+
+        # A runtime without background work (the inspector's) recalls by meaning from
+        # the stored vectors and writes none: what it remembers stays pending.
+        reader = await MemoryRuntime.from_env(s, require_redis=True, background=False)
+        view = reader.memory(workflow_id, "s1", "a1")
+        asked = len(llm.embedding_requests())
+        found = await view.recall("which automobile", min_score=1e-9)
+        assert [r.entry.content for r in found] == ["I drove my new sedan to work"]
+        await view.remember("We adopted a puppy last spring")
+        await asyncio.sleep(0.2)
+        assert len(llm.embedding_requests()) == asked + 1  # the query's embedding only
+        assert await real_redis.hlen(vectors) == 3
+        await reader.close()
 
     lexical = await MemoryRuntime.from_env(
         settings.model_copy(update={"redis_url": REAL_REDIS_URL}), require_redis=True

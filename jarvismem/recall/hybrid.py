@@ -142,8 +142,12 @@ class HybridRecallStore:
     :class:`~jarvismem.recall.vectors.RedisVectorStore` for durability).
     ``policy``: weights, candidate count, batch size, retry backoff and query timeout.
     ``owns_embedder``: :meth:`aclose` closes the embedder too (its ``aclose()``, if any).
-    Close with :meth:`aclose` (stops the background embedding; pending entries stay
-    recorded for the next start).
+    ``background``: embed pending entries in background tasks, started by the first
+    write or recall. False starts none (a read-only inspector, or a runtime made
+    with ``background=False``): writes leave their entries pending for a process
+    that embeds, and recall ranks with the vectors already stored, so it writes
+    nothing. Close with :meth:`aclose` (stops the background embedding; pending
+    entries stay recorded for the next start).
     """
 
     def __init__(
@@ -154,8 +158,10 @@ class HybridRecallStore:
         vectors: VectorStore | None = None,
         policy: HybridPolicy = DEFAULT_HYBRID,
         owns_embedder: bool = False,
+        background: bool = True,
     ) -> None:
         self.policy = policy
+        self.background = background
         self.query_timeout = policy.query_timeout
         self.owns_embedder = owns_embedder
         self.inner = inner
@@ -177,8 +183,9 @@ class HybridRecallStore:
         entry = await self.inner.write(request)
         scope = KeySpace.recall_scope(entry.namespace, entry.agent_id, entry.session_id)
         await self.vectors.mark_pending(scope, entry)
-        await self._start()
-        self._schedule(scope)
+        if self.background:
+            await self._start()
+            self._schedule(scope)
         return entry
 
     async def delete(
@@ -266,8 +273,12 @@ class HybridRecallStore:
         self._drains.pop(scope, None)
 
     async def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until no background embedding runs (or ``timeout`` s); True if idle."""
-        await self._start()
+        """Wait until no background embedding runs (or ``timeout`` s); True if idle.
+
+        Without ``background`` none runs: True at once, pending entries stay pending.
+        """
+        if self.background:
+            await self._start()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -306,7 +317,8 @@ class HybridRecallStore:
 
     async def recall(self, request: RecallRequest) -> list[RecallResult]:
         """Matches by fused score, then the recency fill (module docstring, *Recalling*)."""
-        await self._start()
+        if self.background:
+            await self._start()
         wanted = max(self.candidates, request.limit)
         scope = KeySpace.recall_scope(request.namespace, request.agent_id, request.session_id)
         # min_score just above 0: the inner store's exact top ``wanted`` lexical matches

@@ -78,6 +78,7 @@ def hybrid(
     embedder: Any = None,
     vectors: VectorStore | None = None,
     owns_embedder: bool = False,
+    background: bool = True,
     **policy: Any,
 ) -> HybridRecallStore:
     """A store with fast retries; other keyword arguments are :class:`HybridPolicy` fields."""
@@ -87,6 +88,7 @@ def hybrid(
         vectors=vectors,
         policy=HybridPolicy(**{"retry_base": 0.01, "retry_cap": 0.02, **policy}),
         owns_embedder=owns_embedder,
+        background=background,
     )
 
 
@@ -263,6 +265,35 @@ async def test_pending_entries_survive_a_new_store_and_get_embedded(
     assert SCOPE not in await vectors.pending_scopes()
     assert (await recall(second, "automobile", 1)) == [CORPUS[0]]
     await second.aclose()
+
+
+async def test_a_store_without_background_work_reads_vectors_and_writes_none(
+    redis_client: Any, keyspace: KeySpace
+) -> None:
+    """The inspector's store: recall ranks with the vectors already stored and embeds
+    nothing; a write leaves its entry pending for a process that embeds."""
+    embedder = ConceptEmbedder()
+    first = hybrid(
+        RedisRecallStore(redis_client, keyspace),
+        embedder,
+        vectors=RedisVectorStore(redis_client, keyspace),
+    )
+    await write_all(first, *CORPUS[:3])
+    assert await first.flush(10)
+    await first.aclose()
+    vectors = RedisVectorStore(redis_client, keyspace)
+    reader = hybrid(
+        RedisRecallStore(redis_client, keyspace), embedder, vectors=vectors, background=False
+    )
+    embedded = len(embedder.calls)
+    assert (await recall(reader, "automobile", 1)) == [CORPUS[0]]  # by meaning
+    await write_all(reader, CORPUS[4])
+    assert await reader.flush(1)
+    await asyncio.sleep(0.05)
+    assert embedder.calls[embedded:] == [["automobile"]]  # the query's embedding only
+    assert [e.content for e in await vectors.pending(SCOPE, 10)] == [CORPUS[4]]
+    assert not reader._drains
+    await reader.aclose()
 
 
 async def test_an_upsert_is_re_embedded_and_delete_forgets_the_vector() -> None:

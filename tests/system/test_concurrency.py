@@ -197,24 +197,6 @@ async def test_processes_logging_into_one_ledger_and_one_scratchpad_lose_and_tea
     await rt.close()
 
 
-async def test_processes_logging_the_same_turns_store_each_turn_once(
-    pool: ProcessPoolExecutor,
-    real_redis: Any,
-    keyspace: KeySpace,
-    workflow_id: str,
-    tmp_path: Path,
-) -> None:
-    turns = list(range(1, 31))
-    jobs = [_job(keyspace, workflow_id, tmp_path, turns=turns, pad=10) for _ in range(PROCESSES)]
-    await run_in_processes(pool, log_turns_job, jobs)
-    rt = await MemoryRuntime.from_env(_settings(jobs[0]))
-    ledger = rt.memory(workflow_id, "s1", "a1").episodic
-    assert ledger is not None
-    ids = [e["turn_id"] for e in await ledger.full_history()]
-    assert sorted(ids, key=int) == [str(t) for t in turns]
-    await rt.close()
-
-
 async def _counters_and_ledger(
     real_redis: Any, keyspace: KeySpace, workflow_id: str
 ) -> tuple[tuple[int, int], int, int]:
@@ -228,23 +210,30 @@ async def _counters_and_ledger(
     return counters, len(rows), tokens
 
 
-async def test_processes_logging_overlapping_turns_count_each_stored_turn_once(
+async def test_processes_logging_the_same_turns_store_and_count_each_turn_once(
     pool: ProcessPoolExecutor,
     real_redis: Any,
     keyspace: KeySpace,
     workflow_id: str,
     tmp_path: Path,
 ) -> None:
-    """Every process's append adds to one pair of compaction counters inside the
-    append script: a turn another process stored first adds nothing."""
+    """Each stored turn once in the ledger, and once in the compaction counters: every
+    process adds to them inside its append script, and a turn another process
+    stored first adds nothing."""
+    turns = list(range(1, 31))
     jobs = [
-        _job(keyspace, workflow_id, tmp_path, turns=list(range(p * 20, p * 20 + 40)), pad=p * 7)
-        for p in range(PROCESSES)
+        _job(keyspace, workflow_id, tmp_path, turns=turns, pad=10, count=True)
+        for _ in range(PROCESSES)
     ]
-    await run_in_processes(pool, log_turns_job, [{**job, "count": True} for job in jobs])
+    await run_in_processes(pool, log_turns_job, jobs)
+    rt = await MemoryRuntime.from_env(_settings(jobs[0]))
+    ledger = rt.memory(workflow_id, "s1", "a1").episodic
+    assert ledger is not None
+    ids = [e["turn_id"] for e in await ledger.full_history()]
+    assert sorted(ids, key=int) == [str(t) for t in turns]
+    await rt.close()
     counters, stored, tokens = await _counters_and_ledger(real_redis, keyspace, workflow_id)
-    assert stored == 20 * (PROCESSES + 1)  # overlapping ranges: each turn once
-    assert counters == (stored, tokens)
+    assert counters == (stored, tokens) == (len(turns), tokens)
 
 
 async def test_a_process_killed_while_logging_leaves_the_counters_equal_to_the_ledger(

@@ -74,7 +74,7 @@ from jarvismem.spaces.store import SpacesStore
 from jarvismem.tiers.athena import AthenaMemory, TurnOrigin
 from jarvismem.tiers.checkpoints import CLOCK, Checkpoint, new_op_id, validate_checkpoint
 from jarvismem.tiers.durable import DurableWriter
-from jarvismem.tiers.episodic import EpisodicLedger
+from jarvismem.tiers.episodic import AppendResult, EpisodicLedger
 from jarvismem.tiers.longterm import LongTermMemory
 from jarvismem.tiers.pending import newer_checkpoint, outstanding_records, queued_checkpoint
 from jarvismem.tiers.working import ScratchpadBounds, ScratchpadLinks, WorkingScratchpad
@@ -646,7 +646,7 @@ class UnifiedMemory:
         ts = time.time()
         wf = self._wf
         args: list[str] | None = None
-        appended: Any = None
+        appended: AppendResult | None = None
         # One write after the other, ledger first: the scratchpad never holds a
         # turn the ledger (or its outbox) does not. Running the local writes in a
         # task beside the ledger's round trip measured no faster (docs/performance.md).
@@ -681,9 +681,9 @@ class UnifiedMemory:
                 await self.working.append_turn(turn, turn_data, ts)
         if self.runtime.athena is not None:
             await self._athena_turn(turn, thought, action, result, user_message)
-        counters = getattr(appended, "counters", None)  # None when queued or a duplicate
-        if wf.compactor is not None and counters is not None:
-            wf.compactor.note_counters(*counters)
+        # No counters when the turn was queued (the replay counts it) or a duplicate.
+        if wf.compactor is not None and isinstance(appended, AppendResult) and appended.counters:
+            wf.compactor.note_counters(*appended.counters)
 
     def _user_text(self, user_message: str | None) -> str | None:
         """A user message checked, redacted and bounded like a turn field; noted as the goal."""

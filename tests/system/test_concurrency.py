@@ -264,8 +264,13 @@ async def test_a_process_killed_while_logging_leaves_the_counters_equal_to_the_l
             await asyncio.sleep(0.005)
         child.kill()
         await child.wait()
-        state = await real_redis.hgetall(keyspace.ltm_state(workflow_id))
-        assert int(state[b"turns"]) == await real_redis.xlen(ledger)
+        # One MULTI/EXEC: an append the dead process sent just before dying may still
+        # run between two separate reads; both counts come from one instant.
+        async with real_redis.pipeline(transaction=True) as pipe:
+            pipe.hget(keyspace.ltm_state(workflow_id), "turns")
+            pipe.xlen(ledger)
+            turns, length = await pipe.execute()
+        assert int(turns) == length
 
 
 async def test_concurrent_checkpoint_updates_with_revisions_lose_no_increment(

@@ -147,6 +147,10 @@ def _job(keyspace: KeySpace, workflow_id: str, tmp_path: Path, **extra: Any) -> 
     }
 
 
+# Serial: every write must land live within the tier timeout (no process may end
+# degraded), a wall-clock bound that the parallel phase's load can stretch (one CI
+# run saw a 2 s Redis write deadline pass; the turns were queued and replayed).
+@pytest.mark.serial
 @pytest.mark.parametrize("backend", ["local", "azure"])
 async def test_processes_logging_into_one_ledger_and_one_scratchpad_lose_and_tear_nothing(
     pool: ProcessPoolExecutor,
